@@ -1,0 +1,37 @@
+# Wire: two commands do all the set-up on a fresh machine.
+#   make run   - create .venv, install Wire, run the main job (NYC flights 2013)
+#   make test  - create .venv, install Wire, run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test test-fast bench lint java-check clean
+
+java-check:
+	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 or newer is required (Spark runs on the JVM) and 'java' was not found on PATH"; exit 1; }
+	@java -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] + 0 < 17) { print "error: Java 17 or newer is required, found Java " $$2; exit 1 } }'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: java-check $(STAMP)
+	$(PY) -m wire.examples.flights_job
+
+test: java-check $(STAMP)
+	$(PY) -m pytest
+
+test-fast: java-check $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+bench: java-check $(STAMP)
+	$(PY) bench/windows_bench.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf out .pytest_cache

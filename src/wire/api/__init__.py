@@ -1,0 +1,1 @@
+"""The public flow-building API: flows, streams, windows, watermark policies, durations."""

@@ -1,0 +1,362 @@
+"""The fluent flow API: ``Flow`` records a plan; ``Stream`` is a handle on one port.
+
+Example (run by the test suite, see ``tests/unit/api/test_flow.py``)::
+
+    import wire
+    flow = wire.Flow("flight-delays")
+    flights = flow.source(
+        wire.sources.files("in/*.parquet", format="parquet"),
+        event_time="sched_dep_ms", key="origin",
+        watermark=wire.BoundedOutOfOrderness("30m"), max_events_per_epoch=20_000)
+    hourly = (flights.filter("dep_delay IS NOT NULL")
+              .window(wire.Tumbling("1h"), allowed_lateness="90m")
+              .aggregate(departures=wire.count(), mean_dep_delay=wire.mean("dep_delay")))
+    hourly.sink(wire.sinks.parquet("out/windows"))
+    hourly.late().sink(wire.sinks.parquet("out/late"))
+    summary = flow.run(checkpoint="out/_checkpoint")
+
+Building only records immutable nodes (:mod:`wire.plan.nodes`); ``run`` compiles the
+plan to one Spark Structured Streaming query with one checkpoint (SPEC §6).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from wire.api.time import Duration, to_millis
+from wire.api.windowing import BoundedOutOfOrderness, Tumbling
+from wire.errors import ConfigError, PlanError
+from wire.plan.nodes import (
+    ALL_STEPS,
+    DEAD_LETTER,
+    LATE,
+    OUT,
+    Expr,
+    FilterNode,
+    KeyByNode,
+    MapNode,
+    Node,
+    Plan,
+    PortRef,
+    SelectNode,
+    SinkNode,
+    SourceNode,
+    WindowAggregateNode,
+)
+from wire.state.aggregations import Aggregator
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from wire.runtime.runner import RunSummary
+
+_STEP_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+
+
+class Flow:
+    """A dataflow under construction: sources → operators → sinks.
+
+    Parameters
+    ----------
+    flow_id:
+        The flow's id: letters, digits, ``_`` and ``-``, starting with a letter.
+        It names the flow's checkpoint metadata and its sinks' ownership markers.
+
+    Raises
+    ------
+    ConfigError
+        If ``flow_id`` is not a valid id.
+    """
+
+    def __init__(self, flow_id: str) -> None:
+        if not isinstance(flow_id, str) or not _STEP_ID.match(flow_id):
+            raise ConfigError(
+                "flow_id", flow_id, "letters, digits, '_' and '-', starting with a letter"
+            )
+        self.flow_id = flow_id
+        self._nodes: list[Node] = []
+
+    # -- building -------------------------------------------------------------------------
+    def _add(self, node: Node) -> None:
+        if any(n.step == node.step for n in self._nodes):
+            raise PlanError(f"flow {self.flow_id!r}: step id {node.step!r} is used twice")
+        self._nodes.append(node)
+
+    def _step_id(self, given: str | None, kind: str) -> str:
+        if given is not None:
+            if not isinstance(given, str) or not _STEP_ID.match(given):
+                raise ConfigError(
+                    "name", given, "letters, digits, '_' and '-', starting with a letter"
+                )
+            return given
+        n = sum(1 for s in self._nodes if s.step.startswith(kind + "_")) + 1
+        return f"{kind}_{n}"
+
+    def source(
+        self,
+        connector: Any,
+        *,
+        event_time: str,
+        key: str | None = None,
+        watermark: BoundedOutOfOrderness | None = None,
+        max_events_per_epoch: int = 100_000,
+        name: str | None = None,
+    ) -> Stream:
+        """Add a source and return its stream of events.
+
+        Parameters
+        ----------
+        connector:
+            A source connector, e.g. ``wire.sources.files(...)``.
+        event_time:
+            The column holding each event's event time: int64 milliseconds since the
+            Unix epoch (UTC), a timestamp, or an ISO-8601 string.
+        key:
+            The key column (routing and state scope); ``None``: one key for all events.
+        watermark:
+            The source's watermark policy; default ``BoundedOutOfOrderness(0)``.
+        max_events_per_epoch:
+            Admission control: at most this many records enter one epoch (SPEC §5).
+        name:
+            The step id (default ``source_<n>``).
+
+        Returns
+        -------
+        Stream
+            The source's events: payload columns of the connector's schema. Malformed
+            records go to the ``dead_letter`` port (see :meth:`Flow.dead_letters`).
+
+        Raises
+        ------
+        ConfigError
+            On an invalid parameter.
+        """
+        if not isinstance(event_time, str) or not event_time:
+            raise ConfigError("event_time", event_time, "a column name (non-empty string)")
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ConfigError("key", key, "a column name (non-empty string) or None")
+        if watermark is None:
+            watermark = BoundedOutOfOrderness(0)
+        if not isinstance(watermark, BoundedOutOfOrderness):
+            raise ConfigError("watermark", watermark, "wire.BoundedOutOfOrderness(max_delay)")
+        if (
+            isinstance(max_events_per_epoch, bool)
+            or not isinstance(max_events_per_epoch, int)
+            or max_events_per_epoch <= 0
+        ):
+            raise ConfigError("max_events_per_epoch", max_events_per_epoch, "a positive int")
+        step = self._step_id(name, "source")
+        self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch))
+        return Stream(self, PortRef(step, OUT))
+
+    def dead_letters(self) -> Stream:
+        """The flow's dead-letter output: every malformed record of every step.
+
+        Columns: ``step`` (string), ``location`` (string, e.g. ``"f.csv:17"``),
+        ``reason`` (string), ``record`` (string, the raw record), plus ``epoch``
+        (int64) when written to a sink.
+        """
+        return Stream(self, PortRef(ALL_STEPS, DEAD_LETTER))
+
+    def plan(self) -> Plan:
+        """The immutable plan recorded so far."""
+        return Plan(self.flow_id, tuple(self._nodes))
+
+    def run(
+        self,
+        checkpoint: str,
+        *,
+        master: str = "local[*]",
+        spark_conf: Mapping[str, str] | None = None,
+        spark: SparkSession | None = None,
+        key_groups: int = 16,
+        max_epochs: int | None = None,
+        progress: bool = False,
+    ) -> RunSummary:
+        """Compile the flow to one Spark streaming query and run it.
+
+        Bounded sources run until their input ends (their final watermark closes every
+        window); unbounded ones run until interrupted.
+
+        Parameters
+        ----------
+        checkpoint:
+            The flow's checkpoint directory (Spark offsets, commits and state, plus
+            Wire's ``wire.json``). Running again with it resumes after the last
+            completed epoch (SPEC §6).
+        master, spark_conf:
+            Spark master URL and extra Spark settings, used when Wire creates the session.
+        spark:
+            An existing SparkSession to use instead.
+        key_groups:
+            Keyed state is partitioned into this many key groups (hash of key mod
+            ``key_groups``); fixed for the life of a checkpoint.
+        max_epochs:
+            Stop after this many epochs have completed in this run (the next epoch,
+            already planned, is replayed on restart). For tests and demos.
+        progress:
+            Print one line per epoch.
+
+        Returns
+        -------
+        RunSummary
+            Counts and timings of this run.
+
+        Raises
+        ------
+        PlanError, ConfigError, CheckpointError, FlowFailed
+        """
+        from wire.runtime.runner import run_plan
+
+        return run_plan(
+            self.plan(),
+            checkpoint=checkpoint,
+            master=master,
+            spark_conf=dict(spark_conf or {}),
+            spark=spark,
+            key_groups=key_groups,
+            max_epochs=max_epochs,
+            progress=progress,
+        )
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A handle on one port of one step; operators return new streams.
+
+    Expressions (``Expr``) are Spark ``Column`` objects (which need an active
+    SparkSession, e.g. ``wire.spark()``) or Spark SQL strings.
+    """
+
+    flow: Flow
+    ref: PortRef
+
+    def _require_out(self, op: str) -> None:
+        if self.ref.step == ALL_STEPS:
+            raise PlanError(f"{op}: the flow's dead-letter output can only be sunk")
+
+    def filter(self, predicate: Expr, *, name: str | None = None) -> Stream:
+        """Keep events for which ``predicate`` is true; null counts as false.
+
+        Columns are unchanged; stateless (no state, emits per epoch).
+        """
+        self._require_out("filter")
+        step = self.flow._step_id(name, "filter")
+        self.flow._add(FilterNode(step, self.ref.step, predicate))
+        return Stream(self.flow, PortRef(step))
+
+    def map(self, *, name: str | None = None, **columns: Expr) -> Stream:
+        """Add or replace columns, ``name=expression`` each; other columns pass through."""
+        self._require_out("map")
+        if not columns:
+            raise ConfigError("columns", columns, "at least one name=expression")
+        step = self.flow._step_id(name, "map")
+        self.flow._add(MapNode(step, self.ref.step, tuple(columns.items())))
+        return Stream(self.flow, PortRef(step))
+
+    def select(self, *columns: Expr, name: str | None = None) -> Stream:
+        """Keep exactly ``columns`` (names or expressions, aliased with ``.alias``)."""
+        self._require_out("select")
+        if not columns:
+            raise ConfigError("columns", columns, "at least one column name or expression")
+        step = self.flow._step_id(name, "select")
+        self.flow._add(SelectNode(step, self.ref.step, tuple(columns)))
+        return Stream(self.flow, PortRef(step))
+
+    def key_by(self, key: str, *, name: str | None = None) -> Stream:
+        """Re-key the stream by column ``key`` (it scopes the state of later windows)."""
+        self._require_out("key_by")
+        if not isinstance(key, str) or not key:
+            raise ConfigError("key", key, "a column name (non-empty string)")
+        step = self.flow._step_id(name, "key_by")
+        self.flow._add(KeyByNode(step, self.ref.step, key))
+        return Stream(self.flow, PortRef(step))
+
+    def window(self, window: Tumbling, *, allowed_lateness: Duration = 0) -> WindowedStream:
+        """Assign events to event-time windows; call ``.aggregate(...)`` next.
+
+        Parameters
+        ----------
+        window:
+            ``wire.Tumbling(size)``.
+        allowed_lateness:
+            How long after a window's end (in event time, measured by the watermark)
+            late events still update it (SPEC §3). 0 by default.
+        """
+        self._require_out("window")
+        if not isinstance(window, Tumbling):
+            raise ConfigError("window", window, "wire.Tumbling(size)")
+        lateness = to_millis(allowed_lateness, parameter="allowed_lateness")
+        return WindowedStream(self, window, lateness)
+
+    def late(self) -> Stream:
+        """The late port of a window aggregation: events beyond allowed lateness.
+
+        Columns: the event's columns, ``event_time`` (int64 ms), ``watermark`` (int64 ms,
+        the watermark when the event arrived), ``reason`` (string).
+        """
+        node = self.flow.plan().node(self.ref.step)
+        if not isinstance(node, WindowAggregateNode):
+            raise PlanError(f"late(): step {self.ref.step!r} is not a window aggregation")
+        return Stream(self.flow, PortRef(self.ref.step, LATE))
+
+    def dead_letters(self) -> Stream:
+        """The dead-letter port of this step (malformed records it rejected)."""
+        return Stream(self.flow, PortRef(self.ref.step, DEAD_LETTER))
+
+    def sink(self, sink: Any, *, name: str | None = None) -> None:
+        """Write this stream to ``sink`` (e.g. ``wire.sinks.parquet(path)``).
+
+        Each epoch's rows of this port are written once per epoch, with an extra
+        ``epoch`` column (int64, the Spark batch id), in the sink's declared guarantee.
+        """
+        from wire.connectors.sinks import Sink
+
+        if not isinstance(sink, Sink):
+            raise ConfigError("sink", sink, "a Wire sink, e.g. wire.sinks.parquet(path)")
+        step = self.flow._step_id(name, "sink")
+        self.flow._add(SinkNode(step, self.ref, sink))
+
+
+@dataclass(frozen=True)
+class WindowedStream:
+    """A stream with a window assignment, waiting for its aggregations."""
+
+    stream: Stream
+    window: Tumbling
+    allowed_lateness_ms: int
+
+    def aggregate(self, *, name: str | None = None, **aggregations: Aggregator) -> Stream:
+        """Aggregate each (key, window) and emit results by the watermark.
+
+        Output columns: the key column, ``window_start`` and ``window_end`` (UTC
+        timestamps), one column per aggregation, ``emit`` (``"final"`` | ``"update"``).
+
+        Emission (SPEC §3, §4): each (key, window) is emitted once as ``final`` in the
+        epoch in which the watermark passes its end (for every key, also keys without
+        new events); a late event within ``allowed_lateness`` updates the window and the
+        new result is emitted as ``update``. State is purged once
+        ``watermark >= window_end + allowed_lateness``; later events go to ``.late()``.
+
+        State: per key group, the open windows' partial aggregates (Arrow).
+        """
+        if not aggregations:
+            raise ConfigError("aggregations", aggregations, "at least one name=wire.count()/...")
+        for out, agg in aggregations.items():
+            if not isinstance(agg, Aggregator):
+                raise ConfigError(out, agg, "an aggregator: wire.count/sum/min/max/mean(...)")
+        flow = self.stream.flow
+        step = flow._step_id(name, "window")
+        flow._add(
+            WindowAggregateNode(
+                step,
+                self.stream.ref.step,
+                self.window,
+                self.allowed_lateness_ms,
+                tuple(aggregations.items()),
+            )
+        )
+        return Stream(flow, PortRef(step))

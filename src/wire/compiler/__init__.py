@@ -1,0 +1,1 @@
+"""Compilation of a plan to one Spark Structured Streaming query."""

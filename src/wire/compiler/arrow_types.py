@@ -1,0 +1,21 @@
+"""Spark ↔ Arrow schema conversion for envelope DataFrames."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from wire.runtime.envelope import ENVELOPE_COLUMNS
+
+
+def arrow_payload_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema of ``df``'s payload (non-envelope) columns; timestamps in UTC."""
+    full = to_arrow_schema(df.schema, timezone="UTC")
+    return pa.schema([f for f in full if f.name not in ENVELOPE_COLUMNS])
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark StructType of an Arrow schema (tz-aware timestamps → TimestampType)."""
+    return from_arrow_schema(schema, prefer_timestamp_ntz=False)

@@ -1,0 +1,1 @@
+"""Connectors: sources and sinks."""

@@ -1,0 +1,1 @@
+"""Delivery protocols: how sinks publish an epoch exactly once."""

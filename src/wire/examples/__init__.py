@@ -1,0 +1,1 @@
+"""Example jobs and their inputs (the NYC 2013 flights)."""

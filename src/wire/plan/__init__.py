@@ -1,0 +1,1 @@
+"""Immutable flow plans: the nodes the builder records and the compiler reads."""

@@ -1,0 +1,133 @@
+"""The flow plan: immutable nodes recorded by the builder API (STYLE §1).
+
+Nothing here touches Spark. The Spark compiler (:mod:`wire.compiler`), the runner
+and the tests all read the same :class:`Plan`.
+
+A node's ``step`` is its unique, stable id within the flow: it names the node's
+state, metrics and output ports (STYLE §3). Ports are addressed as
+``PortRef(step, port)`` with ``port`` one of :data:`PORTS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wire.api.windowing import BoundedOutOfOrderness, Tumbling
+
+OUT = "out"
+LATE = "late"
+DEAD_LETTER = "dead_letter"
+PORTS = (OUT, LATE, DEAD_LETTER)
+ALL_STEPS = "*"
+"""A ``PortRef`` step meaning "every step": used by ``Flow.dead_letters()``."""
+
+Expr = Any
+"""A Spark ``Column`` or a Spark SQL expression string, e.g. ``"dep_delay IS NOT NULL"``."""
+
+
+@dataclass(frozen=True)
+class PortRef:
+    """One output port of one step, e.g. ``PortRef("hourly", "late")``."""
+
+    step: str
+    port: str = OUT
+
+    def port_id(self) -> str:
+        """The port's id inside a compiled flow: ``"<step>.<port>"``."""
+        return f"{self.step}.{self.port}"
+
+
+@dataclass(frozen=True)
+class Node:
+    """Base of every plan node."""
+
+    step: str
+
+
+@dataclass(frozen=True)
+class SourceNode(Node):
+    """Read a connector; assign event time, key and the source's watermark policy."""
+
+    connector: Any
+    event_time: str
+    key: str | None
+    watermark: BoundedOutOfOrderness
+    max_events_per_epoch: int
+
+
+@dataclass(frozen=True, eq=False)
+class FilterNode(Node):
+    """Keep the events for which ``predicate`` is true (null counts as false)."""
+
+    upstream: str
+    predicate: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class MapNode(Node):
+    """Add or replace columns: ``columns`` is a tuple of (name, expression)."""
+
+    upstream: str
+    columns: tuple[tuple[str, Expr], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class SelectNode(Node):
+    """Keep (and compute) exactly ``columns``: names, expressions, or (name, expression)."""
+
+    upstream: str
+    columns: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class KeyByNode(Node):
+    """Re-key the stream by the column ``key``."""
+
+    upstream: str
+    key: str
+
+
+@dataclass(frozen=True)
+class WindowAggregateNode(Node):
+    """Keyed event-time window aggregation with allowed lateness and a late port."""
+
+    upstream: str
+    window: Tumbling
+    allowed_lateness_ms: int
+    aggregations: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class SinkNode(Node):
+    """Write one port of a step to a sink connector."""
+
+    source: PortRef
+    sink: Any
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An immutable flow plan: its id and its nodes in the order they were added."""
+
+    flow_id: str
+    nodes: tuple[Node, ...] = field(default_factory=tuple)
+
+    def node(self, step: str) -> Node:
+        """Return the node with id ``step`` (KeyError if absent)."""
+        for n in self.nodes:
+            if n.step == step:
+                return n
+        raise KeyError(step)
+
+    def sinks(self) -> tuple[SinkNode, ...]:
+        """The sink nodes, in the order they were added."""
+        return tuple(n for n in self.nodes if isinstance(n, SinkNode))
+
+    def describe(self) -> str:
+        """A multi-line, human-readable listing of the plan."""
+        lines = [f"flow {self.flow_id!r}"]
+        for n in self.nodes:
+            detail = {k: v for k, v in vars(n).items() if k != "step"}
+            lines.append(f"  {n.step}: {type(n).__name__} {detail}")
+        return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Running compiled flows: session, envelope rows, epochs, ports, checkpoint metadata."""

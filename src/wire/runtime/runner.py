@@ -1,0 +1,195 @@
+"""Run a compiled flow as one Spark streaming query with one checkpoint (SPEC §6).
+
+Per epoch (Spark micro-batch) the driver's ``foreachBatch`` handler
+(:class:`EpochDispatcher`) collects the epoch's rows once as Arrow, splits them by
+port, and calls each sink's ``write_epoch(epoch, table)``; only after it returns
+does Spark mark the epoch complete in its commit log. A crash before that
+replays the epoch with the same offsets, watermarks and state version, so
+exactly-once sinks (which skip an epoch they already published) write nothing
+twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+
+from wire.compiler.plan_compiler import CompiledFlow, compile_plan
+from wire.connectors.sinks import Sink
+from wire.errors import ConfigError, FlowFailed
+from wire.plan.nodes import ALL_STEPS, OUT, Plan, PortRef, SinkNode
+from wire.runtime.checkpoint import open_checkpoint, spark_checkpoint
+from wire.runtime.ports import split_ports
+from wire.runtime.session import spark_session
+
+
+@dataclass
+class RunSummary:
+    """What one ``Flow.run`` did. Counts are for this run only (not earlier runs).
+
+    ``metrics`` maps ``(step, counter)`` to totals, e.g. ``("source_1", "events")``.
+    ``epoch_seconds`` is the driver-side duration of each epoch's ``foreachBatch``
+    (port split + sink writes), and ``epoch_wall_seconds`` the time between
+    consecutive epoch completions (the full epoch latency including Spark's work).
+    """
+
+    flow_id: str
+    epochs: int = 0
+    elapsed_s: float = 0.0
+    metrics: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rows_written: Counter[str] = field(default_factory=Counter)
+    emitted: Counter[str] = field(default_factory=Counter)
+    epoch_wall_seconds: list[float] = field(default_factory=list)
+    stopped_early: bool = False
+
+    def total(self, counter: str) -> int:
+        """Sum of ``counter`` over all steps."""
+        return sum(v for (_, name), v in self.metrics.items() if name == counter)
+
+    @property
+    def input_events(self) -> int:
+        """Well-formed events admitted by the sources."""
+        return sum(
+            v for (step, name), v in self.metrics.items() if name == "events" and
+            step.startswith("source")
+        )
+
+    def render(self) -> str:
+        """A human-readable multi-line summary."""
+        rate = self.input_events / self.elapsed_s if self.elapsed_s else 0.0
+        lines = [
+            f"flow {self.flow_id}: {self.epochs} epochs in {self.elapsed_s:.1f} s",
+            f"  input events      {self.input_events:>10,}",
+            f"  malformed         {self.total('malformed'):>10,}",
+            f"  late events       {self.total('late'):>10,}",
+            f"  windows final     {self.emitted['final']:>10,}",
+            f"  windows update    {self.emitted['update']:>10,}",
+            f"  events per second {rate:>10,.0f}",
+        ]
+        return "\n".join(lines)
+
+
+class StopRequested(Exception):
+    """Raised inside ``foreachBatch`` to stop a run before an epoch writes anything."""
+
+
+class EpochDispatcher:
+    """The ``foreachBatch`` handler: route one epoch's ports to their sinks."""
+
+    def __init__(
+        self,
+        compiled: CompiledFlow,
+        sinks: list[SinkNode],
+        summary: RunSummary,
+        *,
+        max_epochs: int | None,
+        progress: bool,
+    ) -> None:
+        self.main_port = PortRef(compiled.terminal_step, OUT).port_id()
+        self.sinks = sinks
+        self.summary = summary
+        self.max_epochs = max_epochs
+        self.progress = progress
+        self.stop_requested = False
+        self._last = time.perf_counter()
+
+    def _rows_for(self, ref: PortRef, ports: dict[str, pa.Table]) -> pa.Table | None:
+        if ref.step == ALL_STEPS:
+            parts = [t for p, t in ports.items() if p.endswith("." + ref.port)]
+            return pa.concat_tables(parts, promote_options="permissive") if parts else None
+        return ports.get(ref.port_id())
+
+    def __call__(self, batch: DataFrame, epoch: int) -> None:
+        """Handle epoch ``epoch`` (Spark's batch id)."""
+        if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
+            self.stop_requested = True
+            raise StopRequested(f"stopping before epoch {epoch} (max_epochs={self.max_epochs})")
+        table = batch.toArrow()
+        ports, metrics = split_ports(table, self.main_port)
+        for node in self.sinks:
+            rows = self._rows_for(node.source, ports)
+            if rows is None or rows.num_rows == 0:
+                continue
+            rows = rows.append_column("epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
+            node.sink.write_epoch(epoch, rows)
+            self.summary.rows_written[node.step] += rows.num_rows
+        main = ports[self.main_port]
+        if "emit" in main.column_names:
+            for value, n in Counter(main.column("emit").to_pylist()).items():
+                self.summary.emitted[str(value)] += n
+        if metrics is not None:
+            for step, name, value in zip(
+                *(metrics.column(c).to_pylist() for c in ("step", "name", "value")), strict=True
+            ):
+                if name != "open_windows":
+                    self.summary.metrics[(step, name)] += value
+        self.summary.epochs += 1
+        now = time.perf_counter()
+        self.summary.epoch_wall_seconds.append(now - self._last)
+        self._last = now
+        if self.progress:
+            n_main = main.num_rows
+            late = int(pc.sum(pc.equal(metrics.column("name"), "late")).as_py() or 0) if (
+                metrics is not None) else 0
+            print(f"epoch {epoch}: {n_main} results, {late} late records", flush=True)
+
+
+def run_plan(
+    plan: Plan,
+    *,
+    checkpoint: str,
+    master: str,
+    spark_conf: dict[str, str],
+    spark: SparkSession | None,
+    key_groups: int,
+    max_epochs: int | None,
+    progress: bool,
+) -> RunSummary:
+    """Compile and run ``plan``; see :meth:`wire.Flow.run`."""
+    if isinstance(key_groups, bool) or not isinstance(key_groups, int) or not 1 <= key_groups <= 4096:
+        raise ConfigError("key_groups", key_groups, "an int between 1 and 4096")
+    if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
+        raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
+    meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups)
+    spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")
+    compiled = compile_plan(plan, spark, key_groups)
+    sinks = list(plan.sinks())
+    opened: list[Sink] = []
+    summary = RunSummary(plan.flow_id)
+    dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
+    started = time.perf_counter()
+    try:
+        for node in sinks:
+            node.sink.open(flow_id=plan.flow_id, sink_id=node.step, checkpoint_id=meta.checkpoint_id)
+            opened.append(node.sink)
+        writer = (
+            compiled.dataframe.writeStream.foreachBatch(dispatcher)
+            .option("checkpointLocation", spark_checkpoint(checkpoint))
+            .queryName(plan.flow_id)
+        )
+        if compiled.bounded:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime="0 seconds")
+        dispatcher._last = time.perf_counter()
+        query = writer.start()
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as e:
+            if not dispatcher.stop_requested:
+                raise FlowFailed(f"flow {plan.flow_id!r} failed: {e}") from e
+            summary.stopped_early = True
+        except KeyboardInterrupt:
+            query.stop()
+            summary.stopped_early = True
+    finally:
+        for sink in opened:
+            sink.close()
+        summary.elapsed_s = time.perf_counter() - started
+    return summary

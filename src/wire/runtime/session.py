@@ -1,0 +1,65 @@
+"""The SparkSession Wire runs on, with the settings its compiled flows need."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from wire.errors import WireError
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "4g",
+    "spark.sql.streaming.metricsEnabled": "false",
+}
+"""Defaults: few shuffle partitions (a local machine), no UI, UTC session time zone,
+the RocksDB state store (needed by transformWithState, SPEC §10)."""
+
+
+def check_java() -> None:
+    """Raise ``WireError`` with one clear line if Java 17+ is not available."""
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin"))
+    java = java or shutil.which("java")
+    if java is None:
+        raise WireError("Java 17 or newer is required by Spark and was not found (install a JDK 17+)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        version = out.split('"')[1]
+        major = int(version.split(".")[0])
+    except (IndexError, ValueError):
+        return
+    if major < 17:
+        raise WireError(f"Java 17 or newer is required by Spark; found Java {version} at {java}")
+
+
+def spark_session(
+    master: str = "local[*]", conf: Mapping[str, str] | None = None, *, app_name: str = "wire"
+) -> SparkSession:
+    """Get or create the SparkSession with Wire's defaults, overridden by ``conf``.
+
+    Python workers run the interpreter running Wire (``PYSPARK_PYTHON``), so the
+    Python data sources and stateful processors see the same packages.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    check_java()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in {**DEFAULT_CONF, **dict(conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,1 @@
+"""State and windows: pure Arrow functions for window assignment, aggregation, emission."""
