@@ -113,7 +113,7 @@ class PreAggregate:
                 if late.num_rows:
                     late_count += late.num_rows
                     late = late.drop_columns([KG])
-                    yield side_batch(pre, PortRef(self.step, LATE).port_id(), late)
+                    yield side_batch(pre, PortRef(self.step, LATE).port_id(), late, key_group=0)
                 if not accepted.num_rows:
                     continue
                 groups = accepted.column(KG)
@@ -127,7 +127,7 @@ class PreAggregate:
                         yield _conform(b, pre)
         if events:
             stats = {"events": events, "late": late_count}
-            yield side_batch(pre, METRICS_PORT, metrics_table(self.step, stats))
+            yield side_batch(pre, METRICS_PORT, metrics_table(self.step, stats), key_group=0)
 
 
 class WindowProcessor(StatefulProcessor):
@@ -158,7 +158,10 @@ class WindowProcessor(StatefulProcessor):
         frames = [f for f in rows if len(f)]
         if not frames:
             return
-        table = pa.Table.from_pandas(pd.concat(frames), schema=schemas.pre, preserve_index=False)
+        frame = pd.concat(frames, ignore_index=True)
+        # Spark hands the columns over by position and renames some (e.g. '__ws' -> '_1').
+        frame.columns = schemas.pre.names
+        table = pa.Table.from_pandas(frame, schema=schemas.pre, preserve_index=False)
         kind = table.column(KIND)
         prev = self.windows.get()
         if prev is None:

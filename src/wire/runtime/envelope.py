@@ -102,15 +102,20 @@ def _control_batch(schema: pa.Schema, columns: dict[str, pa.Array], n: int) -> p
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def side_batch(schema: pa.Schema, port: str, table: pa.Table) -> pa.RecordBatch:
+def side_batch(
+    schema: pa.Schema, port: str, table: pa.Table, *, key_group: int | None = None
+) -> pa.RecordBatch:
     """One side-output row addressed to ``port`` carrying ``table``, in the flow's ``schema``.
 
     ``schema`` is the full row schema (payload + envelope) of the stage emitting it.
+    Before a keyed stage side rows need a ``key_group`` (any valid group, e.g. 0) so
+    that they pass through it.
     """
     return _control_batch(
         schema,
         {
             KIND: pa.array([KIND_SIDE], pa.int32()),
+            KG: pa.array([key_group], pa.int32()),
             PORT: pa.array([port], pa.string()),
             BLOB: pa.array([encode_table(table)], pa.binary()),
         },

@@ -1,0 +1,159 @@
+"""Benchmark: Wire's tumbling-window pipeline vs the same count in plain PySpark.
+
+Workloads (same input files for both engines, one file = one epoch):
+  flights      the main job's pipeline on the 336,776 NYC 2013 flights
+  synth-1k     synthetic stream, 1,000 keys
+  synth-100k   synthetic stream, 100,000 keys
+Prints events/s, per-epoch latency p50/p99 (time between epoch completions) and peak
+RSS of the JVM and of this Python driver, then the Wire / native throughput ratio.
+
+Usage: .venv/bin/python bench/windows_bench.py [--events N] [--epoch-size N] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+
+import wire
+from wire.examples.flights import prepare_flights
+from wire.examples.flights_job import flights_flow
+
+OUT = Path("out/bench")
+
+
+def synth_files(d: Path, n_events: int, n_keys: int, per_file: int) -> str:
+    """Events 10 ms apart in event time, out of order by up to 2 s, keys uniform."""
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(42)
+    ts = np.arange(n_events, dtype=np.int64) * 10 + rng.integers(0, 2000, n_events)
+    keys = np.char.add("k", rng.integers(0, n_keys, n_events).astype(str))
+    values = rng.random(n_events)
+    for i, start in enumerate(range(0, n_events, per_file)):
+        sl = slice(start, start + per_file)
+        pq.write_table(pa.table({"key": keys[sl], "ts": ts[sl], "value": values[sl]}),
+                       d / f"part-{i:05d}.parquet")
+    return str(d / "*.parquet")
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) * 1000 if xs else float("nan")
+
+
+def jvm_peak_mb(spark) -> float:
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_wire_synth(spark, glob: str, out: Path, epoch: int) -> tuple[int, list[float], float]:
+    flow = wire.Flow("bench")
+    s = flow.source(wire.sources.files(glob, format="parquet"), event_time="ts", key="key",
+                    watermark=wire.BoundedOutOfOrderness("2s"), max_events_per_epoch=epoch)
+    counts = s.window(wire.Tumbling("10s")).aggregate(n=wire.count(), name="counts")
+    counts.sink(wire.sinks.parquet(out / "windows"))
+    counts.late().sink(wire.sinks.parquet(out / "late"))
+    t0 = time.perf_counter()
+    summary = flow.run(checkpoint=str(out / "ck"), spark=spark)
+    return summary.input_events, summary.epoch_wall_seconds, time.perf_counter() - t0
+
+
+def run_wire_flights(spark, glob: str, out: Path, epoch: int) -> tuple[int, list[float], float]:
+    flow = flights_flow(glob, out, max_events_per_epoch=epoch)
+    t0 = time.perf_counter()
+    summary = flow.run(checkpoint=str(out / "_checkpoint"), spark=spark)
+    return summary.input_events, summary.epoch_wall_seconds, time.perf_counter() - t0
+
+
+def run_native(spark, glob: str, out: Path, ts: str, key: str, size: str, delay: str,
+               flights: bool) -> tuple[int, list[float], float]:
+    """The same windowed count hand-written with Spark's window() and withWatermark()."""
+    schema = spark.read.parquet(glob).schema
+    df = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+          .parquet(str(Path(glob).parent)))
+    if flights:
+        df = df.filter("dep_delay IS NOT NULL")
+    df = df.withColumn("t", F.timestamp_millis(F.col(ts))).withWatermark("t", delay)
+    aggs = [F.count(F.lit(1)).alias("n")]
+    if flights:
+        aggs += [F.mean("dep_delay"), F.max("dep_delay")]
+    agg = df.groupBy(F.window("t", size), F.col(key)).agg(*aggs)
+    marks: list[float] = []
+
+    def sink(batch, epoch_id):
+        batch.write.mode("append").parquet(str(out / "native"))
+        marks.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    q = (agg.writeStream.outputMode("append").foreachBatch(sink)
+         .option("checkpointLocation", str(out / "native_ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t0
+    n = sum(p["numInputRows"] for p in q.recentProgress)
+    lat = [b - a for a, b in zip([t0, *marks[:-1]], marks, strict=True)]
+    return n, lat, elapsed
+
+
+def report(name: str, engine: str, n: int, lat: list[float], elapsed: float, spark) -> float:
+    rate = n / elapsed
+    print(f"{name:<11} {engine:<7} {n:>9,} ev {elapsed:7.1f} s {rate:>10,.0f} ev/s  "
+          f"epoch p50 {pct(lat, 50):7.0f} ms p99 {pct(lat, 99):7.0f} ms  epochs {len(lat):>4}  "
+          f"JVM peak {jvm_peak_mb(spark):6.0f} MB  py peak "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:5.0f} MB")
+    return rate
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--epoch-size", type=int, default=100_000)
+    p.add_argument("--only", default=None)
+    args = p.parse_args()
+    spark = wire.spark("local[2]")
+    OUT.mkdir(parents=True, exist_ok=True)
+    work = {
+        "flights": None,
+        "synth-1k": 1_000,
+        "synth-100k": 100_000,
+    }
+    print(f"{'workload':<11} {'engine':<7} events, time, throughput, epoch latency, memory")
+    for name, keys in work.items():
+        if args.only and name != args.only:
+            continue
+        out = OUT / name
+        shutil.rmtree(out, ignore_errors=True)
+        if keys is None:
+            data = prepare_flights(OUT / "flights_input", rows_per_file=20_000)
+            glob = str(OUT / "flights_input" / "*.parquet")
+            n, lat, el = run_wire_flights(spark, glob, out, 20_000)
+            w = report(name, "wire", n, lat, el, spark)
+            n2, lat2, el2 = run_native(spark, glob, out, "sched_dep_ms", "origin", "1 hour",
+                                       "60 minutes", True)
+            assert data.events == n
+        else:
+            glob = synth_files(OUT / f"{name}_input", args.events, keys, args.epoch_size)
+            n, lat, el = run_wire_synth(spark, glob, out, args.epoch_size)
+            w = report(name, "wire", n, lat, el, spark)
+            n2, lat2, el2 = run_native(spark, glob, out, "ts", "key", "10 seconds", "2 seconds",
+                                       False)
+        nat = report(name, "native", n2, lat2, el2, spark)
+        print(f"{name:<11} ratio   wire/native throughput = {w / nat:.2f}"
+              f"  (median epoch {statistics.median(lat) * 1000:.0f} vs "
+              f"{statistics.median(lat2) * 1000:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()

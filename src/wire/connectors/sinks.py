@@ -1,0 +1,350 @@
+"""Sinks: where a flow's ports end.
+
+The runtime calls every sink **on the Spark driver**, in the user's driver process:
+
+1. :meth:`Sink.open` once at run start, before the first epoch (after a restart
+   too, before the replayed epoch).
+2. :meth:`Sink.write_epoch` once per epoch (Spark micro-batch id) with all of the
+   epoch's rows for the sink's port as one ``pyarrow.Table`` (possibly empty).
+   All sinks of a flow are written inside the epoch, **before** Spark marks the epoch
+   complete in the flow's checkpoint (SPEC §6). If the run crashes before that mark,
+   the restarted run calls ``write_epoch`` again with the same epoch id and the
+   same rows.
+3. :meth:`Sink.close` once when the run ends (normally or not).
+
+Each sink declares its ``guarantee`` for such a replay:
+
+* ``"exactly_once"`` — ``write_epoch`` is idempotent per epoch id: a replayed
+  epoch is recognised and skipped, so every row is delivered once.
+* ``"idempotent"`` — the replay rewrites the same rows under deterministic keys
+  (upsert): exactly once in effect.
+* ``"at_least_once"`` — a replayed epoch may be delivered twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from wire.delivery.epoch_files import EpochFiles, SinkOwner
+from wire.errors import ConfigError, WireError
+
+GUARANTEES = ("exactly_once", "idempotent", "at_least_once")
+
+
+class Sink(ABC):
+    """Base class of every sink: few methods, all called on the driver.
+
+    Subclasses are frozen dataclasses (a sink is part of an immutable flow plan);
+    state that only exists while a flow runs is kept out of the comparable fields.
+    """
+
+    guarantee: ClassVar[str]
+    """``"exactly_once"``, ``"idempotent"`` or ``"at_least_once"`` (module docstring)."""
+
+    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:  # noqa: B027
+        """Prepare to write; called once at run start, before the first epoch.
+
+        Also called at a restart, before the replay of the last incomplete epoch.
+        The default does nothing.
+        """
+
+    @abstractmethod
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        """Deliver one epoch's rows; called once per epoch, before the epoch commits.
+
+        Exactly-once sinks must make this idempotent per ``epoch``: a replay after a
+        crash calls it again with the same epoch id and the same rows.
+        """
+
+    def close(self) -> None:  # noqa: B027
+        """Release resources; called once when the run ends. The default does nothing."""
+
+    def describe(self) -> str:
+        """One line naming the sink, its target and its guarantee."""
+        return f"{type(self).__name__} ({self.guarantee})"
+
+
+def _check_path(path: object) -> str:
+    accepted = "a non-empty directory path (str or os.PathLike)"
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError("path", path, accepted)
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("path", path, accepted)
+    return text
+
+
+@dataclass(frozen=True)
+class _EpochFileSink(Sink):
+    """A directory with one file per epoch, published by :mod:`wire.delivery.epoch_files`."""
+
+    guarantee: ClassVar[str] = "exactly_once"
+    ext: ClassVar[str]
+
+    path: str
+    _files: EpochFiles | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Validate the path at flow-build time."""
+        object.__setattr__(self, "path", _check_path(self.path))
+
+    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Claim the directory (ownership marker) and delete temp files of a crashed run.
+
+        Raises
+        ------
+        CheckpointError
+            When the directory belongs to another flow, sink or checkpoint.
+        """
+        files = EpochFiles(self.path, self.ext)
+        files.open(SinkOwner(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id))
+        object.__setattr__(self, "_files", files)
+
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        """Publish the epoch as ``part-<epoch:010d>.<ext>``; skip it if already there.
+
+        An empty table writes nothing. The file is complete and durable when this
+        returns, i.e. before the epoch commits; a replay finds it and writes nothing.
+        """
+        if self._files is None:
+            raise WireError(f"{self.describe()}: write_epoch before open")
+        if table.num_rows == 0:
+            return
+        self._files.publish(epoch, lambda tmp: self._write_file(table, tmp))
+
+    def close(self) -> None:
+        """Forget the run's state; every published epoch is already durable."""
+        object.__setattr__(self, "_files", None)
+
+    def describe(self) -> str:
+        """E.g. ``"parquet out/x (exactly_once)"``."""
+        return f"{self.ext} {self.path} ({self.guarantee})"
+
+    def _write_file(self, table: pa.Table, path: Path) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ParquetSink(_EpochFileSink):
+    """Exactly-once Parquet files, one per epoch; built by :func:`parquet`."""
+
+    ext: ClassVar[str] = "parquet"
+
+    def _write_file(self, table: pa.Table, path: Path) -> None:
+        pq.write_table(table, path)
+
+
+@dataclass(frozen=True)
+class JsonlSink(_EpochFileSink):
+    """Exactly-once JSON Lines files, one per epoch; built by :func:`jsonl`."""
+
+    ext: ClassVar[str] = "jsonl"
+
+    def _write_file(self, table: pa.Table, path: Path) -> None:
+        with open(path, "w", encoding="utf-8", newline="\n") as out:
+            for line in jsonl_lines(table):
+                out.write(line)
+                out.write("\n")
+
+
+@dataclass(frozen=True)
+class ConsoleSink(Sink):
+    """Prints each epoch to standard output; built by :func:`console`."""
+
+    guarantee: ClassVar[str] = "at_least_once"
+
+    max_rows: int = 20
+
+    def __post_init__(self) -> None:
+        """Validate ``max_rows`` at flow-build time."""
+        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or self.max_rows < 1:
+            raise ConfigError("max_rows", self.max_rows, "an int >= 1")
+
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        """Print ``epoch <id>: <n> rows`` and the first ``max_rows`` rows.
+
+        Nothing is remembered: a replayed epoch is printed again.
+        """
+        n = table.num_rows
+        shown = min(n, self.max_rows)
+        more = f" (first {shown} shown)" if shown < n else ""
+        print(f"epoch {epoch}: {n} rows{more}")
+        if n:
+            print(table.slice(0, shown).to_pandas().to_string(index=False))
+
+    def describe(self) -> str:
+        """E.g. ``"console max_rows=20 (at_least_once)"``."""
+        return f"console max_rows={self.max_rows} ({self.guarantee})"
+
+
+def parquet(path: str | os.PathLike[str]) -> Sink:
+    """Write each epoch's rows to one Parquet file, exactly once.
+
+    Layout: ``<path>/part-<epoch:010d>.parquet`` per epoch with rows (epochs without
+    rows have no file), plus ``<path>/_wire_sink.json`` (ownership marker) and
+    ``<path>/_staging/`` (files being written). Read it with e.g.
+    ``duckdb.read_parquet("<path>/*.parquet")`` or ``pyarrow.dataset.dataset(path)``.
+    The table's schema is kept as is (a UTC timestamp stays a UTC timestamp).
+
+    Guarantee: ``exactly_once``. ``open`` (run start, driver) claims the directory
+    for the flow, sink and checkpoint and deletes temp files of a crashed run;
+    ``write_epoch`` (driver, once per epoch, before the epoch commits) publishes the
+    epoch's file atomically, or skips it if a previous attempt of the same epoch
+    already published it; ``close`` does nothing durable. See
+    :mod:`wire.delivery.epoch_files`.
+
+    Parameters
+    ----------
+    path:
+        The output directory, created at ``open``.
+
+    Returns
+    -------
+    Sink
+        A :class:`ParquetSink`.
+
+    Raises
+    ------
+    ConfigError
+        When ``path`` is empty or not a path. At ``open``: CheckpointError when the
+        directory belongs to another flow, sink or checkpoint.
+    """
+    return ParquetSink(path=_check_path(path))
+
+
+def jsonl(path: str | os.PathLike[str]) -> Sink:
+    """Write each epoch's rows to one JSON Lines file, exactly once.
+
+    Layout and protocol as :func:`parquet`, with files ``part-<epoch:010d>.jsonl``.
+    One JSON object per row, keys in column order. Encoding: integers exact (int64
+    included); floats as JSON numbers, NaN and ±inf as ``null``; timestamps as
+    ISO-8601 strings at the column's precision, ending in ``Z`` when the column has a
+    time zone (converted to UTC), without a zone when it has none; dates
+    ``YYYY-MM-DD``; times ``HH:MM:SS[.fff]``; binary as base64; decimals as strings
+    (exact); durations as integers in the column's unit; lists as arrays; structs as
+    objects; maps as arrays of ``{"key": ..., "value": ...}``.
+
+    Guarantee: ``exactly_once`` (see :func:`parquet`).
+
+    Parameters
+    ----------
+    path:
+        The output directory, created at ``open``.
+
+    Returns
+    -------
+    Sink
+        A :class:`JsonlSink`.
+
+    Raises
+    ------
+    ConfigError
+        When ``path`` is empty or not a path.
+    """
+    return JsonlSink(path=_check_path(path))
+
+
+def console(*, max_rows: int = 20) -> Sink:
+    """Print each epoch: its id, its row count and its first ``max_rows`` rows.
+
+    For development. Guarantee: ``at_least_once`` — ``write_epoch`` (driver, once per
+    epoch, before the epoch commits) prints immediately, so a replayed epoch is
+    printed again. ``open`` and ``close`` do nothing.
+
+    Parameters
+    ----------
+    max_rows:
+        How many rows of each epoch to print, ≥ 1.
+
+    Returns
+    -------
+    Sink
+        A :class:`ConsoleSink`.
+
+    Raises
+    ------
+    ConfigError
+        When ``max_rows`` is not an int ≥ 1.
+    """
+    return ConsoleSink(max_rows=max_rows)
+
+
+# --- JSON Lines encoding -------------------------------------------------------------
+
+
+def jsonl_lines(table: pa.Table) -> list[str]:
+    """Encode ``table`` as JSON Lines, one string per row (see :func:`jsonl`).
+
+    Raises
+    ------
+    WireError
+        When column names repeat or a column's type has no JSON encoding.
+    """
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise WireError(f"jsonl sink: duplicate column names in {names}")
+    columns = [_to_json_array(col.combine_chunks()).to_pylist() for col in table.columns]
+    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    return [dumps(dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)]
+
+
+def _to_json_array(arr: pa.Array) -> pa.Array:
+    """Rewrite ``arr`` so that ``to_pylist`` yields only JSON-native Python values."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        return _to_json_array(arr.dictionary_decode())
+    if (
+        pa.types.is_null(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+    ):
+        return arr
+    if pa.types.is_string_view(t):
+        return arr.cast(pa.string())
+    if pa.types.is_floating(t):
+        as64 = arr.cast(pa.float64())
+        return pc.if_else(pc.is_finite(as64), as64, pa.scalar(None, pa.float64()))
+    if pa.types.is_timestamp(t):
+        if t.tz is None:
+            return pc.strftime(arr, format="%Y-%m-%dT%H:%M:%S")
+        return pc.strftime(arr.cast(pa.timestamp(t.unit, "UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+    if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t):
+        return arr.cast(pa.string())
+    if pa.types.is_duration(t):
+        return arr.cast(pa.int64())
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        encoded = [None if b is None else base64.b64encode(b).decode("ascii") for b in arr.to_pylist()]
+        return pa.array(encoded, pa.string())
+    if pa.types.is_binary_view(t):
+        return _to_json_array(arr.cast(pa.binary()))
+    if pa.types.is_map(t):
+        entries = pa.StructArray.from_arrays(
+            [_to_json_array(arr.keys), _to_json_array(arr.items)], names=["key", "value"]
+        )
+        return pa.ListArray.from_arrays(arr.offsets, entries, mask=arr.is_null())
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t):
+        return _to_json_array(arr.cast(pa.list_(t.value_field)))
+    if pa.types.is_large_list_view(t):
+        return _to_json_array(arr.cast(pa.large_list(t.value_field)))
+    if pa.types.is_list(t):
+        return pa.ListArray.from_arrays(arr.offsets, _to_json_array(arr.values), mask=arr.is_null())
+    if pa.types.is_large_list(t):
+        return pa.LargeListArray.from_arrays(arr.offsets, _to_json_array(arr.values), mask=arr.is_null())
+    if pa.types.is_struct(t):
+        children = [_to_json_array(child) for child in arr.flatten()]
+        return pa.StructArray.from_arrays(
+            children, names=[t.field(i).name for i in range(t.num_fields)], mask=arr.is_null()
+        )
+    raise WireError(f"jsonl sink: no JSON encoding for column type {t}")

@@ -1,0 +1,106 @@
+"""The builder records an immutable plan and rejects bad configuration at build time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import wire
+from wire.api.time import to_millis
+from wire.compiler.plan_compiler import chain_of
+from wire.plan.nodes import FilterNode, PortRef, SinkNode, SourceNode, WindowAggregateNode
+
+
+def src() -> wire.sources.FileSource:
+    return wire.sources.files("in/*.parquet", format="parquet")
+
+
+def test_durations_convert_once_to_millis():
+    assert to_millis("90m", parameter="x") == 5_400_000
+    assert to_millis(timedelta(seconds=1.5), parameter="x") == 1500
+    assert to_millis(250, parameter="x") == 250
+    assert wire.Tumbling("1h").size_ms == 3_600_000
+    assert wire.BoundedOutOfOrderness("30m").max_delay_ms == 1_800_000
+
+
+@pytest.mark.parametrize("bad", ["5 minutes", "-1s", -3, 1.5, True, "1w"])
+def test_bad_durations_name_the_parameter(bad):
+    with pytest.raises(wire.ConfigError, match=r"invalid allowed_lateness=.*accepted: .*'5m'"):
+        wire.Flow("f").source(src(), event_time="t").window(
+            wire.Tumbling("1h"), allowed_lateness=bad)
+
+
+def test_zero_window_size_rejected():
+    with pytest.raises(wire.ConfigError, match="invalid size=0; accepted: a positive duration"):
+        wire.Tumbling(0)
+
+
+def test_building_records_an_immutable_plan():
+    flow = wire.Flow("flight-delays")
+    s = flow.source(src(), event_time="t", key="k", watermark=wire.BoundedOutOfOrderness("1m"),
+                    max_events_per_epoch=10)
+    w = s.filter("x > 1").window(wire.Tumbling("1h"), allowed_lateness="90m").aggregate(
+        n=wire.count(), name="hourly")
+    w.sink(wire.sinks.console())
+    w.late().sink(wire.sinks.console())
+    plan = flow.plan()
+    kinds = [type(n) for n in plan.nodes]
+    assert kinds == [SourceNode, FilterNode, WindowAggregateNode, SinkNode, SinkNode]
+    assert plan.node("hourly").allowed_lateness_ms == 5_400_000
+    assert plan.sinks()[1].source == PortRef("hourly", "late")
+    with pytest.raises(AttributeError):
+        plan.node("hourly").allowed_lateness_ms = 1  # frozen
+    assert [n.step for n in chain_of(plan)] == ["source_1", "filter_1", "hourly"]
+
+
+def test_duplicate_step_ids_rejected():
+    flow = wire.Flow("f")
+    s = flow.source(src(), event_time="t", name="a")
+    with pytest.raises(wire.PlanError, match="step id 'a' is used twice"):
+        s.filter("x > 1", name="a")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [({"max_events_per_epoch": 0}, "max_events_per_epoch"),
+     ({"watermark": "30m"}, "watermark"),
+     ({"key": ""}, "key")],
+)
+def test_source_parameters_validated(kwargs, param):
+    with pytest.raises(wire.ConfigError, match=f"invalid {param}="):
+        wire.Flow("f").source(src(), event_time="t", **kwargs)
+
+
+def test_aggregate_requires_aggregators():
+    s = wire.Flow("f").source(src(), event_time="t")
+    with pytest.raises(wire.ConfigError, match="invalid n="):
+        s.window(wire.Tumbling("1m")).aggregate(n="count")
+
+
+def test_branching_and_intermediate_sinks_are_reported():
+    flow = wire.Flow("f")
+    s = flow.source(src(), event_time="t")
+    s.filter("a > 1").sink(wire.sinks.console())
+    s.filter("a > 2")
+    with pytest.raises(wire.PlanError, match="feeds several operators"):
+        chain_of(flow.plan())
+    flow2 = wire.Flow("g")
+    s2 = flow2.source(src(), event_time="t")
+    s2.sink(wire.sinks.console())
+    s2.filter("a > 1").sink(wire.sinks.console())
+    with pytest.raises(wire.PlanError, match="not the end of the chain"):
+        chain_of(flow2.plan())
+
+
+def test_flow_without_sink_is_rejected():
+    flow = wire.Flow("f")
+    flow.source(src(), event_time="t")
+    with pytest.raises(wire.PlanError, match="no sink"):
+        chain_of(flow.plan())
+
+
+def test_late_only_on_windows():
+    s = wire.Flow("f").source(src(), event_time="t")
+    with pytest.raises(wire.PlanError, match="not a window aggregation"):
+        s.late()
