@@ -18,8 +18,11 @@ and their raw text; they never raise.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import csv
+import glob
 import io
+import itertools
 import json
 import os
 import re
@@ -58,8 +61,6 @@ def list_files(path: str, fmt: str) -> list[str]:
     if os.path.isdir(path):
         names = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(EXTENSIONS[fmt])]
     else:
-        import glob
-
         names = glob.glob(path, recursive=True)
     return sorted(p for p in names if os.path.isfile(p) and not os.path.basename(p).startswith((".", "_")))
 
@@ -81,23 +82,13 @@ class FileStamp:
 
 @dataclass(frozen=True)
 class ParseSpec:
-    """How to parse the files of one source: format, options, payload schema, event time."""
+    """How to parse the files of one source: format, options, payload schema, event time (hashable)."""
 
     format: str
     payload_schema: pa.Schema
     event_time: str
     delimiter: str = ","
     null_values: tuple[str, ...] = ("", "NA", "null")
-
-    def key(self) -> tuple[str, ...]:
-        """Return a hashable key identifying this spec in parse caches."""
-        return (
-            self.format,
-            self.payload_schema.to_string(show_schema_metadata=False),
-            self.event_time,
-            self.delimiter,
-            "\x00".join(self.null_values),
-        )
 
 
 @dataclass(frozen=True)
@@ -148,7 +139,7 @@ class ParsedFile:
 
 
 def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str, ...]) -> pa.Schema:
-    """Infer the payload schema from one file (CSV: first block; JSONL: first 1,000 objects).
+    """Infer the payload schema from one file (CSV: first block; JSONL: first 1,000 lines).
 
     Columns without any value are typed as strings; every field is nullable.
 
@@ -159,29 +150,17 @@ def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str,
     """
     try:
         if fmt == "csv":
-            with pa_csv.open_csv(
-                path,
-                parse_options=pa_csv.ParseOptions(
-                    delimiter=delimiter, invalid_row_handler=lambda _row: "skip"
-                ),
-                convert_options=pa_csv.ConvertOptions(
-                    null_values=list(null_values), strings_can_be_null=True
-                ),
-            ) as reader:
+            parse = pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=lambda _row: "skip")
+            convert = pa_csv.ConvertOptions(null_values=list(null_values), strings_can_be_null=True)
+            with pa_csv.open_csv(path, parse_options=parse, convert_options=convert) as reader:
                 schema = reader.schema
         elif fmt == "jsonl":
             objects: list[dict] = []
             with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    if len(objects) >= _INFER_JSON_LINES:
-                        break
-                    try:
-                        obj = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(obj, dict):
-                        objects.append(obj)
-            schema = pa.Table.from_pylist(objects).schema
+                for line in itertools.islice(f, _INFER_JSON_LINES):
+                    with contextlib.suppress(ValueError):
+                        objects.append(json.loads(line))
+            schema = pa.Table.from_pylist([o for o in objects if isinstance(o, dict)]).schema
         else:
             schema = pq.read_schema(path)
     except (OSError, *_ARROW_ERRORS) as e:
@@ -572,7 +551,7 @@ class ParseCache:
 
     def get(self, stamp: FileStamp, spec: ParseSpec, *, index_only: bool = False) -> ParsedFile:
         """Return the parsed file, parsing it on a miss (``index_only``: keep no payload)."""
-        key = (stamp, spec.key())
+        key = (stamp, spec)
         hit = self._entries.get(key)
         if hit is not None:
             self._entries.move_to_end(key)

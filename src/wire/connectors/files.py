@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from wire.connectors.file_readers import (
     EXTENSIONS,
     FileStamp,
     ParseCache,
+    ParsedFile,
     ParseSpec,
     infer_schema,
     list_files,
@@ -239,17 +240,9 @@ class SourceBinding:
 
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
-        return json.dumps(
-            {
-                "step": self.step,
-                "source": self.source.to_dict(),
-                "payload_schema": _schema_to_b64(self.payload_schema),
-                "event_time": self.event_time,
-                "max_delay_ms": self.max_delay_ms,
-                "max_events_per_epoch": self.max_events_per_epoch,
-                "key_groups": self.key_groups,
-            }
-        )
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(source=self.source.to_dict(), payload_schema=_schema_to_b64(self.payload_schema))
+        return json.dumps(d)
 
     @staticmethod
     def from_json(text: str) -> SourceBinding:
@@ -301,14 +294,9 @@ class FileEpoch(InputPartition):
 def _offset(
     file: str, record: int, admitted: int, max_et: int | None, watermark: int, ended: bool
 ) -> dict[str, Any]:
-    return {
-        "file": file,
-        "record": record,
-        "admitted": admitted,
-        "max_event_time": max_et,
-        "watermark": watermark,
-        "ended": ended,
-    }
+    return dict(
+        file=file, record=record, admitted=admitted, max_event_time=max_et, watermark=watermark, ended=ended
+    )
 
 
 class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -423,7 +411,7 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._snapshot = found
         return found
 
-    def _index(self, path: str) -> Any:
+    def _index(self, path: str) -> ParsedFile:
         return self._index_cache.get(FileStamp.of(path), self._spec, index_only=True)
 
     # -- executor ------------------------------------------------------------------------
@@ -434,7 +422,8 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Data rows, then the dead-letter side row (if any record was malformed), the
         metrics side row and one watermark row per key group (the epoch's end watermark).
         """
-        assert isinstance(partition, FileEpoch)
+        if not isinstance(partition, FileEpoch):
+            raise TypeError(f"expected a FileEpoch partition, got {type(partition).__name__}")
         schema, step = self._row_schema, self._binding.step
         valid, malformed = 0, []
         for path, size, mtime_ns, lo, hi in partition.segments:

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allowed-lateness", default=DEFAULT_LATENESS, help="e.g. 180m")
     p.add_argument("--limit", type=int, default=None, help="only the first N flights")
     p.add_argument("--resume", action="store_true", help="keep outputs and checkpoint")
-    p.add_argument("--master", default="local[*]")
+    p.add_argument("--master", default="local[*]", help="Spark master URL")
     args = p.parse_args(argv)
 
     out = Path(args.out)
@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         allowed_lateness=args.allowed_lateness,
         max_events_per_epoch=args.max_events_per_epoch,
     )
-    summary = flow.run(checkpoint=str(out / "_checkpoint"), master=args.master)
+    spark = wire.spark(args.master, log_file=out / "spark.log")
+    print(f"Spark {spark.version} on {args.master} (Spark's log: {out / 'spark.log'})")
+    summary = flow.run(checkpoint=str(out / "_checkpoint"), spark=spark)
     into_window = summary.metrics[("hourly", "events")]
     print(summary.render())
     print(f"  filtered (cancelled, no dep_delay) {summary.input_events - into_window:>6,}")

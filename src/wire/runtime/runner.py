@@ -47,6 +47,7 @@ class RunSummary:
     emitted: Counter[str] = field(default_factory=Counter)
     epoch_wall_seconds: list[float] = field(default_factory=list)
     stopped_early: bool = False
+    source_steps: tuple[str, ...] = ()
 
     def total(self, counter: str) -> int:
         """Sum of ``counter`` over all steps."""
@@ -55,10 +56,7 @@ class RunSummary:
     @property
     def input_events(self) -> int:
         """Well-formed events admitted by the sources."""
-        return sum(
-            v for (step, name), v in self.metrics.items() if name == "events" and
-            step.startswith("source")
-        )
+        return sum(self.metrics[(step, "events")] for step in self.source_steps)
 
     def render(self) -> str:
         """A human-readable multi-line summary."""
@@ -161,7 +159,7 @@ def run_plan(
     compiled = compile_plan(plan, spark, key_groups)
     sinks = list(plan.sinks())
     opened: list[Sink] = []
-    summary = RunSummary(plan.flow_id)
+    summary = RunSummary(plan.flow_id, source_steps=tuple(b.step for b in compiled.sources))
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     started = time.perf_counter()
     try:

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -17,6 +17,7 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -44,12 +45,18 @@ def check_java() -> None:
 
 
 def spark_session(
-    master: str = "local[*]", conf: Mapping[str, str] | None = None, *, app_name: str = "wire"
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
+    *,
+    app_name: str = "wire",
+    log_file: str | os.PathLike[str] | None = None,
 ) -> SparkSession:
     """Get or create the SparkSession with Wire's defaults, overridden by ``conf``.
 
     Python workers run the interpreter running Wire (``PYSPARK_PYTHON``), so the
-    Python data sources and stateful processors see the same packages.
+    Python data sources and stateful processors see the same packages. With
+    ``log_file``, the JVM's stderr (Spark's log and its Python workers' chatter)
+    goes to that file instead of the terminal; this process's stderr is unchanged.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -60,6 +67,24 @@ def spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in {**DEFAULT_CONF, **dict(conf or {})}.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    if log_file is None:
+        spark = builder.getOrCreate()
+    else:
+        spark = _with_stderr_to(log_file, builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _with_stderr_to(log_file: str | os.PathLike[str], start: Callable[[], SparkSession]) -> SparkSession:
+    """Start the JVM with file descriptor 2 pointing at ``log_file`` (it inherits it)."""
+    os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        return start()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)

@@ -120,6 +120,16 @@ def test_resolve_schema_infers_from_first_file_and_names_glob_when_nothing_match
         files(pattern, format="jsonl").resolve_schema()
 
 
+def test_resolve_schema_for_jsonl_and_parquet(tmp_path):
+    write(tmp_path / "a.jsonl", '{"id": 1, "at": "2013-01-01T10:00:00Z", "x": null}\nnot json\n{"id": 2}\n')
+    inferred = files(str(tmp_path / "*.jsonl"), format="jsonl").resolve_schema()
+    assert inferred == pa.schema([("id", pa.int64()), ("at", pa.string()), ("x", pa.string())])
+    pq.write_table(pa.table({"n": pa.array([1], pa.int16())}), tmp_path / "p.parquet")
+    assert files(str(tmp_path), format="parquet").resolve_schema() == pa.schema([("n", pa.int16())])
+    src = files(str(tmp_path), format="parquet", schema=SCHEMA, null_values=["-"])
+    assert src.null_values == ("-",) and FileSource.from_dict(src.to_dict()) == src
+
+
 def test_spark_schema_of_the_data_source(tmp_path):
     src = files(str(tmp_path / "*.csv"), format="csv", schema=SCHEMA)
     struct = WireFileDataSource({"binding": binding(src).to_json()}).schema()
