@@ -67,10 +67,7 @@ def spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in {**DEFAULT_CONF, **dict(conf or {})}.items():
         builder = builder.config(k, v)
-    if log_file is None:
-        spark = builder.getOrCreate()
-    else:
-        spark = _with_stderr_to(log_file, builder.getOrCreate)
+    spark = builder.getOrCreate() if log_file is None else _with_stderr_to(log_file, builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
