@@ -465,6 +465,7 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pa.nulls(n, pa.int32()),
             pa.nulls(n, pa.string()),
             pa.nulls(n, pa.binary()),
+            pa.nulls(n, pa.int64()),
         ]
         yield from pa.Table.from_arrays(columns, schema=schema).combine_chunks().to_batches()
 

@@ -15,6 +15,9 @@ column      type     meaning
                      data rows: their key group once a keyed operator assigned it
 ``__port``  string   side rows: the port id, e.g. ``"flights.dead_letter"``
 ``__blob``  binary   side rows: one Arrow table in IPC stream format
+``__seq``   int64    data rows: arrival sequence number, increasing in arrival
+                     order within a source (ties in event time are broken by it,
+                     SPEC §1); null where unknown
 ==========  =======  ==========================================================
 
 Watermark and side rows have null payload columns. Watermark rows never reach a
@@ -35,12 +38,13 @@ WM = "__wm"
 KG = "__kg"
 PORT = "__port"
 BLOB = "__blob"
+SEQ = "__seq"
 
 KIND_DATA = 0
 KIND_WATERMARK = 1
 KIND_SIDE = 2
 
-ENVELOPE_COLUMNS: tuple[str, ...] = (KIND, ET, WM, KG, PORT, BLOB)
+ENVELOPE_COLUMNS: tuple[str, ...] = (KIND, ET, WM, KG, PORT, BLOB, SEQ)
 
 ENVELOPE_ARROW = pa.schema(
     [
@@ -50,6 +54,7 @@ ENVELOPE_ARROW = pa.schema(
         pa.field(KG, pa.int32()),
         pa.field(PORT, pa.string()),
         pa.field(BLOB, pa.binary()),
+        pa.field(SEQ, pa.int64()),
     ]
 )
 
