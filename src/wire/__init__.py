@@ -13,7 +13,7 @@ Public API::
 
 from __future__ import annotations
 
-from wire import sinks, sources
+from wire import sinks, sources, testing
 from wire.api.flow import Flow, Stream, WindowedStream
 from wire.api.windowing import BoundedOutOfOrderness, Tumbling
 from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
@@ -41,5 +41,6 @@ __all__ = [
     "sources",
     "spark",
     "sum",
+    "testing",
 ]
 __version__ = "0.1.0"

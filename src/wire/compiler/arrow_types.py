@@ -19,3 +19,10 @@ def arrow_payload_schema(df: DataFrame) -> pa.Schema:
 def spark_schema(schema: pa.Schema) -> StructType:
     """The Spark StructType of an Arrow schema (tz-aware timestamps → TimestampType)."""
     return from_arrow_schema(schema, prefer_timestamp_ntz=False)
+
+
+def spark_round_trip(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as Spark will hand it back (e.g. timestamps in µs, UTC): a Python data
+    source must yield batches in exactly this schema.
+    """
+    return to_arrow_schema(spark_schema(schema), timezone="UTC")

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from wire.compiler.exprs import apply_filter, apply_map, apply_select
 from wire.compiler.window_stage import compile_window
 from wire.connectors.files import FileSource, SourceBinding, read_stream, register
+from wire.connectors.test_stream import TestStreamSource
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -43,13 +45,10 @@ class CompiledFlow:
     dataframe: DataFrame
     terminal_step: str
     """The step whose ``out`` port the DataFrame's data rows are."""
-    sources: tuple[SourceBinding, ...]
+    source_steps: tuple[str, ...]
+    bounded: bool
+    """True when every source ends (the flow then stops by itself)."""
     key_groups: int
-
-    @property
-    def bounded(self) -> bool:
-        """True when every source ends (the flow then stops by itself)."""
-        return all(b.source.bounded for b in self.sources)
 
 
 def chain_of(plan: Plan) -> list[Node]:
@@ -111,29 +110,9 @@ def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFl
         On an unsupported topology or an invalid operator configuration.
     """
     chain = chain_of(plan)
-    register(spark)
     src = chain[0]
     assert isinstance(src, SourceNode)
-    if not isinstance(src.connector, FileSource):
-        raise ConfigError(
-            "connector", src.connector, "a source connector, e.g. wire.sources.files(...)",
-            step=src.step,
-        )
-    payload = src.connector.resolve_schema()
-    if src.event_time not in payload.names:
-        raise ConfigError(
-            "event_time", src.event_time, f"a column of the source: {payload.names}", step=src.step
-        )
-    binding = SourceBinding(
-        step=src.step,
-        source=src.connector,
-        payload_schema=payload,
-        event_time=src.event_time,
-        max_delay_ms=src.watermark.max_delay_ms,
-        max_events_per_epoch=src.max_events_per_epoch,
-        key_groups=key_groups,
-    )
-    df = read_stream(spark, binding)
+    df, payload, bounded = _open_source(spark, src, key_groups)
     key = src.key
     if key is not None and key not in payload.names:
         raise ConfigError("key", key, f"a column of the source: {payload.names}", step=src.step)
@@ -154,4 +133,36 @@ def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFl
             df = compile_window(df, node, key, key_groups)
         else:  # pragma: no cover - the builder creates no other node types
             raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
-    return CompiledFlow(plan, df, chain[-1].step, (binding,), key_groups)
+    return CompiledFlow(plan, df, chain[-1].step, (src.step,), bounded, key_groups)
+
+
+def _open_source(
+    spark: SparkSession, src: SourceNode, key_groups: int
+) -> tuple[DataFrame, pa.Schema, bool]:
+    """The source's envelope DataFrame, its payload schema and whether it ends."""
+    connector = src.connector
+    if not isinstance(connector, FileSource | TestStreamSource):
+        raise ConfigError(
+            "connector", connector, "a source connector, e.g. wire.sources.files(...)",
+            step=src.step,
+        )
+    payload = connector.resolve_schema()
+    if src.event_time not in payload.names:
+        raise ConfigError(
+            "event_time", src.event_time, f"a column of the source: {payload.names}", step=src.step
+        )
+    if isinstance(connector, TestStreamSource):
+        df = connector.read_stream(spark, step=src.step, event_time=src.event_time,
+                                   key_groups=key_groups)
+        return df, payload, connector.bounded
+    binding = SourceBinding(
+        step=src.step,
+        source=connector,
+        payload_schema=payload,
+        event_time=src.event_time,
+        max_delay_ms=src.watermark.max_delay_ms,
+        max_events_per_epoch=src.max_events_per_epoch,
+        key_groups=key_groups,
+    )
+    register(spark)
+    return read_stream(spark, binding), payload, connector.bounded

@@ -100,7 +100,8 @@ def decode_table(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
-def _control_batch(schema: pa.Schema, columns: dict[str, pa.Array], n: int) -> pa.RecordBatch:
+def envelope_batch(schema: pa.Schema, columns: dict[str, pa.Array], n: int) -> pa.RecordBatch:
+    """A batch of ``n`` rows in ``schema``: the given columns, nulls for the others."""
     arrays = [
         columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in schema
     ]
@@ -116,7 +117,7 @@ def side_batch(
     Before a keyed stage side rows need a ``key_group`` (any valid group, e.g. 0) so
     that they pass through it.
     """
-    return _control_batch(
+    return envelope_batch(
         schema,
         {
             KIND: pa.array([KIND_SIDE], pa.int32()),
@@ -132,7 +133,7 @@ def watermark_batch(schema: pa.Schema, watermark: int, key_groups: Iterable[int]
     """Watermark rows, one per key group, all carrying ``watermark`` (ms)."""
     groups = list(key_groups)
     n = len(groups)
-    return _control_batch(
+    return envelope_batch(
         schema,
         {
             KIND: pa.array([KIND_WATERMARK] * n, pa.int32()),

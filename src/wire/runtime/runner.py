@@ -159,7 +159,7 @@ def run_plan(
     compiled = compile_plan(plan, spark, key_groups)
     sinks = list(plan.sinks())
     opened: list[Sink] = []
-    summary = RunSummary(plan.flow_id, source_steps=tuple(b.step for b in compiled.sources))
+    summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     started = time.perf_counter()
     try:
