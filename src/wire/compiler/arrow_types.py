@@ -22,7 +22,8 @@ def spark_schema(schema: pa.Schema) -> StructType:
 
 
 def spark_round_trip(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as Spark will hand it back (e.g. timestamps in µs, UTC): a Python data
-    source must yield batches in exactly this schema.
+    """``schema`` as Spark hands it back (e.g. timestamps in µs, UTC).
+
+    A Python data source must yield batches in exactly this schema.
     """
     return to_arrow_schema(spark_schema(schema), timezone="UTC")
