@@ -32,7 +32,7 @@ from wire.api.flow import Flow, Stream
 from wire.connectors.sinks import Sink
 from wire.connectors.test_stream import TestStreamSource
 from wire.errors import ConfigError
-from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
+from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, WindowAggregateNode
 from wire.runtime.envelope import MAX_WATERMARK, encode_table
 from wire.runtime.runner import RunSummary
 
@@ -155,7 +155,8 @@ class TestStream:
         result = build(source)
         sinks = {"main": MemorySink(), "late": MemorySink(), "dead_letter": MemorySink()}
         result.sink(sinks["main"], name="main")
-        windows = [n.step for n in flow.plan().nodes if isinstance(n, WindowAggregateNode)]
+        windows = [n.step for n in flow.plan().nodes
+                   if isinstance(n, WindowAggregateNode | IntervalJoinNode)]
         for step in windows:
             Stream(flow, PortRef(step, LATE)).sink(sinks["late"], name=f"late_{step}")
         flow.dead_letters().sink(sinks["dead_letter"], name="dead_letter")

@@ -22,12 +22,14 @@ plan to one Spark Structured Streaming query with one checkpoint (SPEC §6).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from wire.api.time import Duration, to_millis
-from wire.api.windowing import BoundedOutOfOrderness, Tumbling
+from wire.api.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling, Window
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -36,6 +38,7 @@ from wire.plan.nodes import (
     OUT,
     Expr,
     FilterNode,
+    IntervalJoinNode,
     KeyByNode,
     MapNode,
     Node,
@@ -44,6 +47,7 @@ from wire.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    UnionNode,
     WindowAggregateNode,
 )
 from wire.state.aggregations import Aggregator
@@ -51,7 +55,7 @@ from wire.state.aggregations import Aggregator
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from wire.runtime.runner import RunSummary
+    from wire.runtime.runner import RunningFlow, RunSummary
 
 _STEP_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 
@@ -209,9 +213,36 @@ class Flow:
         ------
         PlanError, ConfigError, CheckpointError, FlowFailed
         """
-        from wire.runtime.runner import run_plan
+        return self.start(
+            checkpoint,
+            master=master,
+            spark_conf=spark_conf,
+            spark=spark,
+            key_groups=key_groups,
+            max_epochs=max_epochs,
+            progress=progress,
+        ).await_termination()
 
-        return run_plan(
+    def start(
+        self,
+        checkpoint: str,
+        *,
+        master: str = "local[*]",
+        spark_conf: Mapping[str, str] | None = None,
+        spark: SparkSession | None = None,
+        key_groups: int = 16,
+        max_epochs: int | None = None,
+        progress: bool = False,
+    ) -> RunningFlow:
+        """Like :meth:`run`, but return at once with a handle on the running flow.
+
+        The handle's ``watermarks()`` shows every step's latest watermarks,
+        ``summary`` the counts so far, ``stop()`` stops it and
+        ``await_termination()`` waits for the end.
+        """
+        from wire.runtime.runner import start_plan
+
+        return start_plan(
             self.plan(),
             checkpoint=checkpoint,
             master=master,
@@ -275,22 +306,136 @@ class Stream:
         self.flow._add(KeyByNode(step, self.ref.step, key))
         return Stream(self.flow, PortRef(step))
 
-    def window(self, window: Tumbling, *, allowed_lateness: Duration = 0) -> WindowedStream:
+    def window(
+        self,
+        window: Window,
+        *,
+        allowed_lateness: Duration = 0,
+        emit: str = "final",
+        before_update: Callable[[pa.Table, pa.Table], Any] | None = None,
+        after_update: Callable[[pa.Table, pa.Table], Any] | None = None,
+    ) -> WindowedStream:
         """Assign events to event-time windows; call ``.aggregate(...)`` next.
 
         Parameters
         ----------
         window:
-            ``wire.Tumbling(size)``.
+            ``wire.Tumbling(size)``, ``wire.Sliding(size, slide)`` or ``wire.Session(gap)``.
         allowed_lateness:
             How long after a window's end (in event time, measured by the watermark)
             late events still update it (SPEC §3). 0 by default.
+        emit:
+            ``"final"`` (default): a window is emitted once when the watermark passes
+            its end (``emit="final"``), then again on every late change
+            (``emit="update"``). ``"update"``: additionally every change while the
+            window is open is emitted (``emit="early"``, at most once per window per
+            epoch).
+        before_update, after_update:
+            Vectorized callbacks ``f(aggregate: pa.Table, event: pa.Table) -> bool
+            array``, called at most once per key group per epoch: row ``i`` of
+            ``aggregate`` is the window's result just before (``before_update``) or
+            just after (``after_update``) event ``i`` (row ``i`` of ``event``) is
+            added. ``True`` emits that result early (``emit="early"``); the window
+            stays open. With callbacks, events are not pre-aggregated.
+
+        Raises
+        ------
+        ConfigError
+            On an unknown window type, emission mode or non-callable callback.
         """
         self._require_out("window")
-        if not isinstance(window, Tumbling):
-            raise ConfigError("window", window, "wire.Tumbling(size)")
+        if not isinstance(window, Tumbling | Sliding | Session):
+            raise ConfigError(
+                "window", window, "wire.Tumbling(size), wire.Sliding(size, slide) or wire.Session(gap)"
+            )
+        if emit not in ("final", "update"):
+            raise ConfigError("emit", emit, "'final' or 'update'")
+        for name, fn in (("before_update", before_update), ("after_update", after_update)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(name, fn, "None or a callable (aggregate, event) -> bool array")
         lateness = to_millis(allowed_lateness, parameter="allowed_lateness")
-        return WindowedStream(self, window, lateness)
+        return WindowedStream(self, window, lateness, emit, before_update, after_update)
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        """Merge this stream with ``others`` (same columns, same key).
+
+        The union's watermark is the minimum of its inputs' watermarks (SPEC §2); a
+        keyed operator after it classifies lateness against that minimum.
+
+        Raises
+        ------
+        ConfigError
+            If ``others`` is empty or contains something other than streams of this flow.
+        """
+        self._require_out("union")
+        if not others or any(not isinstance(o, Stream) or o.flow is not self.flow for o in others):
+            raise ConfigError("others", others, "one or more streams of the same flow")
+        for o in others:
+            o._require_out("union")
+        step = self.flow._step_id(name, "union")
+        ups = (self.ref.step, *(o.ref.step for o in others))
+        self.flow._add(UnionNode(step, ups))
+        return Stream(self.flow, PortRef(step))
+
+    def interval_join(
+        self,
+        other: Stream,
+        *,
+        lower: Duration | int,
+        upper: Duration | int,
+        allowed_lateness: Duration = 0,
+        right_prefix: str = "right_",
+        name: str | None = None,
+    ) -> Stream:
+        """Join with ``other`` on the key: pairs with ``t + lower <= other.t <= t + upper``.
+
+        Both streams must be keyed by a column of the same name. Output columns: the
+        key, this stream's columns, ``other``'s columns prefixed with ``right_prefix``,
+        ``left_event_time``, ``right_event_time`` and ``event_time`` (int64 ms, the
+        later of the two; the output row's event time). Each matching pair is emitted
+        once, in the epoch in which its second event arrives.
+
+        State: both sides' events, per key group, until the watermark makes them
+        useless (left: ``t + upper + allowed_lateness < watermark``; right:
+        ``t - lower + allowed_lateness < watermark``). Events with
+        ``t + allowed_lateness < watermark`` are late: they go to ``.late()`` with
+        ``side``, ``event_time``, ``watermark`` and ``reason`` (SPEC §3).
+        The join's input watermark is the minimum of both inputs' (SPEC §2).
+
+        Parameters
+        ----------
+        other:
+            The right-hand stream (same flow, keyed by a column of the same name).
+        lower, upper:
+            Bounds of the interval, ms or durations; ``lower <= upper``; negative
+            values as int ms.
+        allowed_lateness:
+            How far behind the watermark an event may be and still join.
+        right_prefix:
+            Prefix of ``other``'s payload columns in the output.
+        name:
+            The step id (default ``join_<n>``).
+
+        Raises
+        ------
+        ConfigError
+            On invalid bounds or a stream of another flow.
+        """
+        self._require_out("interval_join")
+        if not isinstance(other, Stream) or other.flow is not self.flow:
+            raise ConfigError("other", other, "a stream of the same flow")
+        lo = lower if isinstance(lower, int) and not isinstance(lower, bool) else to_millis(
+            lower, parameter="lower")
+        hi = upper if isinstance(upper, int) and not isinstance(upper, bool) else to_millis(
+            upper, parameter="upper")
+        if lo > hi:
+            raise ConfigError("lower", lower, f"a bound <= upper ({hi} ms)")
+        lateness = to_millis(allowed_lateness, parameter="allowed_lateness")
+        step = self.flow._step_id(name, "join")
+        self.flow._add(
+            IntervalJoinNode(step, self.ref.step, other.ref.step, lo, hi, lateness, right_prefix)
+        )
+        return Stream(self.flow, PortRef(step))
 
     def late(self) -> Stream:
         """The late port of a window aggregation: events beyond allowed lateness.
@@ -299,8 +444,8 @@ class Stream:
         the watermark when the event arrived), ``reason`` (string).
         """
         node = self.flow.plan().node(self.ref.step)
-        if not isinstance(node, WindowAggregateNode):
-            raise PlanError(f"late(): step {self.ref.step!r} is not a window aggregation")
+        if not isinstance(node, WindowAggregateNode | IntervalJoinNode):
+            raise PlanError(f"late(): step {self.ref.step!r} is not a window aggregation or join")
         return Stream(self.flow, PortRef(self.ref.step, LATE))
 
     def dead_letters(self) -> Stream:
@@ -326,28 +471,40 @@ class WindowedStream:
     """A stream with a window assignment, waiting for its aggregations."""
 
     stream: Stream
-    window: Tumbling
+    window: Window
     allowed_lateness_ms: int
+    emit: str = "final"
+    before_update: Callable[[pa.Table, pa.Table], Any] | None = None
+    after_update: Callable[[pa.Table, pa.Table], Any] | None = None
 
     def aggregate(self, *, name: str | None = None, **aggregations: Aggregator) -> Stream:
         """Aggregate each (key, window) and emit results by the watermark.
 
         Output columns: the key column, ``window_start`` and ``window_end`` (UTC
-        timestamps), one column per aggregation, ``emit`` (``"final"`` | ``"update"``).
+        timestamps), one column per aggregation, ``emit`` (``"early"`` | ``"final"`` |
+        ``"update"``). Each result row's event time is its ``window_start``.
 
         Emission (SPEC §3, §4): each (key, window) is emitted once as ``final`` in the
         epoch in which the watermark passes its end (for every key, also keys without
         new events); a late event within ``allowed_lateness`` updates the window and the
-        new result is emitted as ``update``. State is purged once
-        ``watermark >= window_end + allowed_lateness``; later events go to ``.late()``.
+        new result is emitted as ``update`` (for sessions, also when it merges
+        sessions). ``early`` rows come from ``emit="update"`` or the callbacks. State
+        is purged once ``watermark >= window_end + allowed_lateness``; later events go
+        to ``.late()``.
 
-        State: per key group, the open windows' partial aggregates (Arrow).
+        Watermarks: the operator's output watermark is held at the start of its
+        earliest window not yet emitted ``final`` (Beam's watermark hold, SPEC §2), so
+        a second window operator downstream (a window of windows) is correct.
+
+        State: per key group, the open windows' partial aggregates (one Arrow table).
         """
         if not aggregations:
             raise ConfigError("aggregations", aggregations, "at least one name=wire.count()/...")
         for out, agg in aggregations.items():
             if not isinstance(agg, Aggregator):
-                raise ConfigError(out, agg, "an aggregator: wire.count/sum/min/max/mean(...)")
+                raise ConfigError(
+                    out, agg, "an aggregator: wire.count/sum/min/max/mean/first/last/collect/aggregate(...)"
+                )
         flow = self.stream.flow
         step = flow._step_id(name, "window")
         flow._add(
@@ -357,6 +514,9 @@ class WindowedStream:
                 self.window,
                 self.allowed_lateness_ms,
                 tuple(aggregations.items()),
+                self.emit,
+                self.before_update,
+                self.after_update,
             )
         )
         return Stream(flow, PortRef(step))

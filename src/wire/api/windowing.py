@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wire.api.time import Duration, to_millis
+from wire.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,74 @@ class BoundedOutOfOrderness:
 
     def __init__(self, max_delay: Duration) -> None:
         object.__setattr__(self, "max_delay_ms", to_millis(max_delay, parameter="max_delay"))
+
+
+@dataclass(frozen=True)
+class Sliding:
+    """Sliding (hopping) event-time windows of ``size`` every ``slide``.
+
+    Windows start at multiples of ``slide`` (aligned to the Unix epoch) and are
+    half-open ``[start, start + size)``; an event belongs to every window that
+    contains it, ``ceil(size / slide)`` windows when ``slide`` divides ``size``
+    (SPEC §4).
+
+    Parameters
+    ----------
+    size, slide:
+        Durations (int ms, ``timedelta`` or strings like ``"10s"``); ``0 < slide <= size``.
+
+    Raises
+    ------
+    ConfigError
+        If a duration is invalid or ``slide > size``.
+
+    Example
+    -------
+    >>> Sliding("10s", "2s").slide_ms
+    2000
+    """
+
+    size_ms: int
+    slide_ms: int
+
+    def __init__(self, size: Duration, slide: Duration) -> None:
+        size_ms = to_millis(size, parameter="size", allow_zero=False)
+        slide_ms = to_millis(slide, parameter="slide", allow_zero=False)
+        if slide_ms > size_ms:
+            raise ConfigError("slide", slide, f"a duration <= size ({size_ms} ms)")
+        object.__setattr__(self, "size_ms", size_ms)
+        object.__setattr__(self, "slide_ms", slide_ms)
+
+
+@dataclass(frozen=True)
+class Session:
+    """Session windows per key: activity separated by gaps of at least ``gap``.
+
+    An event at ``t`` opens ``[t, t + gap)``; windows of the same key that overlap
+    merge into ``[min start, max end)``, also when a late event (within allowed
+    lateness) bridges two sessions (SPEC §4).
+
+    Parameters
+    ----------
+    gap:
+        The inactivity gap: int ms, ``timedelta`` or a string like ``"30m"``.
+
+    Raises
+    ------
+    ConfigError
+        If ``gap`` is not a positive duration.
+
+    Example
+    -------
+    >>> Session("30m").gap_ms
+    1800000
+    """
+
+    gap_ms: int
+
+    def __init__(self, gap: Duration) -> None:
+        object.__setattr__(self, "gap_ms", to_millis(gap, parameter="gap", allow_zero=False))
+
+
+Window = Tumbling | Sliding | Session
+"""A window assignment."""

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from wire.compiler.exprs import apply_filter, apply_map, apply_select
+from wire.compiler.join_stage import compile_join
 from wire.compiler.window_stage import compile_window
 from wire.connectors.files import FileSource, SourceBinding, read_stream, register
 from wire.connectors.test_stream import TestStreamSource
@@ -26,6 +28,7 @@ from wire.plan.nodes import (
     LATE,
     OUT,
     FilterNode,
+    IntervalJoinNode,
     KeyByNode,
     MapNode,
     Node,
@@ -33,8 +36,10 @@ from wire.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    UnionNode,
     WindowAggregateNode,
 )
+from wire.runtime.envelope import KIND, KIND_WATERMARK, PORT
 
 
 @dataclass(frozen=True)
@@ -51,40 +56,49 @@ class CompiledFlow:
     key_groups: int
 
 
+def _upstreams(node: Node) -> tuple[str, ...]:
+    if isinstance(node, UnionNode):
+        return node.upstreams
+    if isinstance(node, IntervalJoinNode):
+        return (node.left, node.right)
+    up = getattr(node, "upstream", None)
+    return () if up is None else (up,)
+
+
 def chain_of(plan: Plan) -> list[Node]:
-    """The plan's operator chain from its source, checking the supported topology.
+    """The plan's operators in compile order (upstream first), checking the topology.
+
+    Supported: sources merged by ``union`` and linear chains of operators; one
+    terminal operator whose ``out`` port may be sunk; late and dead-letter ports of
+    any step.
 
     Raises
     ------
     PlanError
-        No source, several sources, a stream consumed by two operators, or a sink
-        on a port that the compiled chain does not produce.
+        No source, a stream consumed by two operators, several terminal streams, or
+        a sink on a port that the compiled flow does not produce.
     """
     ops = [n for n in plan.nodes if not isinstance(n, SinkNode)]
-    sources = [n for n in ops if isinstance(n, SourceNode)]
-    if len(sources) != 1:
-        raise PlanError(
-            f"flow {plan.flow_id!r} has {len(sources)} sources; this version of Wire "
-            "compiles flows with exactly one source"
-        )
+    if not any(isinstance(n, SourceNode) for n in ops):
+        raise PlanError(f"flow {plan.flow_id!r} has no source")
     consumers: dict[str, list[str]] = {}
     for n in ops:
-        up = getattr(n, "upstream", None)
-        if up is not None:
+        for up in _upstreams(n):
             consumers.setdefault(up, []).append(n.step)
-    chain: list[Node] = [sources[0]]
-    while True:
-        nxt = consumers.get(chain[-1].step, [])
+    for step, nxt in consumers.items():
         if len(nxt) > 1:
             raise PlanError(
-                f"step {chain[-1].step!r} feeds several operators {nxt}; this version of "
-                "Wire compiles a flow to one linear chain (branching is not supported yet)"
+                f"step {step!r} feeds several operators {nxt}; this version of Wire compiles "
+                "a flow to one query without branches (use one chain per flow)"
             )
-        if not nxt:
-            break
-        chain.append(plan.node(nxt[0]))
-    terminal = chain[-1].step
-    steps = {n.step: n for n in chain}
+    terminals = [n.step for n in ops if n.step not in consumers]
+    if len(terminals) != 1:
+        raise PlanError(
+            f"flow {plan.flow_id!r} has several unconnected streams {terminals}; merge them "
+            "with union() or build separate flows"
+        )
+    terminal = terminals[0]
+    steps = {n.step: n for n in ops}
     for sink in plan.sinks():
         ref = sink.source
         if ref.port == OUT and ref.step != terminal:
@@ -92,13 +106,34 @@ def chain_of(plan: Plan) -> list[Node]:
                 f"sink {sink.step!r} reads {ref.step!r}, which is not the end of the chain "
                 f"({terminal!r}); sinks on intermediate streams are not supported yet"
             )
-        if ref.port == LATE and not isinstance(steps.get(ref.step), WindowAggregateNode):
+        if ref.port == LATE and not isinstance(
+            steps.get(ref.step), WindowAggregateNode | IntervalJoinNode
+        ):
             raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no late port")
         if ref.port == DEAD_LETTER and ref.step != ALL_STEPS and ref.step not in steps:
             raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
     if not plan.sinks():
         raise PlanError(f"flow {plan.flow_id!r} has no sink: nothing would be written")
-    return chain
+    order: list[Node] = []
+
+    def visit(step: str) -> None:
+        node = steps[step]
+        for up in _upstreams(node):
+            visit(up)
+        order.append(node)
+
+    visit(terminal)
+    return order
+
+
+@dataclass
+class _Compiled:
+    """A compiled stream: its DataFrame, key column, watermark channels, origin."""
+
+    df: DataFrame
+    key: str | None
+    channels: tuple[str, ...]
+    from_source: bool
 
 
 def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFlow:
@@ -109,14 +144,46 @@ def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFl
     PlanError, ConfigError
         On an unsupported topology or an invalid operator configuration.
     """
-    chain = chain_of(plan)
-    src = chain[0]
-    assert isinstance(src, SourceNode)
-    df, payload, bounded = _open_source(spark, src, key_groups)
-    key = src.key
-    if key is not None and key not in payload.names:
-        raise ConfigError("key", key, f"a column of the source: {payload.names}", step=src.step)
-    for node in chain[1:]:
+    order = chain_of(plan)
+    done: dict[str, _Compiled] = {}
+    sources: list[str] = []
+    bounded = True
+    for node in order:
+        if isinstance(node, SourceNode):
+            df, payload, ends = _open_source(spark, node, key_groups)
+            if node.key is not None and node.key not in payload.names:
+                raise ConfigError("key", node.key, f"a column of the source: {payload.names}",
+                                  step=node.step)
+            # watermark rows travel on the source's channel
+            df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step))
+                               .otherwise(F.col(PORT)))
+            done[node.step] = _Compiled(df, node.key, (node.step,), True)
+            sources.append(node.step)
+            bounded = bounded and ends
+            continue
+        if isinstance(node, IntervalJoinNode):
+            left, right = done[node.left], done[node.right]
+            df = compile_join(left.df, right.df, node, left_key=left.key, right_key=right.key,
+                              key_groups=key_groups, channels=left.channels + right.channels)
+            done[node.step] = _Compiled(df, left.key, tuple(f"{node.step}/{g}" for g in range(key_groups)),
+                                        False)
+            continue
+        if isinstance(node, UnionNode):
+            ins = [done[u] for u in node.upstreams]
+            df = ins[0].df
+            for other in ins[1:]:
+                if sorted(other.df.columns) != sorted(df.columns):
+                    raise ConfigError("others", node.upstreams,
+                                      f"streams with the same columns: {df.columns} vs "
+                                      f"{other.df.columns}", step=node.step)
+                df = df.unionByName(other.df)
+            keys = {c.key for c in ins}
+            channels = tuple(ch for c in ins for ch in c.channels)
+            done[node.step] = _Compiled(df, keys.pop() if len(keys) == 1 else None, channels,
+                                        all(c.from_source for c in ins))
+            continue
+        cur = done[_upstreams(node)[0]]
+        df, key, channels, from_source = cur.df, cur.key, cur.channels, cur.from_source
         if isinstance(node, FilterNode):
             df = apply_filter(df, node.predicate, node.step)
         elif isinstance(node, MapNode):
@@ -130,10 +197,15 @@ def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFl
                 raise ConfigError("key", node.key, f"a column: {df.columns}", step=node.step)
             key = node.key
         elif isinstance(node, WindowAggregateNode):
-            df = compile_window(df, node, key, key_groups)
+            df = compile_window(df, node, key, key_groups=key_groups, channels=channels,
+                                from_source=from_source)
+            channels = tuple(f"{node.step}/{g}" for g in range(key_groups))
+            from_source = False
         else:  # pragma: no cover - the builder creates no other node types
             raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
-    return CompiledFlow(plan, df, chain[-1].step, (src.step,), bounded, key_groups)
+        done[node.step] = _Compiled(df, key, channels, from_source)
+    terminal = order[-1].step
+    return CompiledFlow(plan, done[terminal].df, terminal, tuple(sources), bounded, key_groups)
 
 
 def _open_source(

@@ -1,19 +1,27 @@
-"""Compile a window aggregation into two Spark stages (SPEC §3, §4, §10).
+"""Compile a window aggregation into two Spark stages (SPEC §2–§4, §10).
 
-1. ``mapInArrow`` before the shuffle (:class:`PreAggregate`): per Arrow batch,
-   events whose window state is already purged go to the late port; the others
-   are pre-aggregated per (key, window) into partial aggregates. Watermark and
-   side rows pass through.
+1. ``mapInArrow`` before the shuffle (:class:`PreStage`). With a single
+   watermark channel (the window reads a source directly) and no callbacks,
+   events whose window state is already purged go to the late port here and
+   the rest are pre-aggregated per (key, window) into partial aggregates
+   ("partials"); session events that might be late travel raw ("candidates").
+   Otherwise raw events are shipped ("events") and classified downstream,
+   against the operator's own input watermark. Everything travels as one Arrow
+   IPC blob per key group, so no payload goes through pandas.
 2. ``groupBy(key group).transformWithStateInPandas`` (:class:`WindowProcessor`):
-   one call per key group (``hash(key) mod key_groups``) per epoch, never per key:
-   it merges the partials into the group's window state (one Arrow table in one
-   ValueState), advances the watermark and emits results by
-   :func:`wire.state.windows.advance`.
+   one call per key group (``hash(key) mod key_groups``) per epoch, never per key.
+   It tracks the operator's watermarks (Beam rule, SPEC §2)::
 
-Every key group receives a watermark row every epoch (the source broadcasts one
-per group), so windows of keys without new events close too. The number of
-Python↔JVM state calls per epoch is ``2 × key_groups``, independent of the
-number of keys.
+       in'  = max(in,  min over input channels of their watermark)
+       out' = max(out, min(in', hold))      hold = earliest open window start
+
+   and emits results by :func:`wire.state.windows.advance`. Results leave with
+   event time = ``window_start`` and the operator's output watermark; watermark
+   rows leave on channel ``<step>/<key group>`` to every downstream key group, so
+   a second keyed operator (a window of windows) takes the minimum over them.
+
+The number of Python↔JVM state calls per epoch is ``2 × key_groups``,
+independent of the number of keys.
 """
 
 from __future__ import annotations
@@ -27,178 +35,224 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from wire.api.windowing import Sliding, Tumbling
 from wire.compiler.arrow_types import arrow_payload_schema, spark_schema
+from wire.compiler.keyed import (
+    NO_WATERMARK,
+    OPERATOR_STATE,
+    OperatorState,
+    blob_row,
+    events_of,
+    output_frame,
+    pack_events,
+    pandas_safe,
+    passthrough,
+    read_group,
+    split_by_group,
+)
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
 from wire.runtime.envelope import (
-    BLOB,
+    ENVELOPE_ARROW,
     ET,
     KG,
     KIND,
     KIND_DATA,
-    KIND_SIDE,
-    KIND_WATERMARK,
     METRICS_PORT,
-    PORT,
+    SEQ,
     WM,
-    decode_table,
-    encode_table,
     metrics_table,
     side_batch,
-    watermark_batch,
     with_envelope,
 )
+from wire.state import assigners as A
 from wire.state import windows as W
 
-NO_WATERMARK = -(2**63)
 NO_KEY = "__key"
 """Synthetic constant key column used when a stream has no key."""
 
-
-def _conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """Project/cast ``table`` onto ``schema``; missing columns become nulls."""
-    n = table.num_rows
-    names = set(table.schema.names)
-    arrays = []
-    for f in schema:
-        if f.name in names:
-            arr = table.column(f.name)
-            if isinstance(arr, pa.ChunkedArray):
-                arr = arr.combine_chunks()
-            arrays.append(arr if arr.type == f.type else arr.cast(f.type))
-        else:
-            arrays.append(pa.nulls(n, f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+PARTIALS, CANDIDATES, EVENTS = "partials", "candidates", "events"
 
 
 @dataclass(frozen=True)
-class WindowStageSchemas:
-    """The Arrow schemas of the two stages, fixed when the flow is compiled."""
+class WindowStage:
+    """What both stages of one window operator need, fixed when the flow is compiled."""
 
+    step: str
+    spec: W.WindowSpec
     payload: pa.Schema
-    pre: pa.Schema
-    state: pa.Schema
+    """Payload columns of the input events (the window's input stream)."""
     out: pa.Schema
+    """Output rows: result columns + envelope."""
+    channels: tuple[str, ...]
+    """Watermark channels feeding the operator; its input watermark is their minimum."""
+    key_groups: int
+    preaggregate: bool
+    """True: late routing and partial aggregation happen before the shuffle."""
+    partial: pa.Schema
+    """Schema of partial aggregates (an empty table of it stands for "no new data")."""
+    inputs: pa.Schema
+    """Schema of input events: payload + __et + __seq."""
 
 
-class PreAggregate:
-    """``mapInArrow`` function: route late events, pre-aggregate the rest (runs on executors)."""
+class PreStage:
+    """``mapInArrow`` function on executors: route, pre-aggregate, pack per key group."""
 
-    def __init__(self, spec: W.TumblingSpec, schemas: WindowStageSchemas, step: str) -> None:
-        self.spec = spec
-        self.schemas = schemas
-        self.step = step
+    def __init__(self, stage: WindowStage) -> None:
+        self.stage = stage
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Transform one partition's batches."""
-        pre = self.schemas.pre
-        payload_names = self.schemas.payload.names
-        events = late_count = 0
+        """Transform one partition's batches into envelope-only rows."""
+        return pandas_safe(self._rows(batches))
+
+    def _rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        st = self.stage
+        events_n = late_n = 0
         for batch in batches:
-            kind = batch.column(KIND)
-            control = batch.filter(pc.not_equal(kind, KIND_DATA))
-            if control.num_rows:
-                yield _conform(control, pre)
-            data = batch.filter(pc.equal(kind, KIND_DATA))
+            control = passthrough(batch)
+            if control is not None:
+                yield control
+            data = batch.filter(pc.equal(batch.column(KIND), KIND_DATA))
             if not data.num_rows:
                 continue
-            events += data.num_rows
+            events_n += data.num_rows
+            if not st.preaggregate:
+                yield from pack_events(EVENTS, data, st.payload)
+                continue
             for wm in pc.unique(data.column(WM)).to_pylist():
                 rows = data if wm is None else data.filter(pc.equal(data.column(WM), wm))
-                watermark = NO_WATERMARK if wm is None else wm
-                payload = pa.Table.from_batches([rows.select([*payload_names, KG])])
-                accepted, late = W.split_late(payload, rows.column(ET), watermark, self.spec)
+                watermark = NO_WATERMARK if wm is None else int(wm)
+                events = events_of(rows, st.payload).append_column(KG, rows.column(KG))
+                accepted, late, candidates = W.split_late(events, watermark, st.spec)
                 if late.num_rows:
-                    late_count += late.num_rows
-                    late = late.drop_columns([KG])
-                    yield side_batch(pre, PortRef(self.step, LATE).port_id(), late, key_group=0)
-                if not accepted.num_rows:
-                    continue
-                groups = accepted.column(KG)
-                for kg in pc.unique(groups).to_pylist():
-                    part = W.preaggregate(accepted.filter(pc.equal(groups, kg)), self.spec)
-                    part = part.append_column(KG, pa.array([kg] * part.num_rows, pa.int32()))
-                    part = part.append_column(
-                        KIND, pa.array([KIND_DATA] * part.num_rows, pa.int32())
-                    )
-                    for b in part.to_batches():
-                        yield _conform(b, pre)
-        if events:
-            stats = {"events": events, "late": late_count}
-            yield side_batch(pre, METRICS_PORT, metrics_table(self.step, stats), key_group=0)
+                    late_n += late.num_rows
+                    port = PortRef(st.step, LATE).port_id()
+                    yield side_batch(ENVELOPE_ARROW, port, late.drop_columns([KG]), key_group=0)
+                for kg, part in split_by_group(accepted):
+                    yield blob_row(PARTIALS, kg, W.preaggregate(part, st.spec))
+                for kg, part in split_by_group(candidates):
+                    yield blob_row(CANDIDATES, kg, part)
+        if events_n:
+            stats = {"events": events_n, "late": late_n}
+            yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(st.step, stats), key_group=0)
 
 
 class WindowProcessor(StatefulProcessor):
     """transformWithStateInPandas processor: one key group's windows, once per epoch.
 
-    State: ValueState ``windows`` = (watermark int64 ms, Arrow IPC bytes of the
-    window state table, schema :func:`wire.state.windows.state_schema`). The stored
-    watermark is the operator's input watermark for the next epoch.
+    State: :data:`~wire.compiler.keyed.OPERATOR_STATE` with one table, ``windows``
+    (schema :func:`wire.state.windows.state_schema`).
     """
 
-    def __init__(self, spec: W.TumblingSpec, schemas: WindowStageSchemas, step: str) -> None:
-        self.spec = spec
-        self.schemas = schemas
-        self.step = step
+    def __init__(self, stage: WindowStage) -> None:
+        self.stage = stage
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variable (called by Spark once per task)."""
-        self.windows = handle.getValueState(
-            "windows",
-            StructType([StructField("watermark", LongType()), StructField("ipc", BinaryType())]),
-        )
+        self.state = handle.getValueState("operator", OPERATOR_STATE)
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object
     ) -> Iterator[pd.DataFrame]:
-        """Merge one epoch's partials and watermark rows of key group ``key[0]``."""
-        schemas = self.schemas
-        frames = [f for f in rows if len(f)]
-        if not frames:
+        """Process key group ``key[0]``'s rows of one epoch."""
+        st = self.stage
+        group = read_group(rows)
+        if group is None:
             return
-        frame = pd.concat(frames, ignore_index=True)
-        # Spark hands the columns over by position and renames some (e.g. '__ws' -> '_1').
-        frame.columns = schemas.pre.names
-        table = pa.Table.from_pandas(frame, schema=schemas.pre, preserve_index=False)
-        kind = table.column(KIND)
-        prev = self.windows.get()
-        if prev is None:
-            wm_in, state = NO_WATERMARK, schemas.state.empty_table()
-        else:
-            wm_in, state = int(prev[0]), decode_table(prev[1])
-        wms = table.filter(pc.equal(kind, KIND_WATERMARK)).column(WM)
-        wm_out = wm_in
-        if len(wms):
-            wm_out = max(wm_in, int(pc.max(wms).as_py()))
-        partials = table.filter(pc.equal(kind, KIND_DATA)).select(schemas.state.names[:-1])
-        new_state, results = W.advance(state, partials, wm_in, wm_out, self.spec)
-        self.windows.update((wm_out, encode_table(new_state)))
+        op = OperatorState.load(self.state.get())
+        windows = (op.tables or {}).get("windows")
+        wm_in = op.wm_in
+        new_in = op.advance_input(group.marks, st.channels)
 
-        out = schemas.out
-        batches = [_conform(results.append_column(KIND, pa.array(
-            [KIND_DATA] * results.num_rows, pa.int32())), out)]
-        side = table.filter(pc.equal(kind, KIND_SIDE))
-        if side.num_rows:
-            batches.append(_conform(side.select([KIND, PORT, BLOB, KG]), out))
-        kg = int(key[0])
-        batches.append(watermark_batch(out, wm_out, [kg]))
+        late_parts: list[pa.Table] = []
+        partials = list(group.blobs.get(PARTIALS, []))
+        candidates = list(group.blobs.get(CANDIDATES, []))
+        accepted_events: list[pa.Table] = []
+        if group.blobs.get(EVENTS):
+            raw = pa.concat_tables(group.blobs[EVENTS])
+            accepted, late, cands = W.split_late(raw, wm_in, st.spec)
+            late_parts.append(late)
+            candidates.append(cands)
+            accepted_events.append(accepted)
+        if not st.spec.needs_events:
+            partials += [W.preaggregate(a, st.spec) for a in accepted_events]
+        candidates = [c for c in candidates if c.num_rows]
+        if candidates:
+            # live sessions: the state and this epoch's sessions (a candidate may bridge to them)
+            live = [t.select([st.spec.key, W.WINDOW_START, W.WINDOW_END])
+                    for t in ([windows] if windows is not None else []) + partials + accepted_events]
+            live_table = pa.concat_tables(live) if live else None
+            accepted, late = W.resolve_candidates(live_table, pa.concat_tables(candidates), wm_in,
+                                                  st.spec)
+            late_parts.append(late)
+            if st.spec.needs_events:
+                accepted_events.append(accepted)
+            else:
+                partials.append(W.preaggregate(accepted, st.spec))
+        if st.spec.needs_events:
+            events = [e for e in accepted_events if e.num_rows] or [
+                W.split_late(st.inputs.empty_table(), wm_in, st.spec)[0]]
+            new_windows, results = W.advance(windows, None, wm_in, new_in, st.spec,
+                                             events=pa.concat_tables(events))
+        else:
+            merged = pa.concat_tables(partials) if partials else st.partial.empty_table()
+            new_windows, results = W.advance(windows, merged, wm_in, new_in, st.spec)
+        hold = W.output_watermark_hold(new_windows, st.spec)
+        old_out = op.wm_out
+        new_out = max(old_out, new_in if hold is None else min(new_in, hold))
+        op.wm_in, op.wm_out, op.tables = new_in, new_out, {"windows": new_windows}
+        self.state.update(op.dump())
+
+        late_parts = [t for t in late_parts if t.num_rows]
+        late = pa.concat_tables(late_parts) if late_parts else None
         emits = results.column("emit")
         stats = {
-            "final": int(pc.sum(pc.equal(emits, "final")).as_py() or 0),
-            "update": int(pc.sum(pc.equal(emits, "update")).as_py() or 0),
-            "open_windows": new_state.num_rows,
+            f"emit:{kind}": int(pc.sum(pc.equal(emits, kind)).as_py() or 0)
+            for kind in ("early", "final", "update")
         }
-        batches.append(side_batch(out, METRICS_PORT, metrics_table(self.step, stats)))
-        yield pa.Table.from_batches(batches, schema=out).to_pandas(integer_object_nulls=True)
+        stats["late"] = 0 if late is None else late.num_rows
+        stats["gauge:input_watermark"] = new_in
+        stats["gauge:output_watermark"] = new_out
+        stats["gauge:open_windows"] = new_windows.num_rows
+        yield output_frame(
+            st.out, step=st.step, kg=int(key[0]), key_groups=st.key_groups, results=results,
+            event_time=results.column("window_start"), watermark=old_out, side_in=group.table,
+            late=late, late_port=PortRef(st.step, LATE).port_id(), new_out=new_out, stats=stats,
+        )
 
     def close(self) -> None:
         """Nothing to release."""
 
 
+def window_spec(node: WindowAggregateNode, key: str) -> W.WindowSpec:
+    """The pure-logic spec of a plan node."""
+    w = node.window
+    if isinstance(w, Tumbling):
+        assigner: A.Assigner = A.TumblingWindows(w.size_ms)
+    elif isinstance(w, Sliding):
+        assigner = A.SlidingWindows(w.size_ms, w.slide_ms)
+    else:
+        assigner = A.SessionWindows(w.gap_ms)
+    return W.WindowSpec(
+        assigner=assigner,
+        allowed_lateness_ms=node.allowed_lateness_ms,
+        key=key,
+        aggregations=node.aggregations,
+        emit=node.emit,
+        before_update=node.before_update,
+        after_update=node.after_update,
+    )
+
+
 def compile_window(
-    df: DataFrame, node: WindowAggregateNode, key: str | None, key_groups: int
+    df: DataFrame,
+    node: WindowAggregateNode,
+    key: str | None,
+    *,
+    key_groups: int,
+    channels: tuple[str, ...],
+    from_source: bool,
 ) -> DataFrame:
     """Append the window aggregation ``node`` to the envelope DataFrame ``df``.
 
@@ -217,33 +271,32 @@ def compile_window(
     if key not in df.columns:
         raise ConfigError("key", key, f"a column of the stream: {df.columns}", step=node.step)
     payload = arrow_payload_schema(df)
-    spec = W.TumblingSpec(
-        size_ms=node.window.size_ms,
-        allowed_lateness_ms=node.allowed_lateness_ms,
-        key=key,
-        aggregations=node.aggregations,
-    )
+    spec = window_spec(node, key)
+    with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
     try:
-        W.late_schema(payload)
-        partial = W.partial_schema(spec, payload)
-        state = W.state_schema(spec, payload)
-        result = W.result_schema(spec, payload)
+        W.late_schema(spec, with_times)
+        result = W.result_schema(spec, with_times)
     except ConfigError as e:
         raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
-    schemas = WindowStageSchemas(
+    stage = WindowStage(
+        step=node.step,
+        spec=spec,
         payload=payload,
-        pre=with_envelope(partial),
-        state=state,
         out=with_envelope(result),
+        channels=channels,
+        key_groups=key_groups,
+        preaggregate=from_source and len(channels) == 1 and not spec.needs_events,
+        partial=W.partial_schema(spec, with_times),
+        inputs=with_times,
     )
     kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")
     df = df.withColumn(
         KG, F.when(F.col(KIND) == KIND_DATA, kg).otherwise(F.coalesce(F.col(KG), F.lit(0)))
     )
-    pre = df.mapInArrow(PreAggregate(spec, schemas, node.step), spark_schema(schemas.pre))
+    pre = df.mapInArrow(PreStage(stage), spark_schema(ENVELOPE_ARROW))
     out = pre.groupBy(KG).transformWithStateInPandas(
-        statefulProcessor=WindowProcessor(spec, schemas, node.step),
-        outputStructType=spark_schema(schemas.out),
+        statefulProcessor=WindowProcessor(stage),
+        outputStructType=spark_schema(stage.out),
         outputMode="Append",
         timeMode="None",
     )
@@ -253,4 +306,3 @@ def compile_window(
         if c != NO_KEY
     ]
     return out.select(*cols)
-

@@ -1,4 +1,4 @@
-"""Parsing for the file source: list, infer, parse and slice CSV, JSON Lines and Parquet files.
+"""Parsing for the file source: infer, parse and slice CSV, JSON Lines and Parquet files.
 
 Pure pyarrow/numpy functions, no Spark. A file parses into a :class:`ParsedFile`: every
 *record* of the file is numbered in file order (valid and malformed together), so that
@@ -20,11 +20,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import csv
-import glob
 import io
 import itertools
 import json
-import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,46 +36,12 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from wire.connectors.file_listing import FileStamp
 from wire.errors import WireError
-
-EXTENSIONS: dict[str, tuple[str, ...]] = {
-    "csv": (".csv",),
-    "jsonl": (".jsonl", ".ndjson"),
-    "parquet": (".parquet",),
-}
-"""Accepted formats and the file extensions listed when the source path is a directory."""
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
 _BAD_UTF8 = re.compile("[\udc80-\udcff]")
 _INFER_JSON_LINES = 1000
-
-
-def list_files(path: str, fmt: str) -> list[str]:
-    """Return the files of the source in name order (the arrival order).
-
-    ``path`` is a directory (all files in it with the format's extensions) or a glob
-    (``**`` recurses). Hidden files and files starting with ``_`` are skipped.
-    """
-    if os.path.isdir(path):
-        names = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(EXTENSIONS[fmt])]
-    else:
-        names = glob.glob(path, recursive=True)
-    return sorted(p for p in names if os.path.isfile(p) and not os.path.basename(p).startswith((".", "_")))
-
-
-@dataclass(frozen=True)
-class FileStamp:
-    """A file's identity for caches: path, size and modification time (ns)."""
-
-    path: str
-    size: int
-    mtime_ns: int
-
-    @staticmethod
-    def of(path: str) -> FileStamp:
-        """Stat ``path``."""
-        st = os.stat(path)
-        return FileStamp(path, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -548,6 +512,10 @@ class ParseCache:
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._entries: OrderedDict[tuple, ParsedFile] = OrderedDict()
+
+    def ensure_capacity(self, capacity: int) -> None:
+        """Grow the cache to hold at least ``capacity`` files (e.g. one per source partition)."""
+        self._capacity = max(self._capacity, capacity)
 
     def get(self, stamp: FileStamp, spec: ParseSpec, *, index_only: bool = False) -> ParsedFile:
         """Return the parsed file, parsing it on a miss (``index_only``: keep no payload)."""

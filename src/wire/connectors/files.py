@@ -1,74 +1,88 @@
 """The file source: CSV, JSON Lines and Parquet files as a stream that carries its watermark.
 
-Files are read in name order and records in file order; that is the arrival order.
-The source admits at most ``max_events_per_epoch`` records per epoch (Spark's
-``ReadMaxRows``), computes the watermark itself (bounded out-of-orderness:
-``W = max event time seen - max_delay_ms``, monotonic) and records it in the epoch's
-end offset, so Spark's offset log (``offsets/N``) holds every epoch's watermark and a
-replay sees the same watermarks (SPEC §2, §10). Malformed records go to the step's
-``dead_letter`` port instead of stopping the flow.
+The files form one or more partitions (``partition_by``: one, one per subdirectory, one
+per file; :mod:`wire.connectors.file_listing`); each partition is read in file-name
+order and records in file order, which is the partition's arrival order. The source
+admits at most ``max_events_per_epoch`` records per epoch (Spark's ``ReadMaxRows``),
+shared fairly by the partitions that have records, and computes the watermark itself:
+per partition ``W_p = max event time - max_delay_ms``, for the source the minimum over
+the partitions that are not idle (:mod:`wire.connectors.watermarks`), monotonic. All of
+it is recorded in the epoch's end offset, so Spark's offset log (``offsets/N``) holds
+every epoch's watermark and a replay sees the same watermarks (SPEC §2, §10).
+Malformed records go to the step's ``dead_letter`` port instead of stopping the flow.
 
-Rows use the envelope format (:mod:`wire.runtime.envelope`). Per epoch the source emits,
-in this order: the valid records as data rows (``__et`` = event time,
-``__wm`` = the watermark in force while they arrived, i.e. the epoch's start
-watermark); one side row to ``f"{step}.dead_letter"`` with the malformed records (if
-any); one metrics side row (``records``, ``events``, ``malformed``); and one watermark
-row per key group carrying the epoch's end watermark. A bounded source ends with an
-epoch of watermark rows only, at :data:`~wire.runtime.envelope.MAX_WATERMARK`.
-
-The Spark source is single-partition: one Spark task reads an epoch, which keeps the
-arrival order within the epoch.
+Rows use the envelope format (:mod:`wire.runtime.envelope`). Per epoch, each source
+partition with admitted records is read by its own Spark task, which emits the valid
+records as data rows (``__et`` = event time, ``__wm`` = the epoch's start watermark,
+``__seq`` = the record's global arrival number: records admitted before it, malformed
+ones included, with the partitions of an epoch numbered in name order) and one side
+row to ``f"{step}.dead_letter"`` with its malformed records (if any). One task per
+epoch also emits one metrics side row (counters ``records``, ``events``,
+``malformed``; gauges ``gauge:watermark`` and ``gauge:watermark:<partition>``) and one
+watermark row per key group carrying the epoch's end watermark. When idleness alone
+moves the watermark, an epoch carries only those control rows. A bounded source ends
+with an epoch of watermark rows only, at :data:`~wire.runtime.envelope.MAX_WATERMARK`.
+The stream reader itself is in :mod:`wire.connectors.file_stream`.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from wire.connectors.file_readers import (
+from wire.api.time import Duration, to_millis
+from wire.connectors.file_listing import (
     EXTENSIONS,
-    FileStamp,
-    ParseCache,
-    ParsedFile,
-    ParseSpec,
-    infer_schema,
+    PARTITION_MODES,
+    directory_glob_problem,
     list_files,
+    list_partitions,
 )
+from wire.connectors.file_readers import ParseSpec, infer_schema
+from wire.connectors.file_stream import (
+    FileEpoch,
+    WireFileStreamReader,
+    spark_row_schema,
+    spark_struct,
+    wall_clock_ms,
+)
+from wire.connectors.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
-from wire.runtime import envelope
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-NO_WATERMARK = -(2**63)
-"""The watermark before any event was seen (the smallest int64)."""
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "NO_WATERMARK",
+    "FileEpoch",
+    "FileSource",
+    "SourceBinding",
+    "WireFileDataSource",
+    "WireFileStreamReader",
+    "files",
+    "read_stream",
+    "register",
+    "spark_row_schema",
+    "spark_struct",
+    "wall_clock_ms",
+]
 
 DATA_SOURCE_NAME = "wire_files"
-
-_EXECUTOR_CACHE = ParseCache(capacity=3)
-"""Parsed files kept by an executor's Python worker across epochs (workers are reused)."""
 
 
 @dataclass(frozen=True)
 class FileSource:
-    """Files matched by a glob or held in a directory, read as one stream.
+    """Files matched by a glob or held in a directory, read as one stream of partitions.
 
-    Build it with :func:`files`. Immutable; part of a flow plan.
+    Build it with :func:`files`. Immutable; part of a flow plan. Durations are held in
+    ms (``idle_timeout``: None = partitions never go idle).
     """
 
     path: str
@@ -77,6 +91,9 @@ class FileSource:
     delimiter: str = ","
     null_values: tuple[str, ...] = ("", "NA", "null")
     bounded: bool = True
+    partition_by: str | None = None
+    idle_timeout: int | None = None
+    watermark_interval: int = 200
 
     def __post_init__(self) -> None:
         if self.format not in EXTENSIONS:
@@ -93,10 +110,33 @@ class FileSource:
         object.__setattr__(self, "null_values", tuple(nulls))
         if not isinstance(self.bounded, bool):
             raise ConfigError("bounded", self.bounded, "True or False")
+        if self.partition_by not in PARTITION_MODES:
+            raise ConfigError("partition_by", self.partition_by, "None, 'directory' or 'file'")
+        if self.partition_by == "directory" and (problem := directory_glob_problem(self.path)):
+            accepted = f"a directory or a glob like 'in/*/*.csv' ({self.path!r}: {problem})"
+            raise ConfigError("path", self.path, accepted)
+        if self.idle_timeout is not None:
+            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
+            object.__setattr__(self, "idle_timeout", idle)
+        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
+        object.__setattr__(self, "watermark_interval", interval)
 
     def matching_files(self) -> list[str]:
         """Return the matching files now, in name order (the arrival order)."""
         return list_files(self.path, self.format)
+
+    def matching_partitions(self) -> dict[str, list[str]]:
+        """Return the partitions now: name -> files in name order (see :mod:`.file_listing`).
+
+        Raises
+        ------
+        WireError
+            When ``partition_by="directory"`` and the path is not a directory.
+        """
+        try:
+            return list_partitions(self.path, self.format, self.partition_by)
+        except ValueError as e:
+            raise WireError(str(e)) from e
 
     def resolve_schema(self) -> pa.Schema:
         """Return the payload schema: the given one, or inferred from the first file by name.
@@ -108,7 +148,7 @@ class FileSource:
         """
         if self.schema is not None:
             return self.schema
-        found = self.matching_files()
+        found = sorted(f for fs in self.matching_partitions().values() for f in fs)
         if not found:
             raise WireError(f"no {self.format} file matches {self.path!r}")
         return infer_schema(found[0], self.format, delimiter=self.delimiter, null_values=self.null_values)
@@ -122,6 +162,9 @@ class FileSource:
             "delimiter": self.delimiter,
             "null_values": list(self.null_values),
             "bounded": self.bounded,
+            "partition_by": self.partition_by,
+            "idle_timeout": self.idle_timeout,
+            "watermark_interval": self.watermark_interval,
         }
 
     @staticmethod
@@ -139,11 +182,18 @@ def files(
     delimiter: str = ",",
     null_values: tuple[str, ...] = ("", "NA", "null"),
     bounded: bool = True,
+    partition_by: str | None = None,
+    idle_timeout: Duration | None = None,
+    watermark_interval: Duration = 200,
 ) -> FileSource:
     """Read CSV, JSON Lines or Parquet files as a stream of events.
 
     Output columns: the payload columns of ``schema`` (plus Wire's envelope columns
-    inside a compiled flow). Files are read in name order, records in file order.
+    inside a compiled flow). The files form one or more partitions (``partition_by``);
+    each partition is read in file-name order, records in file order. Partitions are
+    read in parallel and share the per-epoch admission budget fairly; each keeps its
+    own watermark and the source's watermark is the minimum over the partitions that
+    are not idle (SPEC §2; the exact rules are in :mod:`wire.connectors.watermarks`).
     Malformed records (wrong column count, values that do not fit the schema, invalid
     JSON, missing or unparseable event time) go to the step's ``dead_letter`` port
     with the location (``file:line``; Parquet: ``file:row``), the reason and the raw
@@ -167,7 +217,20 @@ def files(
     bounded:
         True: the stream ends once the files present when it started are read (a final
         epoch carries the maximal watermark, closing every window). False: keep
-        watching for new files whose names sort after the current one; never end.
+        watching for new files whose names sort after the current one (per
+        partition; new partitions may appear too); never end.
+    partition_by:
+        None: all files are one partition. ``"directory"``: each immediate
+        subdirectory of ``path`` (a directory, or a glob such as ``"in/*/*.csv"``
+        whose first wildcard level names the partition) is a partition. ``"file"``:
+        every file is a partition (a bounded multi-file input read concurrently).
+    idle_timeout:
+        Processing time after which a partition without new records stops holding the
+        watermark back (it is active again when records arrive); when every partition
+        is idle, the watermark advances with processing time. None: never idle.
+    watermark_interval:
+        Minimum processing time between two epochs that only advance the watermark
+        (no new records), e.g. ``"200ms"``.
 
     Returns
     -------
@@ -177,15 +240,22 @@ def files(
     Raises
     ------
     ConfigError
-        On an unknown format, an empty path or a delimiter that is not one character.
+        On an unknown format, an empty path, a delimiter that is not one character, an
+        unknown ``partition_by`` (or a glob whose first wildcard level names files, with
+        ``"directory"``) or an invalid duration.
 
     Examples
     --------
     >>> src = files("data/flights/*.csv", format="csv", null_values=("", "NA"))
     >>> src.format, src.bounded
     ('csv', True)
+    >>> src = files("in/*/*.jsonl", format="jsonl", partition_by="directory", idle_timeout="30s")
+    >>> src.partition_by, src.idle_timeout, src.watermark_interval
+    ('directory', 30000, 200)
     """
-    return FileSource(path, format, schema, delimiter, null_values, bounded)
+    return FileSource(
+        path, format, schema, delimiter, null_values, bounded, partition_by, idle_timeout, watermark_interval
+    )
 
 
 @dataclass(frozen=True)
@@ -259,215 +329,6 @@ def _schema_to_b64(schema: pa.Schema) -> str:
 
 def _schema_from_b64(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-
-
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f.with_nullable(True) for f in schema])
-
-
-def spark_struct(payload: pa.Schema) -> StructType:
-    """Return the Spark schema of the source's rows: nullable payload, then the envelope."""
-    return from_arrow_schema(envelope.with_envelope(_nullable(payload)))
-
-
-def spark_row_schema(payload: pa.Schema) -> pa.Schema:
-    """Return the Arrow schema that ``read()`` batches must have (Spark's own round trip)."""
-    return to_arrow_schema(spark_struct(payload), timezone="UTC")
-
-
-# ---------------------------------------------------------------------------- Spark source
-
-
-@dataclass
-class FileEpoch(InputPartition):
-    """One epoch's work: record ranges ``(path, size, mtime_ns, lo, hi)`` and watermarks."""
-
-    segments: tuple[tuple[str, int, int, int, int], ...]
-    start_watermark: int
-    end_watermark: int
-    final: bool
-
-    def __post_init__(self) -> None:
-        super().__init__(None)
-
-
-def _offset(
-    file: str, record: int, admitted: int, max_et: int | None, watermark: int, ended: bool
-) -> dict[str, Any]:
-    return dict(
-        file=file, record=record, admitted=admitted, max_event_time=max_et, watermark=watermark, ended=ended
-    )
-
-
-class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Stream reader of the file source (single partition per epoch).
-
-    Offsets are JSON dicts: ``file`` (path of the current file, ``""`` before the
-    first), ``record`` (index of the next record in it), ``admitted`` (records admitted
-    so far), ``max_event_time`` (ms or null), ``watermark`` (ms after the epoch;
-    :data:`NO_WATERMARK` at first) and ``ended``. The planner methods run in Spark's
-    long-lived planner process on the driver and cache per-file event-time indexes;
-    :meth:`read` runs in executor workers and uses only the binding.
-    """
-
-    def __init__(self, binding: SourceBinding) -> None:
-        self._binding = binding
-        self._spec = binding.parse_spec()
-        self._row_schema = spark_row_schema(binding.payload_schema)
-        self._index_cache = ParseCache(capacity=64)
-        self._snapshot: list[str] | None = None
-
-    # -- planner (driver) --------------------------------------------------------------
-
-    def initialOffset(self) -> dict:
-        """Return the position before the first file; called once when a query starts fresh."""
-        return _offset("", 0, 0, None, NO_WATERMARK, False)
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
-        return ReadMaxRows(self._binding.max_events_per_epoch)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Freeze the file list: an ``availableNow`` query reads only the files present now."""
-        self._snapshot = self._binding.source.matching_files()
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """Admit the next records after ``start``, at most ``limit`` of them, across files.
-
-        Called by Spark before each epoch; the returned offset is written to the offset
-        log before the epoch runs, with the watermark after the epoch. Returns ``start``
-        when there is nothing new (no epoch runs); a bounded source whose files are all
-        read returns, once, an ``ended`` offset with the maximal watermark.
-        """
-        if start["ended"]:
-            return start
-        if isinstance(limit, ReadAllAvailable):
-            budget = None
-        elif isinstance(limit, ReadMaxRows):
-            budget = limit.max_rows
-        else:
-            budget = self._binding.max_events_per_epoch
-        file, record, taken, max_et = start["file"], start["record"], 0, start["max_event_time"]
-        for path in self._listing():
-            if budget is not None and taken >= budget:
-                break
-            if path < start["file"]:
-                continue
-            parsed = self._index(path)
-            lo = start["record"] if path == start["file"] else 0
-            hi = parsed.records if budget is None else min(parsed.records, lo + budget - taken)
-            if hi <= lo:
-                continue
-            seen = parsed.max_event_time(lo, hi)
-            if seen is not None:
-                max_et = seen if max_et is None else max(max_et, seen)
-            file, record, taken = path, hi, taken + hi - lo
-        if taken == 0:
-            if self._binding.source.bounded and budget != 0:
-                ended = dict(start, ended=True, watermark=envelope.MAX_WATERMARK)
-                return ended
-            return start
-        watermark = start["watermark"]
-        if max_et is not None:
-            watermark = max(watermark, max_et - self._binding.max_delay_ms)
-        return _offset(file, record, start["admitted"] + taken, max_et, watermark, False)
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        """Plan the epoch ``(start, end]`` as one partition; called on the driver per epoch.
-
-        Also called on a replay after a restart, with offsets from the offset log.
-        """
-        if start == end:
-            return []
-        if end["ended"]:
-            return [FileEpoch((), start["watermark"], end["watermark"], True)]
-        segments = []
-        for path in self._listing():
-            if not start["file"] <= path <= end["file"]:
-                continue
-            lo = start["record"] if path == start["file"] else 0
-            hi = end["record"] if path == end["file"] else self._index(path).records
-            if hi > lo:
-                stamp = FileStamp.of(path)
-                segments.append((path, stamp.size, stamp.mtime_ns, lo, hi))
-        planned = sum(hi - lo for *_, lo, hi in segments)
-        if planned != end["admitted"] - start["admitted"]:
-            raise WireError(
-                f"file source {self._binding.step!r}: the files changed between offsets "
-                f"{start} and {end} ({planned} records found, "
-                f"{end['admitted'] - start['admitted']} admitted); files must not change "
-                "once visible and new files must sort after the ones already read"
-            )
-        return [FileEpoch(tuple(segments), start["watermark"], end["watermark"], False)]
-
-    def commit(self, end: dict) -> None:
-        """Nothing to do: files are immutable; called after each epoch commits."""
-
-    def _listing(self) -> list[str]:
-        if self._snapshot is not None:
-            return self._snapshot
-        found = self._binding.source.matching_files()
-        if self._binding.source.bounded:
-            self._snapshot = found
-        return found
-
-    def _index(self, path: str) -> ParsedFile:
-        return self._index_cache.get(FileStamp.of(path), self._spec, index_only=True)
-
-    # -- executor ------------------------------------------------------------------------
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the epoch's rows as Arrow batches in the envelope format; runs on executors.
-
-        Data rows, then the dead-letter side row (if any record was malformed), the
-        metrics side row and one watermark row per key group (the epoch's end watermark).
-        """
-        if not isinstance(partition, FileEpoch):
-            raise TypeError(f"expected a FileEpoch partition, got {type(partition).__name__}")
-        schema, step = self._row_schema, self._binding.step
-        valid, malformed = 0, []
-        for path, size, mtime_ns, lo, hi in partition.segments:
-            parsed = _EXECUTOR_CACHE.get(FileStamp(path, size, mtime_ns), self._spec)
-            if parsed.records < hi:
-                raise WireError(f"file {path!r} has {parsed.records} records, expected {hi}")
-            a, b = parsed.rows(lo, hi)
-            if b > a:
-                valid += b - a
-                yield from self._data_rows(parsed.table.slice(a, b - a), parsed.event_times[a:b], partition)
-            malformed.extend(parsed.malformed_in(lo, hi))
-        if malformed:
-            dead = pa.table(
-                {
-                    "step": [step] * len(malformed),
-                    "location": [m.location for m in malformed],
-                    "reason": [m.reason for m in malformed],
-                    "record": [m.raw for m in malformed],
-                },
-                schema=envelope.DEAD_LETTER_SCHEMA,
-            )
-            yield envelope.side_batch(schema, f"{step}.dead_letter", dead)
-        if not partition.final:
-            n = valid + len(malformed)
-            counts = {"records": n, "events": valid, "malformed": len(malformed)}
-            yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(step, counts))
-        groups = range(self._binding.key_groups)
-        yield envelope.watermark_batch(schema, partition.end_watermark, groups)
-
-    def _data_rows(
-        self, payload: pa.Table, event_times: np.ndarray, epoch: FileEpoch
-    ) -> Iterator[pa.RecordBatch]:
-        schema, n = self._row_schema, payload.num_rows
-        columns = [payload[name].cast(schema.field(name).type) for name in payload.column_names]
-        columns += [
-            pa.array(np.zeros(n, np.int32)),
-            pa.array(event_times, pa.int64()),
-            pa.array(np.full(n, epoch.start_watermark, np.int64)),
-            pa.nulls(n, pa.int32()),
-            pa.nulls(n, pa.string()),
-            pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.int64()),
-        ]
-        yield from pa.Table.from_arrays(columns, schema=schema).combine_chunks().to_batches()
 
 
 class WireFileDataSource(DataSource):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from wire.api.windowing import BoundedOutOfOrderness, Tumbling
+from wire.api.windowing import BoundedOutOfOrderness, Window
 
 OUT = "out"
 LATE = "late"
@@ -90,12 +90,41 @@ class KeyByNode(Node):
 
 @dataclass(frozen=True)
 class WindowAggregateNode(Node):
-    """Keyed event-time window aggregation with allowed lateness and a late port."""
+    """Keyed event-time window aggregation with allowed lateness and a late port.
+
+    ``emit`` is ``"final"`` or ``"update"``; ``before_update`` / ``after_update`` are
+    optional vectorized callbacks that emit a window early.
+    """
 
     upstream: str
-    window: Tumbling
+    window: Window
     allowed_lateness_ms: int
     aggregations: tuple[tuple[str, Any], ...]
+    emit: str = "final"
+    before_update: Any = None
+    after_update: Any = None
+
+
+@dataclass(frozen=True)
+class IntervalJoinNode(Node):
+    """Event-time interval join of two keyed streams (Flink's interval join).
+
+    ``left.t + lower_ms <= right.t <= left.t + upper_ms`` for equal keys.
+    """
+
+    left: str
+    right: str
+    lower_ms: int
+    upper_ms: int
+    allowed_lateness_ms: int
+    right_prefix: str
+
+
+@dataclass(frozen=True)
+class UnionNode(Node):
+    """Merge several streams with the same columns; watermark = minimum of the inputs."""
+
+    upstreams: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.connectors.sinks import Sink
@@ -48,6 +50,36 @@ class RunSummary:
     epoch_wall_seconds: list[float] = field(default_factory=list)
     stopped_early: bool = False
     source_steps: tuple[str, ...] = ()
+
+    gauges: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
+
+    Watermarks are the minimum over an operator's key groups, other gauges the sum."""
+
+    def add_metrics(self, metrics: pa.Table) -> None:
+        """Fold one epoch's metric records (counters add up; gauges replace)."""
+        epoch_gauges: dict[tuple[str, str], list[int]] = {}
+        for step, name, value in zip(
+            *(metrics.column(c).to_pylist() for c in ("step", "name", "value")), strict=True
+        ):
+            if name.startswith("gauge:"):
+                epoch_gauges.setdefault((step, name[len("gauge:"):]), []).append(value)
+            else:
+                self.metrics[(step, name)] += value
+        for k, values in epoch_gauges.items():
+            self.gauges[k] = min(values) if "watermark" in k[1] else sum(values)
+
+    def watermarks(self) -> dict[str, dict[str, int]]:
+        """Per step, its latest watermarks (ms).
+
+        E.g. ``{"hourly": {"input_watermark": ..., "output_watermark": ...},
+        "flights": {"watermark": ..., "watermark:p0": ...}}``.
+        """
+        out: dict[str, dict[str, int]] = {}
+        for (step, name), value in sorted(self.gauges.items()):
+            if "watermark" in name:
+                out.setdefault(step, {})[name] = value
+        return out
 
     def total(self, counter: str) -> int:
         """Sum of ``counter`` over all steps."""
@@ -122,11 +154,7 @@ class EpochDispatcher:
             for value, n in Counter(main.column("emit").to_pylist()).items():
                 self.summary.emitted[str(value)] += n
         if metrics is not None:
-            for step, name, value in zip(
-                *(metrics.column(c).to_pylist() for c in ("step", "name", "value")), strict=True
-            ):
-                if name != "open_windows":
-                    self.summary.metrics[(step, name)] += value
+            self.summary.add_metrics(metrics)
         self.summary.epochs += 1
         now = time.perf_counter()
         self.summary.epoch_wall_seconds.append(now - self._last)
@@ -138,7 +166,72 @@ class EpochDispatcher:
             print(f"epoch {epoch}: {n_main} results, {late} late records", flush=True)
 
 
-def run_plan(
+class RunningFlow:
+    """A flow whose Spark query is running (returned by :meth:`wire.Flow.start`).
+
+    ``summary`` is updated after every epoch; :meth:`watermarks` shows each step's
+    latest watermarks while it runs.
+    """
+
+    def __init__(self, plan: Plan, query: StreamingQuery, dispatcher: EpochDispatcher,
+                 sinks: list[Sink], started: float) -> None:
+        self.plan = plan
+        self.query = query
+        self.summary = dispatcher.summary
+        self._dispatcher = dispatcher
+        self._sinks = sinks
+        self._started = started
+        self._closed = False
+
+    @property
+    def flow_id(self) -> str:
+        """The flow's id."""
+        return self.plan.flow_id
+
+    def watermarks(self) -> dict[str, dict[str, int]]:
+        """Per step, its latest input/output watermarks in ms (see RunSummary.watermarks)."""
+        return self.summary.watermarks()
+
+    def is_active(self) -> bool:
+        """True while the Spark query runs."""
+        return bool(self.query.isActive)
+
+    def stop(self) -> RunSummary:
+        """Stop the query (an epoch in flight is replayed on the next run) and finish."""
+        self.query.stop()
+        self.summary.stopped_early = True
+        return self._finish()
+
+    def await_termination(self) -> RunSummary:
+        """Block until the query ends (bounded input consumed, stop, or failure).
+
+        Raises
+        ------
+        FlowFailed
+            If the query failed (the cause is chained).
+        """
+        try:
+            self.query.awaitTermination()
+        except StreamingQueryException as e:
+            if not self._dispatcher.stop_requested:
+                self._finish()
+                raise FlowFailed(f"flow {self.flow_id!r} failed: {e}") from e
+            self.summary.stopped_early = True
+        except KeyboardInterrupt:
+            self.query.stop()
+            self.summary.stopped_early = True
+        return self._finish()
+
+    def _finish(self) -> RunSummary:
+        if not self._closed:
+            self._closed = True
+            for sink in self._sinks:
+                sink.close()
+            self.summary.elapsed_s = time.perf_counter() - self._started
+        return self.summary
+
+
+def start_plan(
     plan: Plan,
     *,
     checkpoint: str,
@@ -148,8 +241,8 @@ def run_plan(
     key_groups: int,
     max_epochs: int | None,
     progress: bool,
-) -> RunSummary:
-    """Compile and run ``plan``; see :meth:`wire.Flow.run`."""
+) -> RunningFlow:
+    """Compile ``plan`` and start its query; see :meth:`wire.Flow.start`."""
     if isinstance(key_groups, bool) or not isinstance(key_groups, int) or not 1 <= key_groups <= 4096:
         raise ConfigError("key_groups", key_groups, "an int between 1 and 4096")
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
@@ -158,10 +251,10 @@ def run_plan(
     spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")
     compiled = compile_plan(plan, spark, key_groups)
     sinks = list(plan.sinks())
-    opened: list[Sink] = []
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     started = time.perf_counter()
+    opened: list[Sink] = []
     try:
         for node in sinks:
             node.sink.open(flow_id=plan.flow_id, sink_id=node.step, checkpoint_id=meta.checkpoint_id)
@@ -177,17 +270,13 @@ def run_plan(
             writer = writer.trigger(processingTime="0 seconds")
         dispatcher._last = time.perf_counter()
         query = writer.start()
-        try:
-            query.awaitTermination()
-        except StreamingQueryException as e:
-            if not dispatcher.stop_requested:
-                raise FlowFailed(f"flow {plan.flow_id!r} failed: {e}") from e
-            summary.stopped_early = True
-        except KeyboardInterrupt:
-            query.stop()
-            summary.stopped_early = True
-    finally:
+    except BaseException:
         for sink in opened:
             sink.close()
-        summary.elapsed_s = time.perf_counter() - started
-    return summary
+        raise
+    return RunningFlow(plan, query, dispatcher, opened, started)
+
+
+def run_plan(plan: Plan, **kwargs: Any) -> RunSummary:
+    """Compile and run ``plan`` until it ends; see :meth:`wire.Flow.run`."""
+    return start_plan(plan, **kwargs).await_termination()

@@ -1,451 +1,495 @@
-"""Tumbling event-time windows as pure Arrow functions (no Spark).
+"""Event-time windows as pure Arrow functions (no Spark): tumbling, sliding, sessions.
 
-The Spark layer calls :func:`process_epoch` once per key group per epoch, with the
-group's state table, the epoch's events of that group (many keys at once) and the
-watermarks in force; everything here is vectorized (Arrow compute, group-by, numpy),
-never a Python loop per event, key or window.
+The Spark layer runs :func:`split_late` and :func:`preaggregate` per Arrow batch
+before the shuffle and :func:`advance` once per key group per epoch, with the
+group's state as one Arrow table; :func:`process_epoch` is the reference
+composition. Everything is vectorized (Arrow compute, numpy), never a Python loop
+per event, key or window, except user aggregators (:mod:`wire.state.user`).
 
 Time
-    Event times, window bounds, watermarks and lateness are int64 milliseconds since
-    the Unix epoch (UTC). Windows are aligned to the epoch and half-open
-    ``[start, start + size_ms)`` (SPEC §4); negative times use floor division, so
-    ``-1`` falls in ``[-size_ms, 0)``.
+    Event times, window bounds, watermarks and lateness are int64 ms since the Unix
+    epoch (UTC); windows are half-open ``[start, end)`` (:mod:`wire.state.assigners`).
+    ``wm_in`` is the watermark in force while the epoch's events arrived (the
+    previous epoch's ``wm_out``), ``wm_out`` the watermark at the end of the epoch.
+    ``-2**63`` means "no watermark yet",
+    :data:`~wire.runtime.envelope.MAX_WATERMARK` the end of the stream (every window
+    fires and is purged).
 
-Watermarks (SPEC §2)
-    ``wm_in`` is the watermark in force while the epoch's events arrived (the previous
-    epoch's ``wm_out``), ``wm_out`` the watermark at the end of the epoch. Use
-    ``-2**63`` for "no watermark yet" and :data:`~wire.runtime.envelope.MAX_WATERMARK`
-    for the end of the stream (every window fires and is purged).
+Events
+    Payload columns plus ``__et`` (int64 event time, no nulls) and ``__seq`` (int64
+    arrival sequence; null or missing = row order). Per key, events are processed in
+    (event time, arrival) order (SPEC §1), which decides first / last / collect and
+    the callbacks.
 
 Late events (SPEC §3)
-    An event whose window still has state (``window_end + allowed_lateness > wm_in``)
-    is accepted, even if it is behind the watermark; it then re-emits its window as
-    an ``update``. Otherwise it goes to the ``late`` table (:func:`late_schema`) with
-    the reason and ``wm_in``. Every event ends up in exactly one of the two.
+    Tumbling / sliding: an event is late when *all* its windows are closed
+    (``window_end + allowed_lateness <= watermark``); a sliding event with some
+    windows closed is counted in the others only. Sessions (Flink's rule, the merged
+    window decides): an event with ``t + gap + allowed_lateness > watermark`` is
+    accepted; otherwise it is a *candidate*, accepted only if it merges (possibly via
+    other candidates) into a session still in state (:func:`resolve_candidates`).
+    Late events go to the late table (:func:`late_schema`), one row per event.
 
-Emission (SPEC §4), at most one row per (key, window) per epoch
-    * ``final``: the window never fired and the watermark crossed its end in this
-      epoch (``wm_in < window_end <= wm_out``); this includes keys with no events in
-      the epoch (a watermark advance closes windows of all keys);
-    * ``update``: the window received events in this epoch and had already fired, or
-      its on-time moment already passed (``window_end <= wm_in``);
-    * nothing for windows still open.
+Emission (SPEC §3, §4); per epoch at most one of final / update / early per window,
+plus callback rows
+    * ``final``: the window never fired and ``wm_in < window_end <= wm_out`` — also
+      for keys without events this epoch (a watermark advance closes every key's
+      windows);
+    * ``update``: the window changed this epoch after its on-time moment (it fired
+      before, or ``window_end <= wm_in``): late data within allowed lateness. A late
+      event that bridges sessions emits the merged session as ``update``; the merged
+      sessions disappear from state. A session grown out of a fired session never
+      emits another ``final``: its later changes are updates;
+    * ``early`` (``emit="update"``): the window changed this epoch, never fired and
+      is still open (``window_end > wm_out``);
+    * ``early`` from callbacks (:mod:`wire.state.emission`): one row per True
+      returned, ordered by processing order before the window's epoch row. Callback
+      rows never count as "fired".
 
 State (SPEC §4)
-    One row per (key, window) in :func:`state_schema`: the key, ``__ws`` (window
-    start), the aggregations' partial columns and ``__fired``. A window's row is
-    purged once ``window_end + allowed_lateness <= wm_out`` (or ``wm_out`` is
+    One row per (key, window) in :func:`state_schema`: key, ``__ws``, ``__we``, the
+    partial columns and ``__fired``, sorted by (key, ``__ws``). A window is purged
+    once ``window_end + allowed_lateness <= wm_out`` (or ``wm_out`` is
     ``MAX_WATERMARK``), after emitting.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from wire.errors import ConfigError
-from wire.runtime.envelope import MAX_WATERMARK
-from wire.state.aggregations import Aggregator, group_aggregate
+from wire.state.aggregator import Aggregator
+from wire.state.assigners import (
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    assign,
+)
+from wire.state.emission import ORDER, callback_rows
+from wire.state.kernels import (
+    ARRIVAL,
+    EVENT_TIME,
+    FIRED,
+    INT64_MAX,
+    WINDOW_END,
+    WINDOW_START,
+    Groups,
+    add_saturating,
+    arrival,
+    changes,
+    le_bound,
+    to_int64,
+)
+from wire.state.sessions import SESSION_LATE_REASON, candidates_alive, closed_by, session_groups
+from wire.state.spec import (
+    TumblingSpec,
+    WindowSpec,
+    late_schema,
+    partial_schema,
+    result_schema,
+    state_schema,
+)
 
-WINDOW_START = "__ws"
-"""Partial/state column: the window start, int64 ms."""
-FIRED = "__fired"
-"""State column: bool, True once the window has been emitted at least once."""
+__all__ = [
+    "ARRIVAL",
+    "EVENT_TIME",
+    "FIRED",
+    "LATE_REASON",
+    "SESSION_LATE_REASON",
+    "WINDOW_END",
+    "WINDOW_START",
+    "SessionWindows",
+    "SlidingWindows",
+    "TumblingSpec",
+    "TumblingWindows",
+    "WindowSpec",
+    "advance",
+    "late_schema",
+    "output_watermark_hold",
+    "partial_schema",
+    "preaggregate",
+    "process_epoch",
+    "resolve_candidates",
+    "result_schema",
+    "split_late",
+    "state_schema",
+]
 
 LATE_REASON = "window closed: window_end + allowed_lateness <= watermark"
-"""The ``reason`` of every row of the late table."""
+"""The ``reason`` of a late tumbling / sliding event."""
 
 _TOUCHED = "__touched"
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_LATE_COLUMNS = ("event_time", "watermark", "reason")
-_RESULT_COLUMNS = ("window_start", "window_end", "emit")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+def _prepare(events: pa.Table) -> pa.Table:
+    """Check ``__et`` and set ``__seq`` (int64, nulls → row number)."""
+    if EVENT_TIME not in events.column_names:
+        raise ValueError(f"events need an int64 {EVENT_TIME} column (event time, ms)")
+    et = to_int64(events.column(EVENT_TIME), EVENT_TIME)
+    seq = pa.array(arrival(events), pa.int64())
+    events = events.set_column(events.schema.get_field_index(EVENT_TIME), EVENT_TIME, pa.array(et))
+    if ARRIVAL in events.column_names:
+        return events.set_column(events.schema.get_field_index(ARRIVAL), ARRIVAL, seq)
+    return events.append_column(ARRIVAL, seq)
 
 
-@dataclass(frozen=True)
-class TumblingSpec:
-    """Configuration of a tumbling window aggregation (an immutable value).
-
-    Parameters
-    ----------
-    size_ms : int
-        Window length in ms, > 0.
-    allowed_lateness_ms : int
-        How long after its end (in event time, ms) a window keeps its state and
-        accepts late events, >= 0.
-    key : str
-        Key column name; state and results are per (key, window).
-    aggregations : tuple of (str, Aggregator)
-        Output column name and aggregator, non-empty, names unique. A list is
-        accepted and stored as a tuple.
-
-    Raises
-    ------
-    ConfigError
-        If a parameter is out of range or names clash.
-    """
-
-    size_ms: int
-    allowed_lateness_ms: int
-    key: str
-    aggregations: tuple[tuple[str, Aggregator], ...]
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.size_ms) or self.size_ms <= 0:
-            raise ConfigError("size_ms", self.size_ms, "an int > 0 (milliseconds)")
-        if not _is_int(self.allowed_lateness_ms) or self.allowed_lateness_ms < 0:
-            raise ConfigError(
-                "allowed_lateness_ms", self.allowed_lateness_ms, "an int >= 0 (milliseconds)"
-            )
-        reserved_keys = (WINDOW_START, FIRED, *_RESULT_COLUMNS)
-        if not isinstance(self.key, str) or not self.key or self.key in reserved_keys:
-            raise ConfigError(
-                "key", self.key, f"a non-empty column name, none of {list(reserved_keys)}"
-            )
-        given = self.aggregations
-        aggs = tuple(given) if isinstance(given, list | tuple) else ()
-        object.__setattr__(self, "aggregations", aggs)
-        ok = all(
-            isinstance(a, tuple)
-            and len(a) == 2
-            and isinstance(a[0], str)
-            and a[0]
-            and isinstance(a[1], Aggregator)
-            for a in aggs
-        )
-        if not aggs or not ok:
-            raise ConfigError(
-                "aggregations", given, "a non-empty tuple of (name, Aggregator) pairs"
-            )
-        names = [name for name, _ in aggs]
-        reserved = {self.key, *_RESULT_COLUMNS}
-        if len(set(names)) != len(names) or reserved & set(names):
-            accepted = f"unique output names, none of {sorted(reserved)}"
-            raise ConfigError("aggregations", names, accepted)
+def _late(events: pa.Table, watermark: int, reason: str, spec: WindowSpec) -> pa.Table:
+    schema = late_schema(spec, events.schema)
+    n = events.num_rows
+    columns = [events.column(f.name) for f in schema if f.name in events.column_names]
+    columns += [
+        events.column(EVENT_TIME),
+        pa.repeat(pa.scalar(int(watermark), pa.int64()), n),
+        pa.repeat(pa.scalar(reason, pa.string()), n),
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _start_le(starts: np.ndarray, wm: int, offset: int) -> np.ndarray:
-    """Vectorized ``starts <= wm - offset`` for int64 ``starts``, computed without overflow."""
-    bound = int(wm) - int(offset)  # Python int: exact even for wm = -2**63 or 2**63 - 1
-    if bound < _INT64_MIN:
-        return np.zeros(len(starts), dtype=bool)
-    if bound >= _INT64_MAX:
-        return np.ones(len(starts), dtype=bool)
-    return starts <= np.int64(bound)
-
-
-def _closed(starts: np.ndarray, wm: int, spec: TumblingSpec) -> np.ndarray:
-    """Windows without state at ``wm``: ``window_end + allowed_lateness <= wm``.
-
-    At :data:`MAX_WATERMARK` (end of stream) every window is closed, whatever the lateness.
-    """
-    if wm >= MAX_WATERMARK:
-        return np.ones(len(starts), dtype=bool)
-    return _start_le(starts, wm, spec.size_ms + spec.allowed_lateness_ms)
-
-
-def _to_numpy_int64(values: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
-    if isinstance(values, pa.ChunkedArray | pa.Array):
-        if values.null_count:
-            raise ValueError("event_time must not contain nulls")
-        values = values.to_numpy()
-    return np.asarray(values).astype(np.int64, copy=False)
-
-
-def assign_tumbling(event_time: pa.Array | np.ndarray, size_ms: int) -> pa.Array:
-    """Return the start of each event's tumbling window.
-
-    Parameters
-    ----------
-    event_time : pyarrow.Array or numpy.ndarray
-        Event times, int64 ms since the Unix epoch; no nulls.
-    size_ms : int
-        Window length in ms, > 0.
-
-    Returns
-    -------
-    pyarrow.Array
-        int64 window starts, ``floor(event_time / size_ms) * size_ms`` (aligned to the
-        Unix epoch, floor semantics for negative times).
-
-    Raises
-    ------
-    ValueError
-        If ``event_time`` contains nulls.
-    """
-    et = _to_numpy_int64(event_time)
-    return pa.array(et - np.mod(et, np.int64(size_ms)), type=pa.int64())
-
-
-def late_schema(input_schema: pa.Schema) -> pa.Schema:
-    """Return the schema of the late (dead-letter) table.
-
-    The input columns followed by ``event_time``, ``watermark`` and ``reason``.
-
-    ``event_time`` and ``watermark`` are int64 ms, ``reason`` a string.
-
-    Raises
-    ------
-    ConfigError
-        If the input already has a column named ``event_time``, ``watermark`` or
-        ``reason``.
-    """
-    clash = [n for n in input_schema.names if n in _LATE_COLUMNS]
-    if clash:
-        raise ConfigError("columns", clash, f"input columns not named {', '.join(_LATE_COLUMNS)}")
-    return pa.schema(
-        [
-            *input_schema,
-            pa.field("event_time", pa.int64()),
-            pa.field("watermark", pa.int64()),
-            pa.field("reason", pa.string()),
-        ]
+def _with_window(events: pa.Table, start: np.ndarray, end: np.ndarray) -> pa.Table:
+    return events.append_column(WINDOW_START, pa.array(start, pa.int64())).append_column(
+        WINDOW_END, pa.array(end, pa.int64())
     )
 
 
-def split_late(
-    events: pa.Table, event_time: pa.Array | np.ndarray, watermark: int, spec: TumblingSpec
-) -> tuple[pa.Table, pa.Table]:
-    """Split an epoch's events into accepted ones and late ones (SPEC §3).
+def split_late(events: pa.Table, watermark: int, spec: WindowSpec) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Split a batch of events into accepted, late and (sessions only) candidate events.
 
     Parameters
     ----------
     events : pyarrow.Table
-        Payload columns, including ``spec.key``.
-    event_time : pyarrow.Array or numpy.ndarray
-        int64 ms, one per row of ``events``, no nulls.
+        Payload columns (incl. ``spec.key``), ``__et`` and optionally ``__seq``.
     watermark : int
         The watermark in force while the events arrived (ms).
-    spec : TumblingSpec
+    spec : WindowSpec
         The window configuration.
 
     Returns
     -------
     accepted : pyarrow.Table
-        Events whose window still has state (``window_end + allowed_lateness >
-        watermark``): the columns of ``events`` followed by ``__ws`` (int64 window
-        start). Row order preserved.
+        Input columns (``__seq`` filled) + ``__ws``, ``__we``: one row per (event,
+        window still open) — several per event for sliding windows; sessions:
+        ``[t, t + gap)``. Input row order.
     late : pyarrow.Table
-        The other events in :func:`late_schema`, with ``watermark`` and
-        ``reason`` = :data:`LATE_REASON`. Row order preserved.
-    """
-    if len(event_time) != events.num_rows:
-        raise ValueError(
-            f"event_time has {len(event_time)} values for {events.num_rows} event rows"
-        )
-    schema = late_schema(events.schema)
-    et = _to_numpy_int64(event_time)
-    starts = assign_tumbling(et, spec.size_ms).to_numpy()
-    closed = _closed(starts, watermark, spec)
-    keep = pa.array(~closed)
-    accepted = events.filter(keep).append_column(
-        pa.field(WINDOW_START, pa.int64()), pa.array(starts[~closed], pa.int64())
-    )
-    n_late = int(closed.sum())
-    late_columns = [
-        *events.filter(pa.array(closed)).columns,
-        pa.array(et[closed], pa.int64()),
-        pa.repeat(pa.scalar(int(watermark), pa.int64()), n_late),
-        pa.repeat(pa.scalar(LATE_REASON, pa.string()), n_late),
-    ]
-    return accepted, pa.Table.from_arrays(late_columns, schema=schema)
-
-
-def partial_schema(spec: TumblingSpec, input_schema: pa.Schema) -> pa.Schema:
-    """Return the schema of pre-aggregated rows.
-
-    The key field, ``__ws`` int64 (window start, ms), then each aggregation's
-    partial fields in order.
+        One row per event whose windows are all closed, in :func:`late_schema`, with
+        ``watermark`` and :data:`LATE_REASON`. Input row order.
+    candidates : pyarrow.Table
+        Sessions only (else empty): raw events (input columns) with ``t + gap +
+        allowed_lateness <= watermark``, for :func:`resolve_candidates`.
 
     Raises
     ------
-    ConfigError
-        If the key is not an input column, the input uses a reserved column name
-        (``__ws``, ``__fired``), an aggregation rejects its column, or partial
-        column names collide with the key.
+    ValueError
+        If ``__et`` is missing or has nulls.
     """
-    if spec.key not in input_schema.names:
-        raise ConfigError("key", spec.key, f"one of the input columns {input_schema.names}")
-    reserved = [n for n in input_schema.names if n in (WINDOW_START, FIRED)]
-    if reserved:
-        raise ConfigError("columns", reserved, f"input columns not named {WINDOW_START}, {FIRED}")
-    fields = [input_schema.field(spec.key), pa.field(WINDOW_START, pa.int64())]
-    for name, agg in spec.aggregations:
-        fields.extend(agg.partial_fields(name, input_schema))
-    names = [f.name for f in fields]
-    if len(set(names)) != len(names):
-        raise ConfigError("aggregations", names, "partial column names distinct from the key")
-    return pa.schema(fields)
+    events = _prepare(events)
+    et = events.column(EVENT_TIME).to_numpy()
+    if isinstance(spec.assigner, SessionWindows):
+        end = add_saturating(et, spec.assigner.gap_ms)
+        closed = closed_by(end, watermark, spec)
+        accepted = _with_window(events.filter(pa.array(~closed)), et[~closed], end[~closed])
+        late = _late(events.slice(0, 0), watermark, LATE_REASON, spec)
+        return accepted, late, events.filter(pa.array(closed))
+    rows, start, end = assign(et, spec.assigner)
+    open_ = ~closed_by(end, watermark, spec)
+    alive = np.zeros(events.num_rows, dtype=bool)
+    alive[rows[open_]] = True
+    accepted = _with_window(events.take(pa.array(rows[open_])), start[open_], end[open_])
+    late = _late(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
+    return accepted, late, events.slice(0, 0)
 
 
-def state_schema(spec: TumblingSpec, input_schema: pa.Schema) -> pa.Schema:
-    """Return the schema of the window state: :func:`partial_schema` + ``__fired`` bool."""
-    return partial_schema(spec, input_schema).append(pa.field(FIRED, pa.bool_()))
+def resolve_candidates(
+    state: pa.Table | None, candidates: pa.Table, watermark: int, spec: WindowSpec
+) -> tuple[pa.Table, pa.Table]:
+    """Sessions: accept the candidates that merge into a session still in state.
 
+    Parameters
+    ----------
+    state : pyarrow.Table or None
+        Live sessions: any table with ``spec.key``, ``__ws``, ``__we`` — the window
+        state, best concatenated with the epoch's partials so that a candidate bridging
+        to an on-time event of the same epoch is accepted too (Flink's rule: the merged
+        window decides). Sessions closed at ``watermark`` are ignored.
+    candidates : pyarrow.Table
+        The ``candidates`` of :func:`split_late`.
+    watermark : int
+        The watermark used by :func:`split_late` (ms).
+    spec : WindowSpec
+        The window configuration (any other kind: every candidate is late).
 
-def result_schema(spec: TumblingSpec, input_schema: pa.Schema) -> pa.Schema:
-    """Return the schema of the results.
-
-    key, ``window_start`` int64 ms, ``window_end`` int64 ms (exclusive), each
-    aggregation's result field in order, ``emit`` string (``"final"`` | ``"update"``).
+    Returns
+    -------
+    accepted : pyarrow.Table
+        Candidates whose ``[t, t + gap)`` overlaps, directly or through other
+        candidates, a live session of their key; with ``__ws``, ``__we`` as in
+        :func:`split_late`.
+    late : pyarrow.Table
+        The others, in :func:`late_schema`, reason :data:`SESSION_LATE_REASON`.
     """
-    partial_schema(spec, input_schema)
-    return pa.schema(
-        [
-            input_schema.field(spec.key),
-            pa.field("window_start", pa.int64()),
-            pa.field("window_end", pa.int64()),
-            *(agg.result_field(name, input_schema) for name, agg in spec.aggregations),
-            pa.field("emit", pa.string()),
-        ]
-    )
+    candidates = _prepare(candidates)
+    et = candidates.column(EVENT_TIME).to_numpy()
+    if isinstance(spec.assigner, SessionWindows) and state is not None:
+        alive = candidates_alive(state, candidates, watermark, spec)
+        end = add_saturating(et, spec.assigner.gap_ms)
+    else:
+        alive, end = np.zeros(candidates.num_rows, dtype=bool), et
+    accepted = _with_window(candidates.filter(pa.array(alive)), et[alive], end[alive])
+    late = _late(candidates.filter(pa.array(~alive)), watermark, SESSION_LATE_REASON, spec)
+    return accepted, late
 
 
-def _sort(table: pa.Table, key: str, start: str = WINDOW_START) -> pa.Table:
-    return table.sort_by([(key, "ascending"), (start, "ascending")])
+def _windows(table: pa.Table, spec: WindowSpec) -> Groups:
+    """Groups of rows sorted by (key, ``__ws``, ...) that form one window (sessions: merged)."""
+    if isinstance(spec.assigner, SessionWindows):
+        return session_groups(table, spec.key)
+    return Groups.from_new(changes(table, [spec.key, WINDOW_START, WINDOW_END]))
 
 
-def preaggregate(accepted: pa.Table, spec: TumblingSpec) -> pa.Table:
-    """Fold accepted events into one partial row per (key, ``__ws``) present.
+def _bounds(table: pa.Table, groups: Groups, spec: WindowSpec) -> list[pa.Array]:
+    """Key, window start (min) and end (max) of each group of rows sorted by start."""
+    idx = pa.array(groups.starts)
+    we = table.column(WINDOW_END).to_numpy()
+    end = np.maximum.reduceat(we, groups.starts) if groups.n else we[:0]
+    return [
+        table.column(spec.key).take(idx).combine_chunks(),
+        table.column(WINDOW_START).take(idx).combine_chunks(),
+        pa.array(end, pa.int64()),
+    ]
+
+
+def preaggregate(accepted: pa.Table, spec: WindowSpec) -> pa.Table:
+    """Fold accepted events into one partial row per (key, window) present.
+
+    Sessions: events of a key whose proto-sessions overlap within this batch are
+    merged into one sub-session first (one row per sub-session).
 
     Parameters
     ----------
     accepted : pyarrow.Table
-        The ``accepted`` table of :func:`split_late` (payload columns + ``__ws``).
-    spec : TumblingSpec
+        Accepted events of :func:`split_late` / :func:`resolve_candidates`.
+    spec : WindowSpec
         The window configuration.
 
     Returns
     -------
     pyarrow.Table
-        In :func:`partial_schema`, sorted by (key, ``__ws``); empty if no rows.
+        In :func:`partial_schema`, sorted by (key, ``__ws``, ``__we``); empty if no rows.
     """
-    payload = accepted.schema.remove(accepted.schema.get_field_index(WINDOW_START))
-    schema = partial_schema(spec, payload)
-    aggs = [a for name, agg in spec.aggregations for a in agg.partial_aggs(name)]
-    return _sort(group_aggregate(accepted, [spec.key, WINDOW_START], aggs, schema), spec.key)
+    input_schema = pa.schema([f for f in accepted.schema if f.name not in (WINDOW_START, WINDOW_END)])
+    schema = partial_schema(spec, input_schema)
+    if accepted.num_rows == 0:
+        return schema.empty_table()
+    accepted = _prepare(accepted).sort_by(
+        [(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END, EVENT_TIME, ARRIVAL)]
+    )
+    groups = _windows(accepted, spec)
+    columns = _bounds(accepted, groups, spec)
+    for name, agg in spec.aggregations:
+        columns += agg.partial(name, accepted, groups)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _merge(state: pa.Table, partials: pa.Table, spec: TumblingSpec) -> pa.Table:
-    """State rows + partial rows → one row per (key, window) with __fired and __touched."""
-    n_state, n_new = state.num_rows, partials.num_rows
-    names = partials.schema.names
-    base = state.select(names).append_column(_TOUCHED, pa.array(np.zeros(n_state, bool)))
-    if n_new == 0:
-        return base.append_column(FIRED, state.column(FIRED))
-    new = partials.append_column(_TOUCHED, pa.array(np.ones(n_new, bool)))
-    fired = pa.chunked_array([*state.column(FIRED).chunks, pa.array(np.zeros(n_new, bool))])
-    both = pa.concat_tables([base, new]).append_column(FIRED, fired)
-    aggs = [a for name, agg in spec.aggregations for a in agg.merge_aggs(name)]
-    aggs += [(_TOUCHED, "any", None, _TOUCHED), (FIRED, "any", None, FIRED)]
-    schema = pa.schema([*partials.schema, both.schema.field(_TOUCHED), both.schema.field(FIRED)])
-    return _sort(group_aggregate(both, [spec.key, WINDOW_START], aggs, schema), spec.key)
+def _partials(
+    aggregations: tuple[tuple[str, Aggregator], ...], rows: pa.Table, groups: Groups
+) -> list[pa.Array]:
+    """Merged partial columns per group (the rows themselves when groups are single rows)."""
+    out: list[pa.Array] = []
+    for name, agg in aggregations:
+        names = agg.partial_names(name)
+        if groups.n == rows.num_rows:
+            out += [rows.column(c).combine_chunks() for c in names]
+        else:
+            out += agg.merge(name, rows, groups)
+    return out
 
 
 def advance(
-    state: pa.Table | None, partials: pa.Table, wm_in: int, wm_out: int, spec: TumblingSpec
+    state: pa.Table | None,
+    partials: pa.Table | None,
+    wm_in: int,
+    wm_out: int,
+    spec: WindowSpec,
+    *,
+    events: pa.Table | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Merge an epoch's partials into the state, emit results, purge closed windows.
 
     Parameters
     ----------
     state : pyarrow.Table or None
-        Current state in :func:`state_schema` (None = empty), one row per (key, window).
-    partials : pyarrow.Table
-        The epoch's pre-aggregated rows (:func:`preaggregate`), in :func:`partial_schema`.
+        Current state in :func:`state_schema` (None = empty).
+    partials : pyarrow.Table or None
+        The epoch's pre-aggregated rows (:func:`preaggregate`), in
+        :func:`partial_schema`, several rows per window allowed (e.g. one per Spark
+        partition); sessions may overlap. Must be None or empty when ``events`` is given.
     wm_in : int
         Watermark (ms) in force while the epoch's events arrived.
     wm_out : int
         Watermark (ms) at the end of the epoch, ``>= wm_in``.
-    spec : TumblingSpec
+    spec : WindowSpec
         The window configuration.
+    events : pyarrow.Table, optional
+        The epoch's accepted raw events (required when ``spec.needs_events``);
+        pre-aggregated here, and shown to the callbacks.
 
     Returns
     -------
     new_state : pyarrow.Table
         In :func:`state_schema`, sorted by (key, ``__ws``), without purged windows.
     results : pyarrow.Table
-        In :func:`result_schema`, sorted by (key, window_start); emission rules in
-        the module docstring (``final`` / ``update``, at most one row per window).
+        In :func:`result_schema`, sorted by (key, window_start, window_end), callback
+        rows first in processing order; emission rules in the module docstring.
 
     Raises
     ------
     ValueError
-        If ``wm_out < wm_in``.
+        If ``wm_out < wm_in``, or ``events`` / ``partials`` are missing or both given.
     """
     if wm_out < wm_in:
         raise ValueError(f"wm_out={wm_out} is below wm_in={wm_in}; watermarks never decrease")
+    if events is not None:
+        if partials is not None and partials.num_rows:
+            raise ValueError("give either partials or events to advance(), not both")
+        events = _prepare(events)
+        partials = preaggregate(events, spec)
+    elif spec.needs_events:
+        raise ValueError("spec has callbacks: advance() needs the epoch's accepted events")
+    if partials is None:
+        raise ValueError("advance() needs partials (or events)")
     if state is None:
         state = partials.schema.append(pa.field(FIRED, pa.bool_())).empty_table()
-    merged = _merge(state, partials, spec)
-    size = spec.size_ms
-    starts = merged.column(WINDOW_START).to_numpy()
-    fired = merged.column(FIRED).to_numpy(zero_copy_only=False).astype(bool)
-    touched = merged.column(_TOUCHED).to_numpy(zero_copy_only=False).astype(bool)
-    # window_end <= wm  <=>  start <= wm - size (Python ints: no overflow)
-    ended_in = _start_le(starts, wm_in, size)
-    ended_out = _start_le(starts, wm_out, size)
+    rows, groups, merged = _merge(state, partials, spec)
+    fired = _any(rows, FIRED, groups)
+    touched = _any(rows, _TOUCHED, groups)
+    end = merged.column(WINDOW_END).to_numpy()
+    ended_in, ended_out = le_bound(end, int(wm_in)), le_bound(end, int(wm_out))
     final = ~fired & ended_out & ~ended_in
     update = touched & (fired | ended_in)
-    emit = final | update
-    purge = _closed(starts, wm_out, spec)
+    early = touched & ~fired & ~ended_out & (spec.emit == "update")
+    emit = final | update | early
+    kinds = np.where(final, "final", np.where(update, "update", "early"))[emit].astype(object)
 
     emitted = merged.filter(pa.array(emit))
-    kinds = np.where(final[emit], "final", "update").astype(object)
-    ws = emitted.column(WINDOW_START).combine_chunks()
-    results = pa.table(
-        {
-            spec.key: emitted.column(spec.key),
-            "window_start": ws,
-            "window_end": pc.add_checked(ws, pa.scalar(size, pa.int64())),
-            **{name: agg.result(name, emitted) for name, agg in spec.aggregations},
-            "emit": pa.array(kinds, pa.string()),
-        }
-    )
-    results = results.cast(results.schema.set(0, merged.schema.field(spec.key)))
+    pieces = [
+        pa.table(
+            {
+                spec.key: emitted.column(spec.key),
+                "window_start": emitted.column(WINDOW_START),
+                "window_end": emitted.column(WINDOW_END),
+                **{name: agg.result(name, emitted) for name, agg in spec.aggregations},
+                "emit": pa.array(kinds, pa.string()),
+                ORDER: pa.array(np.full(emitted.num_rows, INT64_MAX), pa.int64()),
+            }
+        )
+    ]
+    if spec.needs_events and events is not None and events.num_rows:
+        open_ = ~fired & ~ended_in
 
-    keep = pa.array(~purge)
-    new_fired = pa.array((fired | emit)[~purge], pa.bool_())
-    new_state = merged.filter(keep).select(partials.schema.names).append_column(FIRED, new_fired)
-    return new_state, results
+        def initial(windows: np.ndarray) -> pa.Table:
+            return _state_partials(rows, groups, merged.schema, spec).take(_lookup(rows, groups, windows))
+
+        pieces.insert(0, callback_rows(spec, merged, open_, initial, events))
+    order = [(c, "ascending") for c in (spec.key, "window_start", "window_end", ORDER)]
+    results = pa.concat_tables(pieces).sort_by(order).drop_columns([ORDER])
+
+    keep = ~closed_by(end, wm_out, spec)
+    new_fired = pa.array((fired | final | update)[keep], pa.bool_())
+    return merged.filter(pa.array(keep)).append_column(FIRED, new_fired), results
+
+
+def _merge(state: pa.Table, partials: pa.Table, spec: WindowSpec) -> tuple[pa.Table, Groups, pa.Table]:
+    """State + partials → (rows sorted by window with ``__touched``/``__fired``, groups, merged).
+
+    ``merged`` has one row per window (sessions: after merging overlaps) in
+    :func:`partial_schema`, sorted by (key, ``__ws``).
+    """
+    partial = state.schema.remove(state.schema.get_field_index(FIRED))
+    n_state, n_new = state.num_rows, partials.num_rows
+    fired = state.column(FIRED).to_numpy(zero_copy_only=False).astype(bool)
+    rows = pa.concat_tables(
+        [
+            state.select(partial.names).append_column(_TOUCHED, pa.array(np.zeros(n_state, bool))),
+            partials.select(partial.names)
+            .cast(partial)
+            .append_column(_TOUCHED, pa.array(np.ones(n_new, bool))),
+        ]
+    ).append_column(FIRED, pa.array(np.concatenate([fired, np.zeros(n_new, bool)])))
+    if n_new:  # state is kept sorted; the stable sort keeps state rows before new ones
+        rows = rows.sort_by([(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END)])
+    groups = _windows(rows, spec)
+    columns = _bounds(rows, groups, spec) + _partials(spec.aggregations, rows, groups)
+    return rows, groups, pa.Table.from_arrays(columns, schema=partial)
+
+
+def _any(rows: pa.Table, name: str, groups: Groups) -> np.ndarray:
+    values = rows.column(name).to_numpy(zero_copy_only=False).astype(bool)
+    return np.logical_or.reduceat(values, groups.starts) if groups.n else values[:0]
+
+
+def _state_partials(rows: pa.Table, groups: Groups, schema: pa.Schema, spec: WindowSpec) -> pa.Table:
+    """Per window that had state rows: the merge of those rows (its value before the epoch)."""
+    state_rows = ~rows.column(_TOUCHED).to_numpy(zero_copy_only=False).astype(bool)
+    sub = rows.filter(pa.array(state_rows))
+    ids = groups.ids[state_rows]
+    sub_groups = Groups.from_new(np.diff(ids, prepend=-1) != 0)
+    names = schema.names[3:]  # after key, __ws, __we
+    return pa.Table.from_arrays(
+        _partials(spec.aggregations, sub, sub_groups), schema=pa.schema([schema.field(n) for n in names])
+    )
+
+
+def _lookup(rows: pa.Table, groups: Groups, windows: np.ndarray) -> pa.Array:
+    """Row of :func:`_state_partials` for each window index (null for windows without state)."""
+    state_rows = ~rows.column(_TOUCHED).to_numpy(zero_copy_only=False).astype(bool)
+    with_state = np.unique(groups.ids[state_rows])
+    at = np.full(groups.n, -1, dtype=np.int64)
+    at[with_state] = np.arange(len(with_state), dtype=np.int64)
+    idx = at[windows]
+    return pa.array(idx, pa.int64(), mask=idx < 0)
 
 
 def process_epoch(
-    state: pa.Table | None,
-    events: pa.Table,
-    event_time: pa.Array | np.ndarray,
-    wm_in: int,
-    wm_out: int,
-    spec: TumblingSpec,
+    state: pa.Table | None, events: pa.Table, wm_in: int, wm_out: int, spec: WindowSpec
 ) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """Run one epoch of one key group: :func:`split_late` at ``wm_in``, pre-aggregate, advance.
+    """Run one epoch of one key group: the reference composition of the functions above.
 
-    Parameters
-    ----------
-    state : pyarrow.Table or None
-        State in :func:`state_schema` (None before the first epoch).
-    events : pyarrow.Table
-        The epoch's events (payload columns incl. ``spec.key``), any number of keys.
-    event_time : pyarrow.Array or numpy.ndarray
-        int64 ms per row of ``events``.
-    wm_in, wm_out : int
-        Watermarks (ms) at the start and at the end of the epoch.
-    spec : TumblingSpec
-        The window configuration.
+    :func:`split_late` at ``wm_in``; for sessions :func:`resolve_candidates` against
+    the state plus the epoch's own partials; then :func:`preaggregate` and
+    :func:`advance` (or ``advance(events=...)`` when the spec has callbacks).
 
     Returns
     -------
     new_state, results, late : pyarrow.Table
-        As :func:`advance` (state, results) and :func:`split_late` (late).
+        As :func:`advance` (state, results) and :func:`split_late` (late: split_late's
+        rows, then the rejected candidates).
     """
-    accepted, late = split_late(events, event_time, wm_in, spec)
+    accepted, late, candidates = split_late(events, wm_in, spec)
     partials = preaggregate(accepted, spec)
-    new_state, results = advance(state, partials, wm_in, wm_out, spec)
+    if candidates.num_rows:
+        live = [partials.select([spec.key, WINDOW_START, WINDOW_END])]
+        if state is not None:
+            live.insert(0, state.select([spec.key, WINDOW_START, WINDOW_END]))
+        more, late_candidates = resolve_candidates(pa.concat_tables(live), candidates, wm_in, spec)
+        late = pa.concat_tables([late, late_candidates])
+        if more.num_rows:
+            accepted = pa.concat_tables([accepted, more])
+            partials = pa.concat_tables([partials, preaggregate(more, spec)])
+    if spec.needs_events:
+        new_state, results = advance(state, None, wm_in, wm_out, spec, events=accepted)
+    else:
+        new_state, results = advance(state, partials, wm_in, wm_out, spec)
     return new_state, results, late
+
+
+def output_watermark_hold(state: pa.Table, spec: WindowSpec) -> int | None:
+    """The operator's watermark hold (SPEC §2, Beam): min start of windows not yet fired.
+
+    The operator's output watermark becomes ``max(out, min(in, hold))``, so a
+    downstream window over these results (whose event time is the window start) sees
+    no result behind its watermark. None when every window in state has fired.
+    """
+    if state is None or state.num_rows == 0:
+        return None
+    fired = state.column(FIRED).to_numpy(zero_copy_only=False).astype(bool)
+    starts = state.column(WINDOW_START).to_numpy()[~fired]
+    return int(starts.min()) if len(starts) else None

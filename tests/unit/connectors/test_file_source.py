@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import wire.connectors.file_readers as file_readers
+import wire.connectors.file_stream as file_stream
 import wire.connectors.files as files_mod
 from wire.connectors.files import (
     NO_WATERMARK,
@@ -71,7 +72,19 @@ def decode(batches):
 
 
 def metrics(out):
-    return {r["name"]: r["value"] for r in out["sides"][envelope.METRICS_PORT]}
+    """The epoch's counters (gauges left out)."""
+    rows = out["sides"][envelope.METRICS_PORT]
+    return {r["name"]: r["value"] for r in rows if not r["name"].startswith("gauge:")}
+
+
+def gauges(out):
+    rows = out["sides"][envelope.METRICS_PORT]
+    return {r["name"]: r["value"] for r in rows if r["name"].startswith("gauge:")}
+
+
+def position(offset, partition="all"):
+    p = offset["partitions"][partition]
+    return os.path.basename(p["file"]), p["record"]
 
 
 # ------------------------------------------------------------------------------ config
@@ -148,8 +161,11 @@ def test_admission_across_file_boundaries_and_watermarks(tmp_path):
     write(tmp_path / "b.csv", csv_rows([(6, 7000, 1), (7, 8000, 1), (8, 20000, 1), (9, 4000, 1)]))
     reader = WireFileStreamReader(binding(files(str(tmp_path / "*.csv"), format="csv")))
     epochs = run(reader)
-    ends = [(os.path.basename(e["file"]), e["record"], e["admitted"]) for _, e, _ in epochs]
+    ends = [(*position(e), e["admitted"]) for _, e, _ in epochs]
     assert ends == [("a.csv", 3, 3), ("b.csv", 1, 6), ("b.csv", 4, 9), ("b.csv", 4, 9)]
+    # __seq: the global arrival number, across files and epochs
+    assert [[r["__seq"] for r in out["data"]] for *_, out in epochs] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], []]
+    assert gauges(epochs[0][2]) == {"gauge:watermark": 4000, "gauge:watermark:all": 4000}
     sizes = [len(out["data"]) for *_, out in epochs]
     assert sizes == [3, 3, 3, 0]
     # max event time 5000, 9000, 20000 -> W = max - 1000, never decreasing
@@ -193,7 +209,7 @@ def test_replaying_the_same_offsets_gives_identical_batches(tmp_path, monkeypatc
     write(tmp_path / "b.csv", csv_rows([(5, 7000, 1), (6, 8000, 1)]))
     src = files(str(tmp_path / "*.csv"), format="csv", schema=SCHEMA)
     first = run(WireFileStreamReader(binding(src)))
-    monkeypatch.setattr(files_mod, "_EXECUTOR_CACHE", file_readers.ParseCache(4))
+    monkeypatch.setattr(file_stream, "_EXECUTOR_CACHE", file_readers.ParseCache(4))
     fresh = WireFileStreamReader(binding(src))  # as after a restart: no caches, no listing
     for start, end, out in first:
         again = [b for p in fresh.partitions(start, end) for b in fresh.read(p)]
@@ -262,6 +278,7 @@ def test_csv_dead_letters_with_reasons_lines_and_metrics(tmp_path):
     (_, end, out), _final = run(reader)
     assert end["admitted"] == 6
     assert [(r["id"], r["v"], r["__et"]) for r in out["data"]] == [(1, 1.5, 1000), (5, None, 4000)]
+    assert [r["__seq"] for r in out["data"]] == [0, 4]  # malformed records 1-3 take numbers too
     dead = out["sides"]["src.dead_letter"]
     path = str(tmp_path / "a.csv")
     assert [(d["step"], d["location"], d["reason"], d["record"]) for d in dead] == [

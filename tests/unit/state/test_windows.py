@@ -13,13 +13,15 @@ import pytest
 from wire.errors import ConfigError
 from wire.runtime.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
+from wire.state.assigners import TumblingWindows, assign
 from wire.state.windows import (
     FIRED,
     LATE_REASON,
+    WINDOW_END,
     WINDOW_START,
     TumblingSpec,
+    WindowSpec,
     advance,
-    assign_tumbling,
     late_schema,
     partial_schema,
     preaggregate,
@@ -45,25 +47,29 @@ SPEC = TumblingSpec(
 
 
 def events(rows, schema=SCHEMA):
-    """rows: list of (k, t, x, v) -> (table, event_time array)."""
-    table = pa.table(
+    """rows: list of (k, t, x, v) -> table with __et and __seq (= row order)."""
+    return pa.table(
         {
             "k": [r[0] for r in rows],
             "x": [r[2] for r in rows],
             "v": [r[3] for r in rows],
+            "__et": [r[1] for r in rows],
+            "__seq": list(range(len(rows))),
         },
-        schema=schema,
+        schema=schema.append(pa.field("__et", pa.int64())).append(pa.field("__seq", pa.int64())),
     )
-    return table, pa.array([r[1] for r in rows], pa.int64())
 
 
 def run(state, rows, wm_in, wm_out, spec=SPEC):
-    table, et = events(rows)
-    new_state, results, late = process_epoch(state, table, et, wm_in, wm_out, spec)
+    new_state, results, late = process_epoch(state, events(rows), wm_in, wm_out, spec)
     assert new_state.schema == state_schema(spec, SCHEMA)
     assert results.schema == result_schema(spec, SCHEMA)
-    assert late.schema == late_schema(SCHEMA)
+    assert late.schema == late_schema(spec, SCHEMA)
     return new_state, results, late
+
+
+def starts_of(t, size):
+    return assign(np.asarray(t, np.int64), TumblingWindows(size))[1].tolist()
 
 
 def rows_of(table, *cols):
@@ -212,10 +218,9 @@ def test_huge_lateness_never_purges_before_end():
 
 
 def test_negative_event_times_use_floor():
-    starts = assign_tumbling(np.array([-21, -20, -11, -10, -1, 0, 9, 10], np.int64), 10)
-    assert starts.type == pa.int64()
-    assert starts.to_pylist() == [-30, -20, -20, -10, -10, 0, 0, 10]
-    assert assign_tumbling(pa.array([-1, 59_999, 60_000]), 60_000).to_pylist() == [
+    starts = starts_of([-21, -20, -11, -10, -1, 0, 9, 10], 10)
+    assert starts == [-30, -20, -20, -10, -10, 0, 0, 10]
+    assert starts_of([-1, 59_999, 60_000], 60_000) == [
         -60_000,
         0,
         60_000,
@@ -252,9 +257,9 @@ def test_many_keys_vectorized_against_pandas():
     t = rng.integers(-5_000, 5_000, n)
     x = rng.normal(size=n)
     schema = pa.schema([("k", pa.int64()), ("x", pa.float64())])
-    table = pa.table({"k": keys, "x": x}, schema=schema)
+    table = pa.table({"k": keys, "x": x, "__et": t}, schema=schema.append(pa.field("__et", pa.int64())))
     spec = TumblingSpec(1_000, 0, "k", (("n", agg.count()), ("m", agg.mean("x"))))
-    st, res, late = process_epoch(None, table, t, NO_WM, MAX_WATERMARK, spec)
+    st, res, late = process_epoch(None, table, NO_WM, MAX_WATERMARK, spec)
     assert late.num_rows == 0 and st.num_rows == 0
     df = pd.DataFrame({"k": keys, "ws": np.floor_divide(t, 1000) * 1000, "x": x})
     want = df.groupby(["k", "ws"]).x.agg(["size", "mean"]).reset_index()
@@ -268,27 +273,43 @@ def test_many_keys_vectorized_against_pandas():
 # ---------------------------------------------------------------- pieces
 
 
-def test_split_late_preserves_order_and_appends_window_start():
-    table, et = events([("a", 25, 1.0, 1), ("b", 3, 2.0, 2), ("c", 14, 3.0, 3), ("d", 4, 4.0, 4)])
-    accepted, late = split_late(table, et, 15, SPEC)
-    assert accepted.schema.names == ["k", "x", "v", WINDOW_START]
-    assert rows_of(accepted, "k", WINDOW_START) == [("a", 20), ("c", 10)]
+def test_split_late_preserves_order_and_appends_window_bounds():
+    table = events([("a", 25, 1.0, 1), ("b", 3, 2.0, 2), ("c", 14, 3.0, 3), ("d", 4, 4.0, 4)])
+    accepted, late, candidates = split_late(table, 15, SPEC)
+    assert accepted.schema.names == ["k", "x", "v", "__et", "__seq", WINDOW_START, WINDOW_END]
+    assert rows_of(accepted, "k", WINDOW_START, WINDOW_END) == [("a", 20, 30), ("c", 10, 20)]
     assert rows_of(late, "k", "event_time", "watermark", "reason") == [
         ("b", 3, 15, LATE_REASON),
         ("d", 4, 15, LATE_REASON),
     ]
-    with pytest.raises(ValueError, match="event_time"):
-        split_late(table, et[:2], 15, SPEC)
+    assert candidates.num_rows == 0
+    with pytest.raises(ValueError, match="__et"):
+        split_late(table.drop_columns(["__et"]), 15, SPEC)
+    with pytest.raises(ValueError, match="__et"):
+        split_late(table.set_column(3, "__et", pa.array([1, None, 2, 3], pa.int64())), 15, SPEC)
+
+
+def test_missing_or_null_arrival_means_row_order():
+    spec = TumblingSpec(10, 0, "k", (("f", agg.first("x")), ("l", agg.last("x"))))
+    table = events([("a", 1, 1.0, 1), ("a", 1, 2.0, 2), ("a", 1, 3.0, 3)])
+    for t in (table.drop_columns(["__seq"]), table.set_column(4, "__seq", pa.nulls(3, pa.int64()))):
+        _, res, _ = process_epoch(None, t, NO_WM, 10, spec)
+        assert rows_of(res, "f", "l") == [(1.0, 3.0)]
+    # explicit arrival order wins over row order
+    t = table.set_column(4, "__seq", pa.array([7, 5, 6], pa.int64()))
+    _, res, _ = process_epoch(None, t, NO_WM, 10, spec)
+    assert rows_of(res, "f", "l") == [(2.0, 1.0)]
 
 
 def test_preaggregate_one_row_per_key_window_and_empty():
-    table, et = events([("b", 1, 1.0, 1), ("a", 11, 2.0, 2), ("b", 2, 3.0, 3), ("a", 1, None, 4)])
-    accepted, _ = split_late(table, et, NO_WM, SPEC)
+    table = events([("b", 1, 1.0, 1), ("a", 11, 2.0, 2), ("b", 2, 3.0, 3), ("a", 1, None, 4)])
+    accepted, _, _ = split_late(table, NO_WM, SPEC)
     p = preaggregate(accepted, SPEC)
     assert p.schema == partial_schema(SPEC, SCHEMA)
     assert p.schema.names == [
         "k",
         WINDOW_START,
+        WINDOW_END,
         "n__count",
         "m__sum",
         "m__count",
@@ -305,8 +326,8 @@ def test_preaggregate_one_row_per_key_window_and_empty():
 
 
 def test_advance_merges_partials_into_state():
-    table, et = events([("a", 1, 1.0, 1), ("a", 2, 3.0, 2)])
-    p1 = preaggregate(split_late(table, et, NO_WM, SPEC)[0], SPEC)
+    table = events([("a", 1, 1.0, 1), ("a", 2, 3.0, 2)])
+    p1 = preaggregate(split_late(table, NO_WM, SPEC)[0], SPEC)
     st, res = advance(None, p1, NO_WM, 0, SPEC)
     assert res.num_rows == 0
     st, res = advance(st, p1, 0, 10, SPEC)  # the same partials again: counts add up
@@ -331,13 +352,18 @@ def test_result_schema_and_state_schema():
     )
     assert state_schema(SPEC, SCHEMA).names[-1] == FIRED
     assert state_schema(SPEC, SCHEMA).field(FIRED).type == pa.bool_()
-    assert late_schema(SCHEMA).names == ["k", "x", "v", "event_time", "watermark", "reason"]
+    assert late_schema(SPEC, SCHEMA).names == ["k", "x", "v", "event_time", "watermark", "reason"]
+    # the schemas are the same whether or not the input schema lists __et / __seq
+    full = SCHEMA.append(pa.field("__et", pa.int64())).append(pa.field("__seq", pa.int64()))
+    assert result_schema(SPEC, full) == result_schema(SPEC, SCHEMA)
+    assert state_schema(SPEC, full) == state_schema(SPEC, SCHEMA)
+    assert late_schema(SPEC, full) == late_schema(SPEC, SCHEMA)
 
 
 @pytest.mark.parametrize("column", ["event_time", "watermark", "reason"])
 def test_late_schema_rejects_clashing_columns(column):
     with pytest.raises(ConfigError, match=column):
-        late_schema(pa.schema([("k", pa.string()), (column, pa.int64())]))
+        late_schema(SPEC, pa.schema([("k", pa.string()), (column, pa.int64())]))
 
 
 def test_schema_errors():
@@ -352,11 +378,14 @@ def test_schema_errors():
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
     [
-        ({"size_ms": 0}, "size_ms"),
-        ({"size_ms": -10}, "size_ms"),
-        ({"size_ms": True}, "size_ms"),
-        ({"size_ms": 1.5}, "size_ms"),
+        ({"assigner": 10}, "assigner"),
         ({"allowed_lateness_ms": -1}, "allowed_lateness_ms"),
+        ({"allowed_lateness_ms": 1.5}, "allowed_lateness_ms"),
+        ({"key": "__et"}, "key"),
+        ({"emit": "early"}, "emit"),
+        ({"before_update": "yes"}, "before_update"),
+        ({"after_update": 1}, "after_update"),
+        ({"aggregations": (("__n", agg.count()),)}, "aggregations"),
         ({"key": ""}, "key"),
         ({"key": WINDOW_START}, "key"),
         ({"key": "window_start"}, "key"),
@@ -368,16 +397,23 @@ def test_schema_errors():
     ],
 )
 def test_spec_validation(kwargs, parameter):
-    base = {"size_ms": 10, "allowed_lateness_ms": 0, "key": "k", "aggregations": SPEC.aggregations}
+    base = {
+        "assigner": TumblingWindows(10),
+        "allowed_lateness_ms": 0,
+        "key": "k",
+        "aggregations": SPEC.aggregations,
+    }
     with pytest.raises(ConfigError, match=f"invalid {parameter}="):
-        TumblingSpec(**(base | kwargs))
+        WindowSpec(**(base | kwargs))
 
 
 def test_spec_accepts_list_and_is_frozen():
     spec = TumblingSpec(10, 0, "k", [("n", agg.count())])
-    assert spec.aggregations == (("n", agg.count()),)
+    assert spec == WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),))
+    assert spec.emit == "final" and not spec.needs_events and not spec.sessions
+    assert WindowSpec(TumblingWindows(10), 0, "k", spec.aggregations, after_update=print).needs_events
     with pytest.raises(AttributeError):
-        spec.size_ms = 5  # type: ignore[misc]
+        spec.key = "x"  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- randomized oracle
@@ -400,8 +436,13 @@ def simulate(seed, delay, size=10, lateness=5, n=1500, n_keys=7):
     results, lates, epoch_wm = [], [], np.empty(n, np.int64)
     for epoch, (lo, hi) in enumerate([*itertools.pairwise(bounds), (n, n)]):
         table = pa.table(
-            {"k": keys[lo:hi], "id": ids[lo:hi], "x": pa.array(x[lo:hi], from_pandas=True)},
-            schema=schema,
+            {
+                "k": keys[lo:hi],
+                "id": ids[lo:hi],
+                "x": pa.array(x[lo:hi], from_pandas=True),
+                "__et": t[lo:hi],
+                "__seq": ids[lo:hi],
+            },
         )
         if hi > lo:
             seen = int(t[lo:hi].max())
@@ -410,7 +451,7 @@ def simulate(seed, delay, size=10, lateness=5, n=1500, n_keys=7):
         else:
             wm_out = MAX_WATERMARK  # end of stream
         epoch_wm[lo:hi] = wm
-        state, res, late = process_epoch(state, table, t[lo:hi], wm, wm_out, spec)
+        state, res, late = process_epoch(state, table, wm, wm_out, spec)
         assert state.schema == state_schema(spec, schema)
         df = res.to_pandas()
         df["epoch"], df["wm_in"], df["wm_out"] = epoch, wm, wm_out
@@ -466,3 +507,39 @@ def test_randomized_large_delay_equals_pandas_aggregation():
     assert got.n.tolist() == want["size"].tolist()
     np.testing.assert_allclose(got.m.to_numpy(float), want["mean"].to_numpy(), atol=1e-9)
     assert math.isclose(got.n.sum(), len(ev))
+
+
+def test_user_aggregator_across_epochs_and_sessions_equals_pandas():
+    distinct = agg.aggregate(
+        create=set,
+        add=lambda s, v: s | {v},
+        merge=lambda a, b: a | b,
+        result=len,
+        column="v",
+        result_type=pa.int64(),
+    )
+    rng = np.random.default_rng(9)
+    n = 600
+    t = np.sort(rng.integers(0, 3000, n))
+    k = rng.integers(0, 4, n)
+    v = rng.integers(0, 12, n)
+    table = pa.table({"k": k, "v": v, "__et": t, "__seq": np.arange(n)})
+    from wire.state.assigners import SessionWindows
+
+    for assigner, window in [(TumblingWindows(100), t // 100 * 100), (SessionWindows(15), None)]:
+        spec = WindowSpec(assigner, 0, "k", (("d", distinct),))
+        state, got = None, []
+        for lo in range(0, n, 50):  # 12 epochs: partials merged into state every epoch
+            state, res, late = process_epoch(state, table.slice(lo, 50), NO_WM, NO_WM, spec)
+            assert late.num_rows == 0
+            got.append(res)
+        state, res, _ = process_epoch(state, table.slice(0, 0), NO_WM, MAX_WATERMARK, spec)
+        got = res.to_pandas()
+        df = pd.DataFrame({"k": k, "v": v, "t": t})
+        if window is None:  # sessions: break where the gap to the previous event of the key >= 15
+            df = df.sort_values(["k", "t"], kind="stable")
+            df["w"] = ((df.k != df.k.shift()) | (df.t.diff() >= 15)).cumsum()
+        else:
+            df["w"] = window
+        want = df.groupby(["k", "w"]).v.nunique()
+        assert got.d.tolist() == want.tolist() and len(got) == len(want)

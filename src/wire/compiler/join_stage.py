@@ -1,0 +1,202 @@
+"""Compile an event-time interval join of two keyed streams (SPEC §2, §3).
+
+Each side gets a ``mapInArrow`` pre-stage that packs its events into one Arrow IPC
+blob row per key group (port ``left`` / ``right``); the two envelope-only streams
+are unioned and grouped by key group into one transformWithStateInPandas
+processor (:class:`JoinProcessor`) that runs :func:`wire.state.join.join_epoch`
+once per key group per epoch over both sides' buffers. The input watermark is the
+minimum over both sides' channels; the output watermark is ``in - allowed_lateness``
+(a joined row's event time is the later of its two events, and an accepted event
+is at most ``allowed_lateness`` behind the input watermark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+
+from wire.compiler.arrow_types import arrow_payload_schema, spark_schema
+from wire.compiler.keyed import (
+    OPERATOR_STATE,
+    OperatorState,
+    output_frame,
+    pack_events,
+    pandas_safe,
+    passthrough,
+    read_group,
+)
+from wire.errors import ConfigError
+from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
+from wire.runtime.envelope import (
+    ENVELOPE_ARROW,
+    ET,
+    KG,
+    KIND,
+    KIND_DATA,
+    METRICS_PORT,
+    SEQ,
+    metrics_table,
+    side_batch,
+    with_envelope,
+)
+from wire.state import join as J
+
+LEFT, RIGHT = "left", "right"
+
+
+@dataclass(frozen=True)
+class JoinStage:
+    """What the join's stages need, fixed when the flow is compiled."""
+
+    step: str
+    spec: J.IntervalJoinSpec
+    left: pa.Schema
+    right: pa.Schema
+    out: pa.Schema
+    channels: tuple[str, ...]
+    key_groups: int
+
+    def side_schema(self, side: str) -> pa.Schema:
+        """A side's events as the pure join takes them: payload + __et + __seq."""
+        payload = self.left if side == LEFT else self.right
+        return pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
+
+
+class PackSide:
+    """``mapInArrow`` function: one side's events, one blob row per key group."""
+
+    def __init__(self, stage: JoinStage, side: str) -> None:
+        self.stage = stage
+        self.side = side
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Pack one partition's batches."""
+        return pandas_safe(self._rows(batches))
+
+    def _rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        payload = self.stage.left if self.side == LEFT else self.stage.right
+        n = 0
+        for batch in batches:
+            control = passthrough(batch)
+            if control is not None:
+                yield control
+            data = batch.filter(pc.equal(batch.column(KIND), KIND_DATA))
+            if data.num_rows:
+                n += data.num_rows
+                yield from pack_events(self.side, data, payload)
+        if n:
+            stats = {f"events:{self.side}": n}
+            yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(self.stage.step, stats),
+                             key_group=0)
+
+
+class JoinProcessor(StatefulProcessor):
+    """transformWithStateInPandas processor: one key group's join buffers, once per epoch."""
+
+    def __init__(self, stage: JoinStage) -> None:
+        self.stage = stage
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the state variable."""
+        self.state = handle.getValueState("operator", OPERATOR_STATE)
+
+    def _side(self, blobs: dict[str, list[pa.Table]], side: str) -> pa.Table:
+        schema = self.stage.side_schema(side)
+        parts = [t.select(schema.names).cast(schema) for t in blobs.get(side, [])]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def handleInputRows(
+        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object
+    ) -> Iterator[pd.DataFrame]:
+        """Join key group ``key[0]``'s new events of one epoch."""
+        st = self.stage
+        group = read_group(rows)
+        if group is None:
+            return
+        op = OperatorState.load(self.state.get())
+        tables = op.tables or {}
+        wm_in = op.wm_in
+        new_in = op.advance_input(group.marks, st.channels)
+        left_state, right_state, joined, late = J.join_epoch(
+            tables.get(LEFT), tables.get(RIGHT), self._side(group.blobs, LEFT),
+            self._side(group.blobs, RIGHT), wm_in, new_in, st.spec,
+        )
+        old_out = op.wm_out
+        lateness = st.spec.allowed_lateness_ms
+        new_out = max(old_out, new_in - lateness if new_in > -(2**63) + lateness else new_in)
+        op.wm_in, op.wm_out, op.tables = new_in, new_out, {LEFT: left_state, RIGHT: right_state}
+        self.state.update(op.dump())
+        stats = {
+            "joined": joined.num_rows,
+            "late": late.num_rows,
+            "gauge:input_watermark": new_in,
+            "gauge:output_watermark": new_out,
+            "gauge:buffered": left_state.num_rows + right_state.num_rows,
+        }
+        yield output_frame(
+            st.out, step=st.step, kg=int(key[0]), key_groups=st.key_groups, results=joined,
+            event_time=joined.column("event_time"), watermark=old_out, side_in=group.table,
+            late=late, late_port=PortRef(st.step, LATE).port_id(), new_out=new_out, stats=stats,
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _keyed(df: DataFrame, key: str, key_groups: int) -> DataFrame:
+    kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")
+    return df.withColumn(
+        KG, F.when(F.col(KIND) == KIND_DATA, kg).otherwise(F.coalesce(F.col(KG), F.lit(0)))
+    )
+
+
+def compile_join(
+    left: DataFrame,
+    right: DataFrame,
+    node: IntervalJoinNode,
+    *,
+    left_key: str | None,
+    right_key: str | None,
+    key_groups: int,
+    channels: tuple[str, ...],
+) -> DataFrame:
+    """The envelope DataFrame of ``left`` interval-joined with ``right``.
+
+    Raises
+    ------
+    ConfigError
+        If the sides are not keyed by a column of the same name, or columns clash.
+    """
+    if left_key is None or left_key != right_key:
+        raise ConfigError("key", (left_key, right_key),
+                          "both streams keyed by a column of the same name (use key_by)",
+                          step=node.step)
+    lp, rp = arrow_payload_schema(left), arrow_payload_schema(right)
+    try:
+        spec = J.IntervalJoinSpec(
+            key=left_key, lower_ms=node.lower_ms, upper_ms=node.upper_ms,
+            left_columns=tuple(n for n in lp.names if n != left_key),
+            right_columns=tuple(n for n in rp.names if n != left_key),
+            right_prefix=node.right_prefix, allowed_lateness_ms=node.allowed_lateness_ms,
+        )
+        stage = JoinStage(node.step, spec, lp, rp, pa.schema([]), channels, key_groups)
+        out = J.output_schema(spec, stage.side_schema(LEFT), stage.side_schema(RIGHT))
+    except ConfigError as e:
+        raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
+    stage = JoinStage(node.step, spec, lp, rp, with_envelope(out), channels, key_groups)
+    env = spark_schema(ENVELOPE_ARROW)
+    packed_left = _keyed(left, left_key, key_groups).mapInArrow(PackSide(stage, LEFT), env)
+    packed_right = _keyed(right, left_key, key_groups).mapInArrow(PackSide(stage, RIGHT), env)
+    return packed_left.unionByName(packed_right).groupBy(KG).transformWithStateInPandas(
+        statefulProcessor=JoinProcessor(stage),
+        outputStructType=spark_schema(stage.out),
+        outputMode="Append",
+        timeMode="None",
+    )

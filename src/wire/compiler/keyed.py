@@ -1,0 +1,250 @@
+"""Shared machinery of Wire's keyed (stateful) operators on Spark.
+
+A keyed operator is a ``mapInArrow`` pre-stage on executors that packs each key
+group's events into one Arrow IPC blob row, then ``groupBy(key group)
+.transformWithStateInPandas`` with one call per key group per epoch. This module
+holds the parts every such operator shares: blob packing, decoding the
+envelope-only rows Spark hands the processor, watermark channels (SPEC §2:
+an operator's input watermark is the minimum over its input channels), and the
+output rows (results, side rows, watermark rows to every downstream key group,
+metrics).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+from wire.runtime.envelope import (
+    BLOB,
+    ENVELOPE_ARROW,
+    ET,
+    KG,
+    KIND,
+    KIND_DATA,
+    KIND_SIDE,
+    KIND_WATERMARK,
+    METRICS_PORT,
+    PORT,
+    SEQ,
+    WM,
+    decode_table,
+    encode_table,
+    envelope_batch,
+    metrics_table,
+    side_batch,
+)
+
+NO_WATERMARK = -(2**63)
+
+OPERATOR_STATE = StructType(
+    [
+        StructField("wm_in", LongType()),
+        StructField("wm_out", LongType()),
+        StructField("channels", StringType()),
+        StructField("tables", BinaryType()),
+    ]
+)
+"""One ValueState per key group: input/output watermark (ms), per-channel watermarks
+(JSON), and the operator's state tables (Arrow IPC; a table with one row of binary
+columns, one per named state table)."""
+
+
+def conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Project/cast ``table`` onto ``schema``; missing columns become nulls."""
+    n = table.num_rows
+    names = set(table.schema.names)
+    arrays = []
+    for f in schema:
+        if f.name in names:
+            arr = table.column(f.name)
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            arrays.append(arr if arr.type == f.type else arr.cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def pandas_safe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Fill nulls in the envelope's integer columns with 0 (rows Spark hands to pandas).
+
+    An int64 column with nulls becomes float64 in pandas, which cannot hold
+    watermarks near ±2**63 exactly; no reader looks at these values where they are null.
+    """
+    ints = [i for i, f in enumerate(ENVELOPE_ARROW) if pa.types.is_integer(f.type)]
+    for b in batches:
+        arrays = list(b.columns)
+        for i in ints:
+            if arrays[i].null_count:
+                arrays[i] = arrays[i].fill_null(0)
+        yield pa.RecordBatch.from_arrays(arrays, schema=b.schema)
+
+
+def events_of(rows: pa.RecordBatch, payload: pa.Schema) -> pa.Table:
+    """Data rows as pure operator functions take them: payload + ``__et`` + ``__seq``."""
+    return pa.Table.from_batches([rows]).select([*payload.names, ET, SEQ])
+
+
+def blob_row(port: str, kg: int, table: pa.Table) -> pa.RecordBatch:
+    """One envelope-only data row addressed to key group ``kg`` carrying ``table``."""
+    return envelope_batch(
+        ENVELOPE_ARROW,
+        {
+            KIND: pa.array([KIND_DATA], pa.int32()),
+            KG: pa.array([kg], pa.int32()),
+            PORT: pa.array([port], pa.string()),
+            BLOB: pa.array([encode_table(table)], pa.binary()),
+        },
+        1,
+    )
+
+
+def split_by_group(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """``(key group, rows)`` for each key group present in ``table`` (column ``__kg``)."""
+    if not table.num_rows:
+        return
+    groups = table.column(KG)
+    for kg in pc.unique(groups).to_pylist():
+        yield int(kg), table.filter(pc.equal(groups, kg)).drop_columns([KG])
+
+
+def pack_events(port: str, data: pa.RecordBatch, payload: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Pack a batch of data rows into one blob row per key group."""
+    table = events_of(data, payload).append_column(KG, data.column(KG))
+    for kg, part in split_by_group(table):
+        yield blob_row(port, kg, part)
+
+
+def passthrough(batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    """The batch's watermark and side rows as envelope-only rows (None if there are none)."""
+    control = batch.filter(pc.not_equal(batch.column(KIND), KIND_DATA))
+    return conform(control, ENVELOPE_ARROW) if control.num_rows else None
+
+
+@dataclass
+class GroupInput:
+    """One key group's input of one epoch, decoded."""
+
+    table: pa.Table
+    """All rows (envelope-only schema)."""
+    blobs: dict[str, list[pa.Table]]
+    """Data blobs by port."""
+    marks: list[tuple[str | None, int]]
+    """Watermark rows: (channel, watermark)."""
+
+
+def read_group(rows: Iterator[pd.DataFrame]) -> GroupInput | None:
+    """Decode the pandas frames Spark hands a processor (envelope-only rows)."""
+    frames = [f for f in rows if len(f)]
+    if not frames:
+        return None
+    frame = pd.concat(frames, ignore_index=True)
+    # Spark hands columns over by position and renames some (e.g. '__kind' -> '_1').
+    frame.columns = ENVELOPE_ARROW.names
+    table = pa.Table.from_pandas(frame, schema=ENVELOPE_ARROW, preserve_index=False)
+    kind = table.column(KIND)
+    data = table.filter(pc.equal(kind, KIND_DATA))
+    blobs: dict[str, list[pa.Table]] = {}
+    for port, blob in zip(data.column(PORT).to_pylist(), data.column(BLOB).to_pylist(), strict=True):
+        blobs.setdefault(port, []).append(decode_table(blob))
+    wm = table.filter(pc.equal(kind, KIND_WATERMARK))
+    marks = list(zip(wm.column(PORT).to_pylist(), wm.column(WM).to_pylist(), strict=True))
+    return GroupInput(table, blobs, marks)
+
+
+@dataclass
+class OperatorState:
+    """A key group's operator state, as kept in the ``OPERATOR_STATE`` ValueState."""
+
+    wm_in: int = NO_WATERMARK
+    wm_out: int = NO_WATERMARK
+    channels: dict[str, int] | None = None
+    tables: dict[str, pa.Table] | None = None
+
+    @classmethod
+    def load(cls, value: tuple | None) -> OperatorState:
+        """Decode the ValueState's value (None: first epoch)."""
+        if value is None:
+            return cls(channels={}, tables={})
+        packed = decode_table(value[3])
+        tables = {name: decode_table(packed.column(name)[0].as_py()) for name in packed.column_names}
+        return cls(int(value[0]), int(value[1]), json.loads(value[2]), tables)
+
+    def dump(self) -> tuple:
+        """Encode for ``ValueState.update``."""
+        tables = self.tables or {}
+        packed = pa.table({n: pa.array([encode_table(t)], pa.binary()) for n, t in tables.items()})
+        return (self.wm_in, self.wm_out, json.dumps(self.channels or {}), encode_table(packed))
+
+    def advance_input(self, marks: list[tuple[str | None, int]], expected: tuple[str, ...]) -> int:
+        """Fold watermark rows into the channels; return the new input watermark.
+
+        ``in' = max(in, min over expected channels)`` (Beam rule, SPEC §2).
+        """
+        channels = self.channels if self.channels is not None else {}
+        for channel, wm in marks:
+            name = channel or expected[0]
+            channels[name] = max(int(wm), channels.get(name, NO_WATERMARK))
+        self.channels = channels
+        upstream = min(channels.get(c, NO_WATERMARK) for c in expected)
+        return max(self.wm_in, upstream)
+
+
+def output_frame(
+    out: pa.Schema,
+    *,
+    step: str,
+    kg: int,
+    key_groups: int,
+    results: pa.Table,
+    event_time: pa.Array,
+    watermark: int,
+    side_in: pa.Table,
+    late: pa.Table | None,
+    late_port: str,
+    new_out: int,
+    stats: dict[str, int],
+) -> pd.DataFrame:
+    """The processor's output for one key group and epoch, as a pandas frame.
+
+    Result rows carry ``event_time`` and ``watermark`` (the output watermark in force
+    during the epoch); upstream side rows pass through; late rows leave on
+    ``late_port``; one watermark row per downstream key group carries ``new_out`` on
+    channel ``<step>/<kg>``; metrics leave on the metrics port.
+    """
+    n = results.num_rows
+    batches = [
+        conform(
+            results.append_column(KIND, pa.array([KIND_DATA] * n, pa.int32()))
+            .append_column(ET, event_time)
+            .append_column(WM, pa.array([watermark] * n, pa.int64())),
+            out,
+        )
+    ]
+    if late is not None and late.num_rows:
+        batches.append(side_batch(out, late_port, late, key_group=0))
+    side = side_in.filter(pc.equal(side_in.column(KIND), KIND_SIDE))
+    if side.num_rows:
+        batches.append(conform(side.select([KIND, PORT, BLOB, KG]), out))
+    g = key_groups
+    batches.append(
+        envelope_batch(
+            out,
+            {
+                KIND: pa.array([KIND_WATERMARK] * g, pa.int32()),
+                WM: pa.array([new_out] * g, pa.int64()),
+                KG: pa.array(range(g), pa.int32()),
+                PORT: pa.array([f"{step}/{kg}"] * g, pa.string()),
+            },
+            g,
+        )
+    )
+    batches.append(side_batch(out, METRICS_PORT, metrics_table(step, stats)))
+    return pa.Table.from_batches(batches, schema=out).to_pandas(integer_object_nulls=True)

@@ -1,0 +1,201 @@
+"""Source watermarks over partitions: bounded out-of-orderness, idleness, the minimum (SPEC §2).
+
+Pure arithmetic on ints (ms), no I/O and no Spark: the file source's planner calls it
+once per ``latestOffset`` with the processing-time clock reading ``now`` and records
+every input and result in the epoch's end offset, so a replayed epoch never
+recomputes anything.
+
+The rules, for a source with partitions ``p`` and ``max_delay`` ``D``:
+
+* **Partition watermark.** ``W_p = max(W_p, max_et_p - D)``, where ``max_et_p`` is the
+  largest event time admitted from ``p`` so far (monotonic; :data:`NO_WATERMARK`
+  before ``p`` had an event).
+* **Idle partition.** With ``idle_timeout`` ``T`` set, ``p`` is idle when it has no
+  record waiting to be admitted and ``now - last_p > T``, where ``last_p`` is the
+  planner's wall-clock time when it last admitted a record of ``p`` (valid or
+  malformed), or the time the source started if ``p`` never had one. A partition
+  whose records wait for admission (back-pressure) is never idle. Without ``T``
+  no partition is ever idle.
+* **Done partition.** In a bounded source a partition with no record left that
+  admitted none in the epoch is done: it will never produce another event, so it no
+  longer counts (in the epoch that admits its last records it still counts).
+* **Source watermark.** ``W = max(W, candidate)`` (monotonic), where the candidate is
+  the minimum of ``W_p`` over the partitions that are neither idle nor done; if every
+  remaining partition is idle, the watermark follows processing time from where each
+  partition went idle: ``max over p of W_p + (now - last_p - T)`` (partitions that
+  never had an event take no part; if none had one, the candidate is
+  :data:`NO_WATERMARK`). The extrapolation starts at ``W_p`` the moment ``p`` turns
+  idle, so a single-partition source does not jump when it goes quiet.
+* **Idle ticks.** When nothing was admitted but the watermark would still move, the
+  source emits an epoch of watermark rows only if the watermark moves by at least
+  1 ms and at least ``watermark_interval`` passed since the previous offset was made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+NO_WATERMARK = -(2**63)
+"""The watermark before any event was seen (the smallest int64)."""
+
+_MAX_FINITE = 2**63 - 2
+"""Largest finite watermark (one below :data:`~wire.runtime.envelope.MAX_WATERMARK`)."""
+
+
+@dataclass(frozen=True)
+class WatermarkPolicy:
+    """How a source derives its watermark: max delay, idle timeout and tick interval (ms)."""
+
+    max_delay_ms: int
+    idle_timeout_ms: int | None = None
+    interval_ms: int = 200
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition as recorded in an offset: read position and watermark inputs.
+
+    ``file``/``record``: the current file (``""`` before the first) and the index of
+    its next record; ``admitted``: records admitted from the partition so far;
+    ``max_event_time``/``watermark``: see the module rules; ``last_arrival``: wall-clock
+    ms of the last admission (None: never); ``idle``/``done``: the flags the epoch's
+    watermark was computed with.
+    """
+
+    file: str = ""
+    record: int = 0
+    admitted: int = 0
+    max_event_time: int | None = None
+    watermark: int = NO_WATERMARK
+    last_arrival: int | None = None
+    idle: bool = False
+    done: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the offset form (JSON primitives only)."""
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> PartitionState:
+        """Inverse of :meth:`to_json`."""
+        return PartitionState(**d)
+
+
+def fair_split(demands: Sequence[int], budget: int | None, first: int = 0) -> list[int]:
+    """Split an admission ``budget`` over partitions with ``demands`` (max-min fair).
+
+    Every partition gets ``min(demand, fair share)``; what a partition leaves unused is
+    shared by the others. A remainder smaller than the number of partitions still
+    wanting records goes one record each, in order starting at index ``first`` (rotate
+    it per epoch for round-robin). ``budget=None`` grants every demand.
+
+    >>> fair_split([10, 1, 10], 9)
+    [4, 1, 4]
+    >>> fair_split([5, 5, 5], 2, first=1)
+    [0, 1, 1]
+    """
+    if budget is None:
+        return list(demands)
+    n = len(demands)
+    alloc = [0] * n
+    order = [(first + k) % n for k in range(n)]
+    wanting = [i for i in order if demands[i] > 0]
+    left = budget
+    while left > 0 and wanting:
+        share = left // len(wanting)
+        if share == 0:
+            for i in wanting[:left]:
+                alloc[i] += 1
+            break
+        still = []
+        for i in wanting:
+            give = min(share, demands[i] - alloc[i])
+            alloc[i] += give
+            left -= give
+            if alloc[i] < demands[i]:
+                still.append(i)
+        wanting = still
+    return alloc
+
+
+def is_idle(
+    *, pending: bool, last_arrival: int | None, started: int, now: int, idle_timeout_ms: int | None
+) -> bool:
+    """Whether a partition is idle at ``now`` (see the module rules)."""
+    if idle_timeout_ms is None or pending:
+        return False
+    since = started if last_arrival is None else last_arrival
+    return now - since > idle_timeout_ms
+
+
+def advance_partition(
+    prev: PartitionState,
+    *,
+    file: str,
+    record: int,
+    taken: int,
+    max_event_time: int | None,
+    pending: bool,
+    bounded: bool,
+    now: int,
+    started: int,
+    policy: WatermarkPolicy,
+) -> PartitionState:
+    """Return the partition after admitting ``taken`` records ending at ``(file, record)``.
+
+    ``max_event_time`` is the largest event time among the admitted records (None: no
+    valid record); ``pending`` says whether records are left to admit now.
+    """
+    max_et = prev.max_event_time
+    if max_event_time is not None:
+        max_et = max_event_time if max_et is None else max(max_et, max_event_time)
+    watermark = prev.watermark
+    if max_et is not None:
+        watermark = max(watermark, max_et - policy.max_delay_ms)
+    last = now if taken else prev.last_arrival
+    idle = is_idle(
+        pending=pending, last_arrival=last, started=started, now=now, idle_timeout_ms=policy.idle_timeout_ms
+    )
+    return replace(
+        prev,
+        file=file,
+        record=record,
+        admitted=prev.admitted + taken,
+        max_event_time=max_et,
+        watermark=watermark,
+        last_arrival=last,
+        idle=idle,
+        done=bounded and not pending and taken == 0,
+    )
+
+
+def source_watermark(
+    prev: int, partitions: Mapping[str, PartitionState], now: int, policy: WatermarkPolicy
+) -> int:
+    """Return the source watermark after ``prev`` given the partitions' states (monotonic)."""
+    live = [p for p in partitions.values() if not p.done]
+    if not live:
+        return prev
+    active = [p for p in live if not p.idle]
+    if active:
+        candidate = min(p.watermark for p in active)
+    else:
+        timeout = policy.idle_timeout_ms or 0
+        candidate = max(
+            (
+                p.watermark + (now - p.last_arrival - timeout)
+                for p in live
+                if p.last_arrival is not None and p.watermark != NO_WATERMARK
+            ),
+            default=NO_WATERMARK,
+        )
+    return max(prev, min(candidate, _MAX_FINITE))
+
+
+def should_tick(prev: int, new: int, last_made: int | None, now: int, policy: WatermarkPolicy) -> bool:
+    """Whether a watermark-only epoch is due: ``new`` moved >= 1 ms, not within the interval."""
+    if new - prev < 1:
+        return False
+    return last_made is None or now - last_made >= policy.interval_ms

@@ -1,0 +1,130 @@
+"""Window assigners (SPEC §4): tumbling, sliding and session windows, times in int64 ms.
+
+Windows are aligned to the Unix epoch and half-open ``[start, end)``; negative times
+use floor division (``-1`` falls in ``[-size, 0)``). Assignment is vectorized: an
+event of a sliding window is replicated once per window containing it, with
+``numpy.repeat``; never a Python loop per event.
+
+Session windows are per key: an event at ``t`` opens ``[t, t + gap)`` and sessions
+that *overlap* (``a.start < b.end and b.start < a.end``) merge into
+``[min start, max end)``. Events exactly ``gap`` apart therefore stay in separate
+sessions (Beam's rule; Flink also merges windows that merely touch).
+
+Extremes: a window end past the int64 range saturates at int64 max; windows that
+would start below int64 min are not representable (event times within ``size`` of
+``-2**63`` are not supported).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from wire.errors import ConfigError
+from wire.state.kernels import INT64_MIN, add_saturating
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _positive(parameter: str, value: object) -> None:
+    if not _is_int(value) or value <= 0:  # type: ignore[operator]
+        raise ConfigError(parameter, value, "an int > 0 (milliseconds)")
+
+
+@dataclass(frozen=True)
+class TumblingWindows:
+    """Fixed, non-overlapping windows ``[k * size_ms, (k + 1) * size_ms)``.
+
+    Raises
+    ------
+    ConfigError
+        If ``size_ms`` is not an int > 0.
+    """
+
+    size_ms: int
+
+    def __post_init__(self) -> None:
+        _positive("size_ms", self.size_ms)
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Windows of ``size_ms`` starting every ``slide_ms``: ``[k * slide, k * slide + size)``.
+
+    An event belongs to every window containing it (``ceil(size / slide)`` windows
+    when ``slide`` divides ``size``, else that or one fewer).
+
+    Raises
+    ------
+    ConfigError
+        If ``size_ms`` is not an int > 0 or ``slide_ms`` not an int in ``(0, size_ms]``.
+    """
+
+    size_ms: int
+    slide_ms: int
+
+    def __post_init__(self) -> None:
+        _positive("size_ms", self.size_ms)
+        if not _is_int(self.slide_ms) or not 0 < self.slide_ms <= self.size_ms:
+            raise ConfigError("slide_ms", self.slide_ms, f"an int in (0, size_ms={self.size_ms}]")
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """Per-key sessions: each event opens ``[t, t + gap_ms)``; overlapping sessions merge.
+
+    Raises
+    ------
+    ConfigError
+        If ``gap_ms`` is not an int > 0.
+    """
+
+    gap_ms: int
+
+    def __post_init__(self) -> None:
+        _positive("gap_ms", self.gap_ms)
+
+
+Assigner = TumblingWindows | SlidingWindows | SessionWindows
+
+
+def assign(event_time: np.ndarray, assigner: Assigner) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Assign events to their windows.
+
+    Parameters
+    ----------
+    event_time : numpy.ndarray
+        int64 event times (ms).
+    assigner : TumblingWindows, SlidingWindows or SessionWindows
+        The window kind.
+
+    Returns
+    -------
+    rows, start, end : numpy.ndarray
+        One entry per (event, window): the event's row index (non-decreasing: an
+        event's windows are adjacent, by ascending start), the window start and end
+        (int64; an end past the int64 range saturates at int64 max). Sessions give
+        each event its own proto-session ``[t, t + gap)``.
+    """
+    t = np.asarray(event_time, dtype=np.int64)
+    rows = np.arange(len(t), dtype=np.int64)
+    if isinstance(assigner, SessionWindows):
+        return rows, t, add_saturating(t, assigner.gap_ms)
+    if isinstance(assigner, TumblingWindows):
+        start = t - np.mod(t, np.int64(assigner.size_ms))
+        return rows, start, add_saturating(start, assigner.size_ms)
+    size, slide = assigner.size_ms, assigner.slide_ms
+    n_max = -(-size // slide)
+    last = t - np.mod(t, np.int64(slide))  # the latest window containing t starts here
+    rows = np.repeat(rows, n_max)
+    j = np.tile(np.arange(n_max - 1, -1, -1, dtype=np.int64), len(t))  # ascending starts
+    last = np.repeat(last, n_max)
+    # start = last - j * slide must stay in int64 and contain t: t - start < size
+    representable = last >= np.int64(INT64_MIN) + j * np.int64(slide)
+    start = np.where(representable, last - np.where(representable, j, 0) * np.int64(slide), 0)
+    keep = representable & (np.repeat(t, n_max) - start < np.int64(size))
+    rows, start = rows[keep], start[keep]
+    return rows, start, add_saturating(start, size)

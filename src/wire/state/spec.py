@@ -1,0 +1,227 @@
+"""The window aggregation's configuration (:class:`WindowSpec`) and the Arrow schemas it implies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from wire.errors import ConfigError
+from wire.state.aggregator import Aggregator
+from wire.state.assigners import (
+    Assigner,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+    _is_int,
+)
+from wire.state.kernels import ARRIVAL, EVENT_TIME, FIRED, WINDOW_END, WINDOW_START
+
+RESULT_COLUMNS = ("window_start", "window_end", "emit")
+LATE_COLUMNS = ("event_time", "watermark", "reason")
+RESERVED_INPUT = (WINDOW_START, WINDOW_END, FIRED)
+EMIT_MODES = ("final", "update")
+
+Callback = Callable[[pa.Table, pa.Table], Any]
+"""``callback(aggregate, event) -> bool array``: see :class:`WindowSpec`."""
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Configuration of a keyed window aggregation (an immutable value).
+
+    Parameters
+    ----------
+    assigner : TumblingWindows, SlidingWindows or SessionWindows
+        How events are assigned to windows.
+    allowed_lateness_ms : int
+        How long after its end (in event time, ms) a window keeps its state and
+        accepts late events, >= 0.
+    key : str
+        Key column name; state and results are per (key, window).
+    aggregations : tuple of (str, Aggregator)
+        Output column name and aggregator, non-empty, names unique. A list is
+        accepted and stored as a tuple.
+    emit : {"final", "update"}
+        ``"final"``: a window emits once when the watermark passes its end, then an
+        ``update`` per later change until purged. ``"update"``: additionally one
+        ``early`` row per epoch for every open window that changed.
+    before_update, after_update : callable, optional
+        ``f(aggregate: pa.Table, event: pa.Table) -> bool array``, called at most once
+        per :func:`~wire.state.windows.advance` with one row per (event, open window):
+        ``aggregate`` row ``i`` holds the window's result columns just before
+        (``before_update``) or just after (``after_update``) event ``i`` is added;
+        True emits that row as ``early``.
+
+    Raises
+    ------
+    ConfigError
+        If a parameter is out of range or names clash.
+    """
+
+    assigner: Assigner
+    allowed_lateness_ms: int
+    key: str
+    aggregations: tuple[tuple[str, Aggregator], ...]
+    emit: str = "final"
+    before_update: Callback | None = None
+    after_update: Callback | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.assigner, TumblingWindows | SlidingWindows | SessionWindows):
+            accepted = "TumblingWindows(size_ms), SlidingWindows(size_ms, slide_ms) or SessionWindows(gap_ms)"
+            raise ConfigError("assigner", self.assigner, accepted)
+        if not _is_int(self.allowed_lateness_ms) or self.allowed_lateness_ms < 0:
+            raise ConfigError("allowed_lateness_ms", self.allowed_lateness_ms, "an int >= 0 (milliseconds)")
+        reserved_keys = (*RESERVED_INPUT, EVENT_TIME, ARRIVAL, *RESULT_COLUMNS)
+        if not isinstance(self.key, str) or not self.key or self.key in reserved_keys:
+            raise ConfigError("key", self.key, f"a non-empty column name, none of {list(reserved_keys)}")
+        given = self.aggregations
+        aggs = tuple(given) if isinstance(given, list | tuple) else ()
+        object.__setattr__(self, "aggregations", aggs)
+        ok = all(
+            isinstance(a, tuple)
+            and len(a) == 2
+            and isinstance(a[0], str)
+            and a[0]
+            and isinstance(a[1], Aggregator)
+            for a in aggs
+        )
+        if not aggs or not ok:
+            raise ConfigError("aggregations", given, "a non-empty tuple of (name, Aggregator) pairs")
+        names = [name for name, _ in aggs]
+        reserved = {self.key, *RESULT_COLUMNS}
+        if len(set(names)) != len(names) or reserved & set(names) or any(n.startswith("__") for n in names):
+            accepted = f"unique output names, not starting with '__', none of {sorted(reserved)}"
+            raise ConfigError("aggregations", names, accepted)
+        if self.emit not in EMIT_MODES:
+            raise ConfigError("emit", self.emit, "'final' or 'update'")
+        for parameter in ("before_update", "after_update"):
+            fn = getattr(self, parameter)
+            if fn is not None and not callable(fn):
+                raise ConfigError(parameter, fn, "a callable (aggregate, event) -> bools, or None")
+
+    @property
+    def needs_events(self) -> bool:
+        """True when callbacks are set: the processor needs raw events, no pre-aggregation."""
+        return self.before_update is not None or self.after_update is not None
+
+    @property
+    def sessions(self) -> bool:
+        """True for session windows (merging windows; late candidates)."""
+        return isinstance(self.assigner, SessionWindows)
+
+
+def TumblingSpec(
+    size_ms: int,
+    allowed_lateness_ms: int,
+    key: str,
+    aggregations: tuple[tuple[str, Aggregator], ...],
+) -> WindowSpec:
+    """A :class:`WindowSpec` of :class:`TumblingWindows` (the former ``TumblingSpec``)."""
+    return WindowSpec(TumblingWindows(size_ms), allowed_lateness_ms, key, aggregations)
+
+
+def event_schema(input_schema: pa.Schema) -> pa.Schema:
+    """``input_schema`` with ``__et`` and ``__seq`` (int64) appended when missing.
+
+    Raises
+    ------
+    ConfigError
+        If a payload column uses a reserved name (``__ws``, ``__we``, ``__fired``).
+    """
+    reserved = [n for n in input_schema.names if n in RESERVED_INPUT]
+    if reserved:
+        raise ConfigError("columns", reserved, f"input columns not named {', '.join(RESERVED_INPUT)}")
+    for name in (EVENT_TIME, ARRIVAL):
+        if name not in input_schema.names:
+            input_schema = input_schema.append(pa.field(name, pa.int64()))
+    return input_schema
+
+
+def payload_schema(input_schema: pa.Schema) -> pa.Schema:
+    """``input_schema`` without ``__et``, ``__seq``, ``__ws`` and ``__we``."""
+    drop = (EVENT_TIME, ARRIVAL, WINDOW_START, WINDOW_END)
+    return pa.schema([f for f in input_schema if f.name not in drop])
+
+
+def late_schema(spec: WindowSpec, input_schema: pa.Schema) -> pa.Schema:
+    """Return the schema of the late (dead-letter) table.
+
+    The payload columns (input without ``__et`` / ``__seq``), then ``event_time`` and
+    ``watermark`` (int64 ms) and ``reason`` (string).
+
+    Raises
+    ------
+    ConfigError
+        If the input already has a column named ``event_time``, ``watermark`` or
+        ``reason``.
+    """
+    payload = payload_schema(input_schema)
+    clash = [n for n in payload.names if n in LATE_COLUMNS]
+    if clash:
+        raise ConfigError("columns", clash, f"input columns not named {', '.join(LATE_COLUMNS)}")
+    return pa.schema(
+        [
+            *payload,
+            pa.field("event_time", pa.int64()),
+            pa.field("watermark", pa.int64()),
+            pa.field("reason", pa.string()),
+        ]
+    )
+
+
+def partial_schema(spec: WindowSpec, input_schema: pa.Schema) -> pa.Schema:
+    """Return the schema of pre-aggregated rows.
+
+    The key field, ``__ws`` and ``__we`` (int64 window bounds, ms), then each
+    aggregation's partial fields in order.
+
+    Raises
+    ------
+    ConfigError
+        If the key is not an input column, the input uses a reserved column name
+        (``__ws``, ``__we``, ``__fired``), an aggregation rejects its column, or
+        partial column names collide.
+    """
+    schema = event_schema(input_schema)
+    if spec.key not in schema.names:
+        raise ConfigError("key", spec.key, f"one of the input columns {input_schema.names}")
+    fields = [
+        schema.field(spec.key),
+        pa.field(WINDOW_START, pa.int64()),
+        pa.field(WINDOW_END, pa.int64()),
+    ]
+    for name, agg in spec.aggregations:
+        fields.extend(agg.partial_fields(name, schema))
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names):
+        raise ConfigError("aggregations", names, "partial column names distinct from the key")
+    return pa.schema(fields)
+
+
+def state_schema(spec: WindowSpec, input_schema: pa.Schema) -> pa.Schema:
+    """Return the schema of the window state: :func:`partial_schema` + ``__fired`` bool."""
+    return partial_schema(spec, input_schema).append(pa.field(FIRED, pa.bool_()))
+
+
+def result_schema(spec: WindowSpec, input_schema: pa.Schema) -> pa.Schema:
+    """Return the schema of the results.
+
+    key, ``window_start`` int64 ms, ``window_end`` int64 ms (exclusive), each
+    aggregation's result field in order, ``emit`` string (``"early"`` | ``"final"`` |
+    ``"update"``).
+    """
+    partial_schema(spec, input_schema)
+    schema = event_schema(input_schema)
+    return pa.schema(
+        [
+            schema.field(spec.key),
+            pa.field("window_start", pa.int64()),
+            pa.field("window_end", pa.int64()),
+            *(agg.result_field(name, schema) for name, agg in spec.aggregations),
+            pa.field("emit", pa.string()),
+        ]
+    )

@@ -1,0 +1,90 @@
+"""Window assigners: validation and vectorized assignment (tumbling, sliding, sessions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wire.errors import ConfigError
+from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows, assign
+
+
+def windows(t, assigner):
+    rows, start, end = assign(np.asarray(t, np.int64), assigner)
+    return [(int(r), int(s), int(e)) for r, s, e in zip(rows, start, end, strict=True)]
+
+
+def test_tumbling_floor_aligned_to_epoch():
+    assert windows([-1, 0, 9, 10], TumblingWindows(10)) == [
+        (0, -10, 0),
+        (1, 0, 10),
+        (2, 0, 10),
+        (3, 10, 20),
+    ]
+
+
+def test_sliding_every_window_containing_the_event():
+    # size 10, slide 5: two windows per event
+    assert windows([7, -1, 10], SlidingWindows(10, 5)) == [
+        (0, 0, 10),
+        (0, 5, 15),
+        (1, -10, 0),
+        (1, -5, 5),
+        (2, 5, 15),
+        (2, 10, 20),
+    ]
+    # size 10, slide 4 (not a divisor): starts k*4 with start <= t < start + 10
+    assert windows([9, 1, 2], SlidingWindows(10, 4)) == [
+        (0, 0, 10),
+        (0, 4, 14),
+        (0, 8, 18),
+        (1, -8, 2),
+        (1, -4, 6),
+        (1, 0, 10),
+        (2, -4, 6),
+        (2, 0, 10),
+    ]
+    # slide == size is tumbling
+    assert windows([3, 17], SlidingWindows(10, 10)) == windows([3, 17], TumblingWindows(10))
+
+
+def test_sliding_against_brute_force():
+    rng = np.random.default_rng(0)
+    t = rng.integers(-1000, 1000, 300)
+    for size, slide in [(10, 3), (7, 7), (60, 15), (5, 1)]:
+        got = windows(t, SlidingWindows(size, slide))
+        want = [
+            (i, s, s + size)
+            for i, ti in enumerate(t)
+            for s in range((int(ti) - size) // slide * slide - slide, int(ti) + 1, slide)
+            if s <= ti < s + size
+        ]
+        assert got == want
+
+
+def test_sessions_give_proto_sessions_and_extremes_saturate():
+    assert windows([5, -3], SessionWindows(10)) == [(0, 5, 15), (1, -3, 7)]
+    big = 2**63 - 5
+    assert windows([big], SessionWindows(10)) == [(0, big, 2**63 - 1)]
+    assert windows([big], TumblingWindows(10))[0][2] == 2**63 - 1
+    # sliding near the int64 minimum: windows that would start below it are dropped
+    low = -(2**63) + 7  # -2**63 = 2 (mod 5): the latest window starts at -2**63 + 3
+    assert windows([low], SlidingWindows(10, 5)) == [(0, -(2**63) + 3, -(2**63) + 13)]
+
+
+@pytest.mark.parametrize(
+    ("factory", "parameter"),
+    [
+        (lambda: TumblingWindows(0), "size_ms"),
+        (lambda: TumblingWindows(1.5), "size_ms"),
+        (lambda: TumblingWindows(True), "size_ms"),
+        (lambda: SlidingWindows(10, 0), "slide_ms"),
+        (lambda: SlidingWindows(10, 11), "slide_ms"),
+        (lambda: SlidingWindows(-1, 1), "size_ms"),
+        (lambda: SessionWindows(0), "gap_ms"),
+        (lambda: SessionWindows("5m"), "gap_ms"),
+    ],
+)
+def test_validation(factory, parameter):
+    with pytest.raises(ConfigError, match=f"invalid {parameter}="):
+        factory()
