@@ -10,6 +10,7 @@ import json
 import time
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pyarrow.compute as pc
 import pytest
 
@@ -199,3 +200,74 @@ def test_interval_join_of_two_sources(spark, tmp_path):
     # a: 10 joins 12 (12 in [10,15]); 20 joins 25 (25 in [20,25]); 40 and b's 30 join nothing
     assert got == [("a", 10, 12, "x", 12), ("a", 20, 25, "y", 25)]
     assert summary.metrics[("j", "joined")] == 2
+
+
+def test_idle_partitions_let_windows_close(spark, tmp_path):
+    """p1 lags then goes quiet: first it holds the watermark back, after idle_timeout it
+    does not; once both partitions are quiet the watermark follows processing time and
+    the last window closes without new data."""
+    for part, k, times in [("p0", "a", [*range(0, 106_000, 5_000), 109_500]),
+                           ("p1", "b", [0, 5_000])]:
+        (tmp_path / "in" / part).mkdir(parents=True)
+        (tmp_path / "in" / part / "f.jsonl").write_text(
+            "".join(json.dumps({"t": t, "k": k}) + "\n" for t in times))
+    flow = wire.Flow("idle")
+    s = flow.source(wire.sources.files(str(tmp_path / "in"), format="jsonl", bounded=False,
+                                       partition_by="directory", idle_timeout="1s"),
+                    event_time="t", key="k", max_events_per_epoch=100, name="src")
+    counts = s.window(wire.Tumbling("10s")).aggregate(n=wire.count(), name="counts")
+    sink = wire.testing.MemorySink()
+    counts.sink(sink)
+    running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if any(ms(r["window_start"]) == 100_000 for r in sink.rows()):
+            break
+        time.sleep(0.25)
+    summary = running.stop()
+    rows = sink.rows()
+    finals = sorted((r["k"], ms(r["window_start"]), r["n"]) for r in rows if r["emit"] == "final")
+    expected = [("a", w, 2) for w in range(0, 100_000, 10_000)] + [("a", 100_000, 3), ("b", 0, 2)]
+    assert finals == expected
+    assert summary.total("late") == 0
+    # the first epoch admitted both partitions: its watermark is the minimum (p1's 5 s)
+    first = json.loads((tmp_path / "ck" / "spark" / "offsets" / "0").read_text().splitlines()[2])
+    assert first["watermark"] == 5_000 == min(p["watermark"] for p in first["partitions"].values())
+
+
+def test_replay_after_stop_gives_identical_outputs(spark, tmp_path):
+    def flow_for(out):
+        ts = tmp_path / "in"
+        if not ts.exists():
+            ts.mkdir()
+            rows = [{"t": t, "k": "abc"[t % 3], "v": t % 7} for t in
+                    [5, 1, 9, 14, 3, 22, 40, 31, 35, 60, 58, 90, 71, 120, 115, 99, 150, 20]]
+            (ts / "e.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        flow = wire.Flow("replay")
+        s = flow.source(wire.sources.files(str(ts), format="jsonl"), event_time="t", key="k",
+                        watermark=wire.BoundedOutOfOrderness(5), max_events_per_epoch=3)
+        w = s.window(wire.Session(12), allowed_lateness=10).aggregate(
+            n=wire.count(), vals=wire.collect("v"), name="sessions")
+        w.sink(wire.sinks.parquet(out / "main"))
+        w.late().sink(wire.sinks.parquet(out / "late"))
+        return flow
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    flow_for(whole).run(str(whole / "ck"), spark=spark, key_groups=2)
+    first = flow_for(split).run(str(split / "ck"), spark=spark, key_groups=2, max_epochs=3)
+    assert first.stopped_early
+    flow_for(split).run(str(split / "ck"), spark=spark, key_groups=2)
+    def read(root, port):
+        files = sorted((root / port).glob("*.parquet"))
+        return pa.concat_tables([pq.read_table(f) for f in files]) if files else None
+
+    assert read(whole, "main").num_rows > 0
+    assert read(whole, "late") is not None, "the data is chosen so that some events are late"
+    for port in ("main", "late"):
+        assert read(whole, port).equals(read(split, port)), port
+    # identical watermarks per epoch in both offset logs
+    def marks(root):
+        d = root / "ck" / "spark" / "offsets"
+        return {f.name: json.loads(f.read_text().splitlines()[2])["watermark"]
+                for f in d.iterdir() if f.name.isdigit()}
+    assert marks(whole) == marks(split)
