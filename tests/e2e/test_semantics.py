@@ -10,8 +10,8 @@ import json
 import time
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import wire
