@@ -1,5 +1,37 @@
-"""Sink connectors (public namespace): ``wire.sinks.parquet / jsonl / console``."""
+"""Sink connectors (public namespace), each with its declared guarantee (SPEC §6).
 
+=================  ==============  ==================================================
+constructor        guarantee       how a replayed epoch is handled
+=================  ==============  ==================================================
+``parquet(path)``  exactly_once    one file per epoch, atomic rename; skipped if present
+``jsonl(path)``    exactly_once    same, JSON Lines
+``delta(path)``    exactly_once    Delta app transaction (flow/sink, epoch); skipped
+``postgres(...)``  exactly_once    rows + epoch marker in one transaction ("append")
+                   idempotent      upsert by key ("upsert")
+``sqlite(...)``    idempotent      upsert by key
+``webhook(url)``   at_least_once   re-POSTed with the same Idempotency-Key
+``console()``      at_least_once   printed again
+=================  ==============  ==================================================
+"""
+
+from wire.connectors.delta import DeltaSink, delta
+from wire.connectors.postgres import PostgresAppendSink, PostgresUpsertSink, postgres
 from wire.connectors.sinks import Sink, console, jsonl, parquet
+from wire.connectors.sqlite import SqliteSink, sqlite
+from wire.connectors.webhook import WebhookSink, webhook
 
-__all__ = ["Sink", "console", "jsonl", "parquet"]
+__all__ = [
+    "DeltaSink",
+    "PostgresAppendSink",
+    "PostgresUpsertSink",
+    "Sink",
+    "SqliteSink",
+    "WebhookSink",
+    "console",
+    "delta",
+    "jsonl",
+    "parquet",
+    "postgres",
+    "sqlite",
+    "webhook",
+]

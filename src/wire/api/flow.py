@@ -179,6 +179,8 @@ class Flow:
         key_groups: int = 16,
         max_epochs: int | None = None,
         progress: bool = False,
+        max_restarts: int = 0,
+        restart_backoff_s: float = 1.0,
     ) -> RunSummary:
         """Compile the flow to one Spark streaming query and run it.
 
@@ -203,6 +205,10 @@ class Flow:
             already planned, is replayed on restart). For tests and demos.
         progress:
             Print one line per epoch.
+        max_restarts, restart_backoff_s:
+            Supervision (SPEC §6): when the query fails, run it again from the last
+            completed epoch after ``restart_backoff_s``, doubling up to 60 s, at most
+            ``max_restarts`` times; the failed epoch is replayed, never skipped.
 
         Returns
         -------
@@ -213,15 +219,21 @@ class Flow:
         ------
         PlanError, ConfigError, CheckpointError, FlowFailed
         """
-        return self.start(
-            checkpoint,
-            master=master,
-            spark_conf=spark_conf,
-            spark=spark,
-            key_groups=key_groups,
-            max_epochs=max_epochs,
-            progress=progress,
-        ).await_termination()
+        from wire.runtime.supervisor import RestartPolicy, supervise
+
+        def attempt() -> RunSummary:
+            return self.start(
+                checkpoint,
+                master=master,
+                spark_conf=spark_conf,
+                spark=spark,
+                key_groups=key_groups,
+                max_epochs=max_epochs,
+                progress=progress,
+            ).await_termination()
+
+        policy = RestartPolicy(max_restarts=max_restarts, initial_backoff_s=restart_backoff_s)
+        return supervise(attempt, policy, flow_id=self.flow_id)
 
     def start(
         self,

@@ -136,7 +136,9 @@ class _Compiled:
     from_source: bool
 
 
-def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFlow:
+def compile_plan(
+    plan: Plan, spark: SparkSession, key_groups: int, control_file: str | None = None
+) -> CompiledFlow:
     """Compile ``plan`` to one streaming DataFrame (nothing runs yet).
 
     Raises
@@ -150,7 +152,7 @@ def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFl
     bounded = True
     for node in order:
         if isinstance(node, SourceNode):
-            df, payload, ends = _open_source(spark, node, key_groups)
+            df, payload, ends = _open_source(spark, node, key_groups, control_file)
             if node.key is not None and node.key not in payload.names:
                 raise ConfigError("key", node.key, f"a column of the source: {payload.names}",
                                   step=node.step)
@@ -209,7 +211,7 @@ def compile_plan(plan: Plan, spark: SparkSession, key_groups: int) -> CompiledFl
 
 
 def _open_source(
-    spark: SparkSession, src: SourceNode, key_groups: int
+    spark: SparkSession, src: SourceNode, key_groups: int, control_file: str | None
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends."""
     connector = src.connector
@@ -235,6 +237,7 @@ def _open_source(
         max_delay_ms=src.watermark.max_delay_ms,
         max_events_per_epoch=src.max_events_per_epoch,
         key_groups=key_groups,
+        control_file=control_file,
     )
     register(spark)
     return read_stream(spark, binding), payload, connector.bounded

@@ -41,6 +41,7 @@ from wire.connectors.watermarks import (
 )
 from wire.errors import WireError
 from wire.runtime import envelope
+from wire.runtime.control import is_paused
 
 if TYPE_CHECKING:
     from wire.connectors.files import SourceBinding
@@ -185,7 +186,7 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``watermark_interval``); a bounded source whose files are all read returns,
         once, an ``ended`` offset with the maximal watermark.
         """
-        if start["ended"]:
+        if start["ended"] or is_paused(self._binding.control_file, self._binding.step):
             return start
         budget = self._budget(limit)
         now = self._clock()

@@ -272,6 +272,8 @@ class SourceBinding:
     max_delay_ms: int
     max_events_per_epoch: int
     key_groups: int
+    control_file: str | None = None
+    """The flow's control file (:mod:`wire.runtime.control`): pause / graceful stop."""
 
     def __post_init__(self) -> None:
         step = self.step

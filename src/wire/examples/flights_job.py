@@ -14,6 +14,9 @@ Outputs (Parquet, one file per epoch, exactly-once):
 mean_dep_delay, max_dep_delay, emit (final|update), epoch;
 ``<out>/late``: the event's columns + event_time, watermark (int64 ms), reason, epoch;
 ``<out>/dead_letter``: malformed records (step, location, reason, record, epoch).
+
+Re-running resumes an unfinished run from its checkpoint (``<out>/_checkpoint``), e.g.
+after a crash; a finished run, or ``--fresh``, starts over.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import wire
 from wire.examples.flights import prepare_flights
+from wire.runtime.checkpoint import finished
 
 DEFAULT_DELAY = "60m"
 DEFAULT_LATENESS = "180m"
@@ -65,6 +69,12 @@ def flights_flow(
     return flow
 
 
+def default_flow() -> wire.Flow:
+    """The main job's flow with its defaults (for ``wire run``), input prepared under out/."""
+    prepare_flights(Path("out/flights/input"))
+    return flights_flow("out/flights/input/*.parquet", "out/flights")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prepare the input, run the flow, print the summary."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -73,12 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-delay", default=DEFAULT_DELAY, help="watermark delay, e.g. 60m")
     p.add_argument("--allowed-lateness", default=DEFAULT_LATENESS, help="e.g. 180m")
     p.add_argument("--limit", type=int, default=None, help="only the first N flights")
-    p.add_argument("--resume", action="store_true", help="keep outputs and checkpoint")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over even if an unfinished checkpoint exists")
     p.add_argument("--master", default="local[*]", help="Spark master URL")
     args = p.parse_args(argv)
 
     out = Path(args.out)
-    if not args.resume:
+    checkpoint = out / "_checkpoint"
+    if checkpoint.exists() and not args.fresh and not finished(checkpoint):
+        print(f"resuming the unfinished run in {checkpoint} (--fresh starts over)")
+    else:
         for sub in ("windows", "late", "dead_letter", "_checkpoint"):
             shutil.rmtree(out / sub, ignore_errors=True)
     t0 = time.perf_counter()
@@ -94,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = wire.spark(args.master, log_file=out / "spark.log")
     print(f"Spark {spark.version} on {args.master} (Spark's log: {out / 'spark.log'})")
-    summary = flow.run(checkpoint=str(out / "_checkpoint"), spark=spark)
+    summary = flow.run(checkpoint=str(checkpoint), spark=spark, max_restarts=3)
     into_window = summary.metrics[("hourly", "events")]
     print(summary.render())
     print(f"  filtered (cancelled, no dep_delay) {summary.input_events - into_window:>6,}")

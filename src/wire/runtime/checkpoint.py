@@ -65,3 +65,62 @@ def open_checkpoint(
     )
     os.replace(tmp, path)
     return meta
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """One epoch of a checkpoint, as Spark's offset and commit logs record it."""
+
+    epoch: int
+    offsets: tuple[dict | None, ...]
+    """Per source (in the query's source order), the end offset Wire's source wrote."""
+    watermarks: tuple[int | None, ...]
+    """Per source, the watermark after the epoch (ms), when the offset records one."""
+    committed: bool
+    """True when the epoch completed (Spark's commit log has it)."""
+
+
+def _numbered(d: Path) -> list[int]:
+    return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
+
+
+def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
+    """The epochs of a flow's checkpoint, oldest first.
+
+    Raises
+    ------
+    CheckpointError
+        If ``checkpoint`` has no Spark checkpoint (not a flow checkpoint).
+    """
+    spark = Path(spark_checkpoint(checkpoint))
+    if not (spark / "offsets").is_dir():
+        raise CheckpointError(f"{str(checkpoint)!r} is not a Wire checkpoint (no spark/offsets)")
+    committed = set(_numbered(spark / "commits"))
+    out = []
+    for n in _numbered(spark / "offsets"):
+        lines = (spark / "offsets" / str(n)).read_text().splitlines()[2:]
+        offsets = tuple(None if line.strip() == "-" else json.loads(line) for line in lines)
+        marks = tuple(o.get("watermark") if isinstance(o, dict) else None for o in offsets)
+        out.append(EpochInfo(n, offsets, marks, n in committed))
+    return out
+
+
+def epochs_settled(checkpoint: str | os.PathLike[str]) -> bool:
+    """True when every planned epoch has completed (nothing is in flight)."""
+    spark = Path(spark_checkpoint(checkpoint))
+    planned, done = _numbered(spark / "offsets"), _numbered(spark / "commits")
+    return (planned[-1:] == done[-1:])
+
+
+def finished(checkpoint: str | os.PathLike[str]) -> bool:
+    """True when the checkpoint's flow consumed all of its (bounded) input.
+
+    That is: the last epoch completed and every source's offset says it ended.
+    """
+    try:
+        epochs = list_epochs(checkpoint)
+    except CheckpointError:
+        return False
+    if not epochs or not epochs[-1].committed:
+        return False
+    return all(isinstance(o, dict) and o.get("ended") for o in epochs[-1].offsets)

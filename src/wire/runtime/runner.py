@@ -26,7 +26,8 @@ from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.connectors.sinks import Sink
 from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import ALL_STEPS, OUT, Plan, PortRef, SinkNode
-from wire.runtime.checkpoint import open_checkpoint, spark_checkpoint
+from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
+from wire.runtime.control import control_path, set_stopping, write_control
 from wire.runtime.ports import split_ports
 from wire.runtime.session import spark_session
 
@@ -50,6 +51,8 @@ class RunSummary:
     epoch_wall_seconds: list[float] = field(default_factory=list)
     stopped_early: bool = False
     source_steps: tuple[str, ...] = ()
+    restarts: int = 0
+    failures: list[str] = field(default_factory=list)
 
     gauges: dict[tuple[str, str], int] = field(default_factory=dict)
     """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
@@ -81,6 +84,18 @@ class RunSummary:
                 out.setdefault(step, {})[name] = value
         return out
 
+    def merge(self, later: RunSummary) -> RunSummary:
+        """Fold in ``later``, the summary of a restart of the same flow; return self."""
+        self.epochs += later.epochs
+        self.elapsed_s += later.elapsed_s
+        self.metrics.update(later.metrics)
+        self.rows_written.update(later.rows_written)
+        self.emitted.update(later.emitted)
+        self.epoch_wall_seconds += later.epoch_wall_seconds
+        self.gauges.update(later.gauges)
+        self.stopped_early = later.stopped_early
+        return self
+
     def total(self, counter: str) -> int:
         """Sum of ``counter`` over all steps."""
         return sum(v for (_, name), v in self.metrics.items() if name == counter)
@@ -98,10 +113,13 @@ class RunSummary:
             f"  input events      {self.input_events:>10,}",
             f"  malformed         {self.total('malformed'):>10,}",
             f"  late events       {self.total('late'):>10,}",
+            f"  windows early     {self.emitted['early']:>10,}",
             f"  windows final     {self.emitted['final']:>10,}",
             f"  windows update    {self.emitted['update']:>10,}",
             f"  events per second {rate:>10,.0f}",
         ]
+        if self.restarts:
+            lines.append(f"  restarts          {self.restarts:>10,}")
         return "\n".join(lines)
 
 
@@ -127,6 +145,8 @@ class EpochDispatcher:
         self.max_epochs = max_epochs
         self.progress = progress
         self.stop_requested = False
+        self.last_error: str | None = None
+        """Why the last epoch failed on the driver (a sink's exception), if it did."""
         self._last = time.perf_counter()
 
     def _rows_for(self, ref: PortRef, ports: dict[str, pa.Table]) -> pa.Table | None:
@@ -147,7 +167,11 @@ class EpochDispatcher:
             if rows is None or rows.num_rows == 0:
                 continue
             rows = rows.append_column("epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
-            node.sink.write_epoch(epoch, rows)
+            try:
+                node.sink.write_epoch(epoch, rows)
+            except Exception as e:
+                self.last_error = f"epoch {epoch}: sink {node.step!r} raised {e!r}"
+                raise
             self.summary.rows_written[node.step] += rows.num_rows
         main = ports[self.main_port]
         if "emit" in main.column_names:
@@ -174,8 +198,10 @@ class RunningFlow:
     """
 
     def __init__(self, plan: Plan, query: StreamingQuery, dispatcher: EpochDispatcher,
-                 sinks: list[Sink], started: float) -> None:
+                 sinks: list[Sink], started: float, checkpoint: str) -> None:
         self.plan = plan
+        self.checkpoint = checkpoint
+        self.control_file = control_path(checkpoint)
         self.query = query
         self.summary = dispatcher.summary
         self._dispatcher = dispatcher
@@ -196,9 +222,23 @@ class RunningFlow:
         """True while the Spark query runs."""
         return bool(self.query.isActive)
 
-    def stop(self) -> RunSummary:
-        """Stop the query (an epoch in flight is replayed on the next run) and finish."""
+    def stop(self, *, graceful: bool = True, timeout_s: float = 120.0) -> RunSummary:
+        """Stop the flow.
+
+        Graceful (default): sources admit nothing more, the epoch in flight finishes
+        and commits, then the query stops, so nothing is replayed on the next run.
+        Otherwise (or after ``timeout_s``) the query stops at once and an epoch in
+        flight is replayed on the next run.
+        """
+        if graceful and self.query.isActive:
+            set_stopping(self.control_file, True)
+            deadline = time.monotonic() + timeout_s
+            while self.query.isActive and time.monotonic() < deadline:
+                if epochs_settled(self.checkpoint):
+                    break
+                time.sleep(0.1)
         self.query.stop()
+        set_stopping(self.control_file, False)
         self.summary.stopped_early = True
         return self._finish()
 
@@ -215,7 +255,8 @@ class RunningFlow:
         except StreamingQueryException as e:
             if not self._dispatcher.stop_requested:
                 self._finish()
-                raise FlowFailed(f"flow {self.flow_id!r} failed: {e}") from e
+                cause = self._dispatcher.last_error or str(e)
+                raise FlowFailed(f"flow {self.flow_id!r} failed: {cause}") from e
             self.summary.stopped_early = True
         except KeyboardInterrupt:
             self.query.stop()
@@ -248,8 +289,10 @@ def start_plan(
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
     meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups)
+    control = control_path(checkpoint)
+    write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")
-    compiled = compile_plan(plan, spark, key_groups)
+    compiled = compile_plan(plan, spark, key_groups, control)
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
@@ -274,7 +317,7 @@ def start_plan(
         for sink in opened:
             sink.close()
         raise
-    return RunningFlow(plan, query, dispatcher, opened, started)
+    return RunningFlow(plan, query, dispatcher, opened, started, checkpoint)
 
 
 def run_plan(plan: Plan, **kwargs: Any) -> RunSummary:

@@ -1,0 +1,1 @@
+"""The ``wire`` command line."""

@@ -1,0 +1,139 @@
+"""``wire``: run flows, inspect checkpoints, pause and resume (SPEC §9).
+
+Commands::
+
+    wire run MODULE:ATTR --checkpoint DIR [--fresh] [--master URL] [--max-restarts N]
+    wire checkpoints DIR
+    wire pause DIR [--connector STEP]
+    wire resume DIR [--connector STEP]
+
+``MODULE:ATTR`` names a :class:`wire.Flow` or a function returning one, e.g.
+``wire.examples.flights_job:default_flow``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wire.api.flow import Flow
+from wire.errors import WireError
+from wire.runtime.checkpoint import finished, list_epochs
+from wire.runtime.control import control_path, read_control, set_paused
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Wire: event-time streams on Spark.")
+console = Console()
+
+NO_WATERMARK = -(2**63)
+MAX_WATERMARK = 2**63 - 1
+
+
+def load_flow(target: str) -> Flow:
+    """Import ``module:attr`` and return the Flow it names (calling it if it is a function).
+
+    Raises
+    ------
+    typer.BadParameter
+        If the target cannot be imported or is not a Flow.
+    """
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise typer.BadParameter(f"{target!r}: expected MODULE:ATTR, e.g. mypkg.flows:orders")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise typer.BadParameter(f"{target!r}: {e}") from e
+    flow = obj() if callable(obj) and not isinstance(obj, Flow) else obj
+    if not isinstance(flow, Flow):
+        raise typer.BadParameter(f"{target!r} is a {type(flow).__name__}, not a wire.Flow")
+    return flow
+
+
+def _fmt_wm(wm: int | None) -> str:
+    if wm is None or wm == NO_WATERMARK:
+        return "-"
+    if wm == MAX_WATERMARK:
+        return "end"
+    return str(wm)
+
+
+@app.command()
+def run(
+    target: Annotated[str, typer.Argument(help="MODULE:ATTR naming a wire.Flow")],
+    checkpoint: Annotated[str, typer.Option(help="the flow's checkpoint directory")],
+    fresh: Annotated[bool, typer.Option(help="delete the checkpoint and start over")] = False,
+    master: Annotated[str, typer.Option(help="Spark master URL")] = "local[*]",
+    max_restarts: Annotated[int, typer.Option(help="restarts after a failure")] = 3,
+) -> None:
+    """Run a flow; an unfinished checkpoint is resumed from its last completed epoch."""
+    flow = load_flow(target)
+    if fresh and Path(checkpoint).exists():
+        shutil.rmtree(checkpoint)
+        console.print(f"started fresh: removed {checkpoint}")
+    elif Path(checkpoint).exists():
+        state = "finished" if finished(checkpoint) else "unfinished"
+        console.print(f"resuming from the {state} checkpoint {checkpoint}")
+    with console.status(f"running flow {flow.flow_id} ..."):
+        try:
+            summary = flow.run(checkpoint, master=master, max_restarts=max_restarts)
+        except WireError as e:
+            console.print(f"[red]error:[/red] {e}")
+            raise typer.Exit(1) from e
+    console.print(summary.render())
+
+
+@app.command()
+def checkpoints(path: Annotated[str, typer.Argument(help="a flow's checkpoint directory")]) -> None:
+    """List the epochs of a checkpoint: offsets, watermark, committed or not."""
+    try:
+        epochs = list_epochs(path)
+    except WireError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1) from e
+    table = Table(title=f"checkpoint {path}")
+    for col in ("epoch", "source offsets", "watermark (ms)", "committed"):
+        table.add_column(col)
+    for e in epochs:
+        offs = []
+        for i, o in enumerate(e.offsets):
+            if isinstance(o, dict):
+                pos = o.get("admitted", o.get("step"))
+                offs.append(f"#{i}: {pos}{' ended' if o.get('ended') else ''}")
+            else:
+                offs.append(f"#{i}: -")
+        marks = ", ".join(_fmt_wm(w) for w in e.watermarks)
+        table.add_row(str(e.epoch), "; ".join(offs), marks, "yes" if e.committed else "no")
+    console.print(table)
+    ctl = read_control(control_path(path))
+    if ctl.get("paused"):
+        console.print("flow is paused")
+
+
+@app.command()
+def pause(
+    checkpoint: Annotated[str, typer.Argument(help="the running flow's checkpoint directory")],
+    connector: Annotated[str | None, typer.Option(help="pause only this source step")] = None,
+) -> None:
+    """Pause a running flow (or one source): no new epochs, state kept."""
+    set_paused(control_path(checkpoint), True, connector)
+    console.print(f"paused {connector or 'flow'} ({checkpoint})")
+
+
+@app.command()
+def resume(
+    checkpoint: Annotated[str, typer.Argument(help="the running flow's checkpoint directory")],
+    connector: Annotated[str | None, typer.Option(help="resume only this source step")] = None,
+) -> None:
+    """Resume a paused flow (or one source)."""
+    set_paused(control_path(checkpoint), False, connector)
+    console.print(f"resumed {connector or 'flow'} ({checkpoint})")
+
+
+if __name__ == "__main__":
+    app()

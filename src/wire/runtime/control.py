@@ -1,0 +1,73 @@
+"""Flow control shared between the driver and the sources' planner process.
+
+The planner methods of Python data sources run in a separate Python process on
+the driver host (SPEC §10), so the driver steers them through a small JSON file
+in the flow's checkpoint directory, ``<checkpoint>/control.json``::
+
+    {"paused": false, "connectors": {"flights": {"paused": true}}}
+
+Before planning each epoch, a source reads it (:func:`is_paused`); a paused
+source admits nothing (``latestOffset`` returns its start offset), so no new
+epoch runs while the Spark query, its state and its checkpoint stay as they are
+(SPEC §5, §7: pause without losing state). Writes are atomic (rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+CONTROL_FILE = "control.json"
+
+
+def control_path(checkpoint: str | os.PathLike[str]) -> str:
+    """The control file of the flow whose checkpoint is ``checkpoint``."""
+    return str(Path(checkpoint) / CONTROL_FILE)
+
+
+def read_control(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The control document (an empty one when the file does not exist)."""
+    if path is None:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def is_paused(path: str | os.PathLike[str] | None, connector: str | None = None) -> bool:
+    """True when the flow, or the given connector (step id), is paused."""
+    doc = read_control(path)
+    if doc.get("paused") or doc.get("stopping"):
+        return True
+    if connector is None:
+        return False
+    return bool(doc.get("connectors", {}).get(connector, {}).get("paused"))
+
+
+def write_control(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+    """Replace the control document atomically."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, sort_keys=True))
+    os.replace(tmp, p)
+
+
+def set_paused(path: str | os.PathLike[str], paused: bool, connector: str | None = None) -> None:
+    """Pause or resume the whole flow, or one connector."""
+    doc = read_control(path)
+    if connector is None:
+        doc["paused"] = paused
+    else:
+        doc.setdefault("connectors", {}).setdefault(connector, {})["paused"] = paused
+    write_control(path, doc)
+
+
+def set_stopping(path: str | os.PathLike[str], stopping: bool) -> None:
+    """Mark a graceful stop in progress (sources admit nothing more)."""
+    doc = read_control(path)
+    doc["stopping"] = stopping
+    write_control(path, doc)
