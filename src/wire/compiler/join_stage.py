@@ -20,17 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from wire.compiler.arrow_types import arrow_payload_schema, spark_schema
 from wire.compiler.keyed import (
-    OPERATOR_STATE,
+    GroupInput,
+    KeyedProcessor,
     OperatorState,
     output_frame,
     pack_events,
     pandas_safe,
     passthrough,
-    read_group,
 )
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
@@ -97,33 +96,24 @@ class PackSide:
                              key_group=0)
 
 
-class JoinProcessor(StatefulProcessor):
+class JoinProcessor(KeyedProcessor):
     """transformWithStateInPandas processor: one key group's join buffers, once per epoch."""
 
     def __init__(self, stage: JoinStage) -> None:
         self.stage = stage
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variable."""
-        self.state = handle.getValueState("operator", OPERATOR_STATE)
+        self.channels = stage.channels
 
     def _side(self, blobs: dict[str, list[pa.Table]], side: str) -> pa.Table:
         schema = self.stage.side_schema(side)
         parts = [t.select(schema.names).cast(schema) for t in blobs.get(side, [])]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
-    def handleInputRows(
-        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object
-    ) -> Iterator[pd.DataFrame]:
-        """Join key group ``key[0]``'s new events of one epoch."""
+    def process(
+        self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
+    ) -> pd.DataFrame:
+        """Join the epoch's new events with both buffers."""
         st = self.stage
-        group = read_group(rows)
-        if group is None:
-            return
-        op = OperatorState.load(self.state.get())
         tables = op.tables or {}
-        wm_in = op.wm_in
-        new_in = op.advance_input(group.marks, st.channels)
         left_state, right_state, joined, late = J.join_epoch(
             tables.get(LEFT), tables.get(RIGHT), self._side(group.blobs, LEFT),
             self._side(group.blobs, RIGHT), wm_in, new_in, st.spec,
@@ -132,7 +122,6 @@ class JoinProcessor(StatefulProcessor):
         lateness = st.spec.allowed_lateness_ms
         new_out = max(old_out, new_in - lateness if new_in > -(2**63) + lateness else new_in)
         op.wm_in, op.wm_out, op.tables = new_in, new_out, {LEFT: left_state, RIGHT: right_state}
-        self.state.update(op.dump())
         stats = {
             "joined": joined.num_rows,
             "late": late.num_rows,
@@ -140,14 +129,11 @@ class JoinProcessor(StatefulProcessor):
             "gauge:output_watermark": new_out,
             "gauge:buffered": left_state.num_rows + right_state.num_rows,
         }
-        yield output_frame(
-            st.out, step=st.step, kg=int(key[0]), key_groups=st.key_groups, results=joined,
+        return output_frame(
+            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=joined,
             event_time=joined.column("event_time"), watermark=old_out, side_in=group.table,
             late=late, late_port=PortRef(st.step, LATE).port_id(), new_out=new_out, stats=stats,
         )
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def _keyed(df: DataFrame, key: str, key_groups: int) -> DataFrame:

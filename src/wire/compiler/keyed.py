@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from wire.runtime.envelope import (
@@ -248,3 +249,45 @@ def output_frame(
     )
     batches.append(side_batch(out, METRICS_PORT, metrics_table(step, stats)))
     return pa.Table.from_batches(batches, schema=out).to_pandas(integer_object_nulls=True)
+
+
+class KeyedProcessor(StatefulProcessor):
+    """Base of Wire's transformWithStateInPandas processors: one call per key group per epoch.
+
+    It loads the key group's :class:`OperatorState`, folds the epoch's watermark rows
+    into the input watermark, calls :meth:`process` and stores the state back.
+    """
+
+    channels: tuple[str, ...]
+    """The operator's input watermark channels (set by the subclass)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the state variable (called by Spark once per task)."""
+        self.state = handle.getValueState("operator", OPERATOR_STATE)
+
+    def handleInputRows(
+        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object
+    ) -> Iterator[pd.DataFrame]:
+        """Process key group ``key[0]``'s rows of one epoch."""
+        group = read_group(rows)
+        if group is None:
+            return
+        op = OperatorState.load(self.state.get())
+        wm_in = op.wm_in
+        new_in = op.advance_input(group.marks, self.channels)
+        frame = self.process(int(key[0]), group, op, wm_in, new_in)
+        self.state.update(op.dump())
+        yield frame
+
+    def process(
+        self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
+    ) -> pd.DataFrame:
+        """One epoch of key group ``kg``: update ``op`` (watermarks, tables), return output.
+
+        ``wm_in`` is the input watermark in force while the epoch's events arrived,
+        ``new_in`` the input watermark after the epoch.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release."""

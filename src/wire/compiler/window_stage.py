@@ -34,13 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from wire.api.windowing import Sliding, Tumbling
 from wire.compiler.arrow_types import arrow_payload_schema, spark_schema
 from wire.compiler.keyed import (
     NO_WATERMARK,
-    OPERATOR_STATE,
+    GroupInput,
+    KeyedProcessor,
     OperatorState,
     blob_row,
     events_of,
@@ -48,7 +48,6 @@ from wire.compiler.keyed import (
     pack_events,
     pandas_safe,
     passthrough,
-    read_group,
     split_by_group,
 )
 from wire.errors import ConfigError
@@ -138,7 +137,7 @@ class PreStage:
             yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(st.step, stats), key_group=0)
 
 
-class WindowProcessor(StatefulProcessor):
+class WindowProcessor(KeyedProcessor):
     """transformWithStateInPandas processor: one key group's windows, once per epoch.
 
     State: :data:`~wire.compiler.keyed.OPERATOR_STATE` with one table, ``windows``
@@ -147,24 +146,14 @@ class WindowProcessor(StatefulProcessor):
 
     def __init__(self, stage: WindowStage) -> None:
         self.stage = stage
+        self.channels = stage.channels
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variable (called by Spark once per task)."""
-        self.state = handle.getValueState("operator", OPERATOR_STATE)
-
-    def handleInputRows(
-        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object
-    ) -> Iterator[pd.DataFrame]:
-        """Process key group ``key[0]``'s rows of one epoch."""
+    def process(
+        self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
+    ) -> pd.DataFrame:
+        """Merge the epoch's events into the windows, emit results by the watermark."""
         st = self.stage
-        group = read_group(rows)
-        if group is None:
-            return
-        op = OperatorState.load(self.state.get())
         windows = (op.tables or {}).get("windows")
-        wm_in = op.wm_in
-        new_in = op.advance_input(group.marks, st.channels)
-
         late_parts: list[pa.Table] = []
         partials = list(group.blobs.get(PARTIALS, []))
         candidates = list(group.blobs.get(CANDIDATES, []))
@@ -202,7 +191,6 @@ class WindowProcessor(StatefulProcessor):
         old_out = op.wm_out
         new_out = max(old_out, new_in if hold is None else min(new_in, hold))
         op.wm_in, op.wm_out, op.tables = new_in, new_out, {"windows": new_windows}
-        self.state.update(op.dump())
 
         late_parts = [t for t in late_parts if t.num_rows]
         late = pa.concat_tables(late_parts) if late_parts else None
@@ -215,14 +203,11 @@ class WindowProcessor(StatefulProcessor):
         stats["gauge:input_watermark"] = new_in
         stats["gauge:output_watermark"] = new_out
         stats["gauge:open_windows"] = new_windows.num_rows
-        yield output_frame(
-            st.out, step=st.step, kg=int(key[0]), key_groups=st.key_groups, results=results,
+        return output_frame(
+            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=results,
             event_time=results.column("window_start"), watermark=old_out, side_in=group.table,
             late=late, late_port=PortRef(st.step, LATE).port_id(), new_out=new_out, stats=stats,
         )
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def window_spec(node: WindowAggregateNode, key: str) -> W.WindowSpec:
