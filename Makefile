@@ -1,12 +1,13 @@
 # Wire: two commands do all the set-up on a fresh machine.
 #   make run   - create .venv, install Wire, run the main job (NYC flights 2013)
-#   make test  - create .venv, install Wire, run the whole test suite
+#   make test  - create .venv, install Wire, run the test suite (all but the tests marked slow)
+#   make test-all - the same, slow tests included (24-kill fault injection, Spark cluster)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast bench lint java-check clean
+.PHONY: run test test-all bench lint java-check clean
 
 java-check:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 or newer is required (Spark runs on the JVM) and 'java' was not found on PATH"; exit 1; }
@@ -22,13 +23,14 @@ run: java-check $(STAMP)
 	$(PY) -m wire.examples.flights_job
 
 test: java-check $(STAMP)
-	$(PY) -m pytest
-
-test-fast: java-check $(STAMP)
 	$(PY) -m pytest -m "not slow"
+
+test-all: java-check $(STAMP)
+	$(PY) -m pytest
 
 bench: java-check $(STAMP)
 	$(PY) bench/windows_bench.py
+	$(PY) bench/backlog_memory.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

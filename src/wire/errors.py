@@ -35,3 +35,11 @@ class CheckpointError(WireError):
 
 class FlowFailed(WireError):
     """The Spark query running a flow failed; the cause is chained."""
+
+
+class ControlPlaneError(WireError):
+    """A control-plane call failed; ``status_code`` is the HTTP status (None: no answer)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)

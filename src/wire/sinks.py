@@ -11,27 +11,34 @@ constructor        guarantee       how a replayed epoch is handled
 ``sqlite(...)``    idempotent      upsert by key
 ``webhook(url)``   at_least_once   re-POSTed with the same Idempotency-Key
 ``console()``      at_least_once   printed again
+``guarded(sink)``  (the sink's)    retried until accepted, behind a circuit breaker
+``round_robin()``  at_least_once   slices may be re-sent to another member
 =================  ==============  ==================================================
 """
 
 from wire.connectors.delta import DeltaSink, delta
 from wire.connectors.postgres import PostgresAppendSink, PostgresUpsertSink, postgres
+from wire.connectors.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
 from wire.connectors.sinks import Sink, console, jsonl, parquet
 from wire.connectors.sqlite import SqliteSink, sqlite
 from wire.connectors.webhook import WebhookSink, webhook
 
 __all__ = [
     "DeltaSink",
+    "GuardedSink",
     "PostgresAppendSink",
     "PostgresUpsertSink",
+    "RoundRobinSink",
     "Sink",
     "SqliteSink",
     "WebhookSink",
     "console",
     "delta",
+    "guarded",
     "jsonl",
     "parquet",
     "postgres",
+    "round_robin",
     "sqlite",
     "webhook",
 ]

@@ -117,6 +117,7 @@ class StandaloneCluster:
         self.webui_port = 0
         self._master: subprocess.Popen[bytes] | None = None
         self._workers: list[subprocess.Popen[bytes]] = []
+        self._worker_webui_ports: list[int] = []
         self._logs: list[Any] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -172,10 +173,11 @@ class StandaloneCluster:
             for i in range(self.workers):
                 work = self.dir / f"worker-{i}"
                 (work / "local").mkdir(parents=True)
+                self._worker_webui_ports.append(free_port())
                 self._workers.append(self._spawn(
                     f"worker-{i}",
                     "org.apache.spark.deploy.worker.Worker",
-                    ["--host", HOST, "--port", "0", "--webui-port", str(free_port()),
+                    ["--host", HOST, "--port", "0", "--webui-port", str(self._worker_webui_ports[i]),
                      "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
                      "--work-dir", str(work), self.master_url],
                     {"SPARK_LOCAL_DIRS": str(work / "local")},
@@ -194,6 +196,7 @@ class StandaloneCluster:
             f.close()
         self._logs.clear()
         self._workers.clear()
+        self._worker_webui_ports.clear()
         self._master = None
         if self.dir is not None and not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -214,9 +217,18 @@ class StandaloneCluster:
 
     def state(self) -> dict[str, Any]:
         """The master's state: ``/json/`` of its web UI (workers, apps, status)."""
-        with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=5) as r:
-            data: dict[str, Any] = json.loads(r.read())
-        return data
+        return _get_json(f"{self.webui_url}/json/")
+
+    def worker_state(self, i: int) -> dict[str, Any]:
+        """Worker ``i``'s state: ``/json/`` of its web UI.
+
+        Its ``"executors"`` lists the running executors (``id``, ``appid``, ...).
+        """
+        return _get_json(f"http://{HOST}:{self._worker_webui_ports[i]}/json/")
+
+    def executor_ids(self, i: int) -> list[str]:
+        """Ids of the executors running on worker ``i`` (as the driver names them)."""
+        return [str(e["id"]) for e in self.worker_state(i).get("executors", [])]
 
     def alive_workers(self) -> int:
         """Workers the master currently counts as ALIVE."""
@@ -280,6 +292,12 @@ class StandaloneCluster:
         except OSError:
             return f"[{name}: no log]"
         return f"[{name}.log]\n" + "\n".join(text)
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        data: dict[str, Any] = json.loads(r.read())
+    return data
 
 
 def _kill_group(p: subprocess.Popen[bytes]) -> None:

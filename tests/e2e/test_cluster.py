@@ -8,17 +8,19 @@ local session of the test process.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from wire.examples.flights import prepare_flights
-from wire.testing_cluster import StandaloneCluster
+from wire.testing_cluster import StandaloneCluster, free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -33,15 +35,33 @@ JOB = textwrap.dedent(
     t0 = time.perf_counter()
     spark = wire.spark(master, conf, app_name="wire-cluster-test", log_file=f"{out}/spark.log")
     started = time.perf_counter() - t0
-    flow = flights_flow(glob, out, max_events_per_epoch=5_000)
+    spark.sparkContext.setLogLevel("WARN")  # the log then shows each lost task and its reason
+    # a short delay so that the late port gets events too (12 of these 60,000)
+    flow = flights_flow(glob, out, max_delay="5m", allowed_lateness="30m", max_events_per_epoch=5_000)
     summary = flow.run(checkpoint=f"{out}/_checkpoint", spark=spark, max_restarts=0)
+    executors, failed = [], []
+    if spark.sparkContext.uiWebUrl:  # the driver's REST API: what the executor loss cost
+        import urllib.request
+        def get(path):
+            with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/"
+                                        f"{spark.sparkContext.applicationId}/{path}") as r:
+                return json.loads(r.read())
+        executors = [{k: e.get(k) for k in ("id", "isActive", "completedTasks", "failedTasks",
+                                             "removeReason")} for e in get("allexecutors")]
+        for st in get("stages"):
+            if st["numFailedTasks"]:
+                for t in get(f"stages/{st['stageId']}/{st['attemptId']}/taskList?status=FAILED"):
+                    failed.append([st["stageId"], st["attemptId"], t["executorId"],
+                                   (t.get("errorMessage") or "").splitlines()[0][:160]])
     print(json.dumps({"startup_s": started, "run_s": summary.elapsed_s, "epochs": summary.epochs,
-                      "events": summary.input_events, "restarts": summary.restarts}))
+                      "events": summary.input_events, "restarts": summary.restarts,
+                      "executors": executors, "failed_tasks": failed}))
     spark.stop()
     """
 )
 
 CLUSTER_CONF = {
+    "spark.ui.enabled": "true",  # its REST API shows which executor runs tasks
     "spark.executor.memory": "1g",
     "spark.executor.cores": "1",
     "spark.driver.memory": "1g",
@@ -55,6 +75,7 @@ def start_job(master: str, glob: str, out: Path, conf: dict[str, str]) -> subpro
     return subprocess.Popen(
         [sys.executable, "-c", JOB, master, glob, str(out), json.dumps(conf)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
     )
 
 
@@ -67,6 +88,14 @@ def finish(job: subprocess.Popen[str], out: Path, timeout: float) -> dict:
     log = (out / "spark.log").read_text(errors="replace") if (out / "spark.log").exists() else ""
     assert job.returncode == 0, f"job failed ({job.returncode}):\n{stderr[-4000:]}\n{log[-4000:]}"
     return json.loads(stdout.strip().splitlines()[-1])
+
+
+def active_tasks(ui: str) -> dict[str, int]:
+    """Running tasks per executor id, from the driver's REST API."""
+    with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=5) as r:
+        app = json.loads(r.read())[0]["id"]
+    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/executors", timeout=5) as r:
+        return {e["id"]: e["activeTasks"] for e in json.loads(r.read())}
 
 
 def commits(out: Path) -> int:
@@ -90,7 +119,9 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
     t0 = time.perf_counter()
     with StandaloneCluster(workers=2, cores_per_worker=1, memory_per_worker="2g") as cluster:
         cluster_up = time.perf_counter() - t0
-        job = start_job(cluster.master_url, glob, cluster_out, CLUSTER_CONF)
+        ui_port = free_port()
+        job = start_job(cluster.master_url, glob, cluster_out,
+                        {**CLUSTER_CONF, "spark.ui.port": str(ui_port)})
         deadline = time.monotonic() + 150
         while commits(cluster_out) < 2:
             assert job.poll() is None, f"job ended before the kill:\n{job.communicate()[1][-4000:]}"
@@ -98,6 +129,11 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
             time.sleep(0.1)
         workers = cluster.state()["workers"]
         assert [w["coresused"] for w in workers] == [1, 1], "the app must run on both workers"
+        [victim] = cluster.executor_ids(0)
+        # kill worker 0 while its executor is running tasks of the current epoch
+        while active_tasks(f"http://127.0.0.1:{ui_port}").get(victim, 0) == 0:
+            assert time.monotonic() < deadline, f"executor {victim} never ran a task"
+            time.sleep(0.02)
         killed_at = commits(cluster_out)
         cluster.kill_worker(0)
         cluster.wait_for_workers(1, timeout_s=30)
@@ -107,6 +143,11 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
     assert commits(cluster_out) > killed_at
     assert result["events"] == data.events
     assert "Lost executor" in (cluster_out / "spark.log").read_text(errors="replace")
+    lost = next(e for e in result["executors"] if e["id"] == victim)
+    assert not lost["isActive"] and lost["failedTasks"] >= 1, lost  # its running tasks failed ...
+    survivor = next(e for e in result["executors"] if e["id"] != victim and e["id"] != "driver")
+    # ... and ran again on the other (whose reducers may fail once fetching the lost map output)
+    assert survivor["isActive"] and survivor["completedTasks"] > 0
 
     t1 = time.perf_counter()
     local = finish(start_job("local[2]", glob, local_out, {}), local_out, timeout=180)
@@ -115,8 +156,10 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
     print(f"\ncluster: up {cluster_up:.1f} s, driver start {result['startup_s']:.1f} s, "
           f"run {result['run_s']:.1f} s ({result['epochs']} epochs, worker killed after "
           f"{killed_at}), total {cluster_total:.1f} s; local: driver start {local['startup_s']:.1f} s, "
-          f"run {local['run_s']:.1f} s, total {local_total:.1f} s")
+          f"run {local['run_s']:.1f} s, total {local_total:.1f} s\n"
+          f"executors {result['executors']}\nfailed tasks {result['failed_tasks']}")
     assert local["epochs"] == result["epochs"]
     for name in ("windows", "late", "dead_letter"):
         assert rows(cluster_out, name) == rows(local_out, name), name
-    assert rows(local_out, "windows") and rows(local_out, "late")
+    assert len(rows(local_out, "windows")) > 3_000
+    assert len(rows(local_out, "late")) > 0

@@ -6,6 +6,13 @@ Commands::
     wire checkpoints DIR
     wire pause DIR [--connector STEP]
     wire resume DIR [--connector STEP]
+    wire status [FLOW_ID] --url URL
+    wire pause FLOW_ID --url URL --token TOKEN [--connector STEP]
+    wire resume FLOW_ID --url URL --token TOKEN [--connector STEP]
+
+``--url`` / ``--token`` talk to a running :class:`wire.control.ControlPlane` (they also
+read ``WIRE_URL`` / ``WIRE_TOKEN``); without ``--url``, pause / resume write the
+control file of the checkpoint directory directly.
 
 ``MODULE:ATTR`` names a :class:`wire.Flow` or a function returning one, e.g.
 ``wire.examples.flights_job:default_flow``.
@@ -23,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wire.api.flow import Flow
+from wire.control import client as control_client
 from wire.errors import WireError
 from wire.runtime.checkpoint import finished, list_epochs
 from wire.runtime.control import control_path, read_control, set_paused
@@ -115,24 +123,92 @@ def checkpoints(path: Annotated[str, typer.Argument(help="a flow's checkpoint di
         console.print("flow is paused")
 
 
+Url = Annotated[
+    str | None,
+    typer.Option(envvar="WIRE_URL", help="a control plane's URL, e.g. http://127.0.0.1:8787"),
+]
+Token = Annotated[str | None, typer.Option(envvar="WIRE_TOKEN", help="the control plane's bearer token")]
+
+
+def _change(target: str, paused: bool, connector: str | None, url: str | None, token: str | None) -> None:
+    verb = "paused" if paused else "resumed"
+    if url is None:
+        set_paused(control_path(target), paused, connector)
+        console.print(f"{verb} {connector or 'flow'} ({target})")
+        return
+    if not token:
+        console.print("[red]error:[/red] --url needs --token (or WIRE_TOKEN)")
+        raise typer.Exit(2)
+    call = control_client.pause if paused else control_client.resume
+    try:
+        state = call(url, token, target, connector)
+    except WireError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1) from e
+    console.print(f"{verb} {connector or 'flow'} of {target!r}; flow status: {state['status']}")
+
+
 @app.command()
 def pause(
-    checkpoint: Annotated[str, typer.Argument(help="the running flow's checkpoint directory")],
+    target: Annotated[str, typer.Argument(help="the flow's checkpoint directory, or its id with --url")],
     connector: Annotated[str | None, typer.Option(help="pause only this source step")] = None,
+    url: Url = None,
+    token: Token = None,
 ) -> None:
     """Pause a running flow (or one source): no new epochs, state kept."""
-    set_paused(control_path(checkpoint), True, connector)
-    console.print(f"paused {connector or 'flow'} ({checkpoint})")
+    _change(target, True, connector, url, token)
 
 
 @app.command()
 def resume(
-    checkpoint: Annotated[str, typer.Argument(help="the running flow's checkpoint directory")],
+    target: Annotated[str, typer.Argument(help="the flow's checkpoint directory, or its id with --url")],
     connector: Annotated[str | None, typer.Option(help="resume only this source step")] = None,
+    url: Url = None,
+    token: Token = None,
 ) -> None:
     """Resume a paused flow (or one source)."""
-    set_paused(control_path(checkpoint), False, connector)
-    console.print(f"resumed {connector or 'flow'} ({checkpoint})")
+    _change(target, False, connector, url, token)
+
+
+@app.command()
+def status(
+    url: Annotated[str, typer.Option(envvar="WIRE_URL", help="the control plane's URL")],
+    flow_id: Annotated[str | None, typer.Argument(help="one flow's id (default: list every flow)")] = None,
+) -> None:
+    """Show the flows of a running control plane, or one flow's watermarks, lag and counts."""
+    try:
+        answer = control_client.status(url, flow_id)
+    except WireError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1) from e
+    if flow_id is None:
+        table = Table(title=f"flows at {url}")
+        for col in ("flow", "status", "epochs", "input events"):
+            table.add_column(col)
+        for f in answer:
+            table.add_row(f["id"], f["status"], str(f["epochs"]), f"{f['input_events']:,}")
+        console.print(table)
+        return
+    rate = answer["input_rate"]
+    console.print(f"flow {answer['id']}: {answer['status']}, {answer['epochs']} epochs, "
+                  f"{answer['input_events']:,} events" + ("" if rate is None else f", {rate:,.0f} events/s"))
+    if answer["error"]:
+        console.print(f"[red]error:[/red] {answer['error']}")
+    table = Table(title="watermarks (ms)")
+    for col in ("step", "watermark", "value"):
+        table.add_column(col)
+    for step, marks in answer["watermarks"].items():
+        for kind, wm in marks.items():
+            table.add_row(step, kind, _fmt_wm(wm))
+    console.print(table)
+    for step, src in answer["sources"].items():
+        lag = "-" if src["lag_ms"] is None else f"{src['lag_ms']} ms"
+        console.print(f"source {step}: {'paused' if src['paused'] else 'running'}, "
+                      f"watermark {_fmt_wm(src['watermark'])}, lag {lag}")
+    for step, n in answer["late"].items():
+        console.print(f"late events at {step}: {n:,}")
+    for sink, state in answer["breakers"].items():
+        console.print(f"breaker {sink}: {state}")
 
 
 if __name__ == "__main__":

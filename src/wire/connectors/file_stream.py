@@ -265,6 +265,10 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         counters = {"records": records, "events": events, "malformed": records - events}
         counters["gauge:watermark"] = w1
+        counters["gauge:max_event_time"] = max(
+            (p.max_event_time for p in after.values() if p.max_event_time is not None),
+            default=NO_WATERMARK,
+        )
         counters.update({f"gauge:watermark:{n}": p.watermark for n, p in after.items()})
         control = tuple(sorted(counters.items()))
         if not tasks:

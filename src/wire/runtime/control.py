@@ -4,12 +4,16 @@ The planner methods of Python data sources run in a separate Python process on
 the driver host (SPEC §10), so the driver steers them through a small JSON file
 in the flow's checkpoint directory, ``<checkpoint>/control.json``::
 
-    {"paused": false, "connectors": {"flights": {"paused": true}}}
+    {"paused": false, "connectors": {"flights": {"paused": true}},
+     "breakers": {"orders_db": {"open": true, "retry_at": 1795000000.0}}}
 
 Before planning each epoch, a source reads it (:func:`is_paused`); a paused
 source admits nothing (``latestOffset`` returns its start offset), so no new
 epoch runs while the Spark query, its state and its checkpoint stay as they are
-(SPEC §5, §7: pause without losing state). Writes are atomic (rename).
+(SPEC §5, §7: pause without losing state). An open circuit breaker of a sink holds
+the sources the same way (contraflow, SPEC §7) and is recorded under ``breakers``
+(kept apart from ``paused`` so that closing a breaker never resumes a flow a user
+paused). Writes are atomic (rename).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def read_control(path: str | os.PathLike[str] | None) -> dict[str, Any]:
 def is_paused(path: str | os.PathLike[str] | None, connector: str | None = None) -> bool:
     """True when the flow, or the given connector (step id), is paused."""
     doc = read_control(path)
-    if doc.get("paused") or doc.get("stopping"):
+    if doc.get("paused") or doc.get("stopping") or doc.get("breakers"):
         return True
     if connector is None:
         return False
@@ -71,3 +75,24 @@ def set_stopping(path: str | os.PathLike[str], stopping: bool) -> None:
     doc = read_control(path)
     doc["stopping"] = stopping
     write_control(path, doc)
+
+
+def set_breaker(
+    path: str | os.PathLike[str], sink: str, is_open: bool, retry_at: float | None = None
+) -> None:
+    """Record that ``sink``'s circuit breaker opened or closed.
+
+    ``retry_at`` is the wall time of its next probe (seconds since the Unix epoch).
+    """
+    doc = read_control(path)
+    breakers = doc.setdefault("breakers", {})
+    if is_open:
+        breakers[sink] = {"open": True, "retry_at": retry_at}
+    else:
+        breakers.pop(sink, None)
+    write_control(path, doc)
+
+
+def open_breakers(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The open circuit breakers: sink step → ``{"open": True, "retry_at": ...}``."""
+    return dict(read_control(path).get("breakers", {}))

@@ -27,7 +27,7 @@ from wire.connectors.sinks import Sink
 from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import ALL_STEPS, OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
-from wire.runtime.control import control_path, set_stopping, write_control
+from wire.runtime.control import control_path, set_breaker, set_stopping, write_control
 from wire.runtime.ports import split_ports
 from wire.runtime.session import spark_session
 
@@ -205,6 +205,8 @@ class RunningFlow:
         self.query = query
         self.summary = dispatcher.summary
         self._dispatcher = dispatcher
+        self._breakers: dict[str, Any] = {}
+        self._listeners: list[tuple[Any, Any]] = []
         self._sinks = sinks
         self._started = started
         self._closed = False
@@ -218,6 +220,15 @@ class RunningFlow:
         """Per step, its latest input/output watermarks in ms (see RunSummary.watermarks)."""
         return self.summary.watermarks()
 
+    @property
+    def last_error(self) -> str | None:
+        """Why the last epoch failed on the driver (a sink's exception), if it did."""
+        return self._dispatcher.last_error
+
+    def breakers(self) -> dict[str, str]:
+        """Circuit breaker state per guarded sink step: closed, open or half_open."""
+        return {step: b.state for step, b in self._breakers.items()}
+
     def is_active(self) -> bool:
         """True while the Spark query runs."""
         return bool(self.query.isActive)
@@ -230,6 +241,10 @@ class RunningFlow:
         Otherwise (or after ``timeout_s``) the query stops at once and an epoch in
         flight is replayed on the next run.
         """
+        for sink in self._sinks:
+            interrupt = getattr(sink, "interrupt", None)
+            if interrupt is not None:
+                interrupt()  # a write waiting out an open breaker gives up; epoch replayed
         if graceful and self.query.isActive:
             set_stopping(self.control_file, True)
             deadline = time.monotonic() + timeout_s
@@ -263,9 +278,35 @@ class RunningFlow:
             self.summary.stopped_early = True
         return self._finish()
 
+    def watch_breakers(self, sinks: list[SinkNode]) -> None:
+        """Mirror each guarded sink's circuit breaker into the control file.
+
+        An open breaker holds every source of the flow (contraflow, SPEC §7): inside a
+        run a blocked sink already holds the epoch loop; the control file tells what
+        sits outside it (an HTTP ingest answering 503, the control plane's status).
+        """
+        for node in sinks:
+            breaker = getattr(node.sink, "breaker", None)
+            if breaker is None:
+                continue
+            self._breakers[node.step] = breaker
+
+            def listener(b: Any, old: str, new: str, step: str = node.step) -> None:
+                if new == "open":
+                    set_breaker(self.control_file, step, True, time.time() + b.retry_after_s())
+                elif new == "closed":
+                    set_breaker(self.control_file, step, False)
+
+            breaker.add_listener(listener)
+            self._listeners.append((breaker, listener))
+            if breaker.state != "closed":
+                set_breaker(self.control_file, node.step, True, time.time() + breaker.retry_after_s())
+
     def _finish(self) -> RunSummary:
         if not self._closed:
             self._closed = True
+            for breaker, listener in self._listeners:
+                breaker.remove_listener(listener)
             for sink in self._sinks:
                 sink.close()
             self.summary.elapsed_s = time.perf_counter() - self._started
@@ -317,7 +358,9 @@ def start_plan(
         for sink in opened:
             sink.close()
         raise
-    return RunningFlow(plan, query, dispatcher, opened, started, checkpoint)
+    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint)
+    running.watch_breakers(sinks)
+    return running
 
 
 def run_plan(plan: Plan, **kwargs: Any) -> RunSummary:

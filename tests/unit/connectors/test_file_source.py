@@ -165,7 +165,9 @@ def test_admission_across_file_boundaries_and_watermarks(tmp_path):
     assert ends == [("a.csv", 3, 3), ("b.csv", 1, 6), ("b.csv", 4, 9), ("b.csv", 4, 9)]
     # __seq: the global arrival number, across files and epochs
     assert [[r["__seq"] for r in out["data"]] for *_, out in epochs] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], []]
-    assert gauges(epochs[0][2]) == {"gauge:watermark": 4000, "gauge:watermark:all": 4000}
+    assert gauges(epochs[0][2]) == {
+        "gauge:watermark": 4000, "gauge:watermark:all": 4000, "gauge:max_event_time": 5000
+    }
     sizes = [len(out["data"]) for *_, out in epochs]
     assert sizes == [3, 3, 3, 0]
     # max event time 5000, 9000, 20000 -> W = max - 1000, never decreasing

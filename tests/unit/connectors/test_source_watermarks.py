@@ -194,6 +194,7 @@ def test_lagging_partition_holds_the_watermark_back(tmp_path):
         "gauge:watermark": 12000,
         "gauge:watermark:p0": 20000,
         "gauge:watermark:p1": 12000,
+        "gauge:max_event_time": 20000,  # delay 0: the fast partition's newest event
     }
     # read as one partition, the fast directory drives the watermark: p1's events are late
     single = drain(reader_for(files(str(base / "*" / "*.csv"), format="csv"), Clock()))

@@ -1,0 +1,80 @@
+"""The REST control plane's request and response bodies (they make its OpenAPI schema).
+
+Watermarks are int64 milliseconds of event time; ``None`` means "no watermark yet"
+(no event seen) and ``9223372036854775807`` (``2**63 - 1``) means "end of input".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FlowState = Literal["starting", "running", "paused", "failing", "stopped"]
+"""``starting``: no epoch completed yet; ``running``; ``paused`` (control file);
+``failing``: the query failed or its last epoch raised; ``stopped``: the query ended."""
+
+Watermark = int | None
+
+
+class StatusChange(BaseModel):
+    """Body of ``PATCH /v1/flows/{id}`` and ``PATCH /v1/flows/{id}/connectors/{cid}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["paused", "running"] = Field(
+        description="`paused`: admit no more input (the query and its state stay); `running`: resume."
+    )
+
+
+class SourceStatus(BaseModel):
+    """One source step (connector) of a flow."""
+
+    paused: bool = Field(description="paused on its own or with the whole flow")
+    watermark: Watermark = Field(description="the source's latest watermark (ms)")
+    lag_ms: int | None = Field(
+        description="event-time lag: the source's max event time minus its watermark (ms); "
+        "null when the source does not report a `max_event_time` gauge"
+    )
+
+
+class SparkProgress(BaseModel):
+    """From the Spark query's ``lastProgress`` (rows include Wire's control rows)."""
+
+    batch_id: int | None = None
+    input_rows_per_second: float | None = None
+    processed_rows_per_second: float | None = None
+
+
+class FlowSummary(BaseModel):
+    """One line of ``GET /v1/flows``."""
+
+    id: str
+    status: FlowState
+    epochs: int = Field(description="epochs completed by this run")
+    input_events: int = Field(description="well-formed events admitted by the sources in this run")
+
+
+class FlowStatus(FlowSummary):
+    """``GET /v1/flows/{id}``: the flow's state, throughput, watermarks and counters."""
+
+    input_rate: float | None = Field(
+        description="events/s over the last few seconds, from the run's event count sampled at "
+        "each request; null until two samples at least 0.5 s apart exist"
+    )
+    watermarks: dict[str, dict[str, Watermark]] = Field(
+        description="per step, its latest watermarks, e.g. input_watermark / output_watermark (ms)"
+    )
+    late: dict[str, int] = Field(description="per step, events dropped to its late port")
+    malformed: dict[str, int] = Field(description="per step, records sent to the dead-letter port")
+    rows_written: dict[str, int] = Field(description="per sink step, rows written")
+    sources: dict[str, SourceStatus]
+    breakers: dict[str, str] = Field(description="per sink, its circuit breaker's state")
+    error: str | None = Field(description="why the flow is failing, if it is")
+    spark: SparkProgress | None = None
+
+
+class ErrorBody(BaseModel):
+    """An error answer (401, 404, 409)."""
+
+    detail: str

@@ -1,0 +1,298 @@
+"""The REST control plane (SPEC §7, §9): status, pause / resume, Prometheus metrics.
+
+``ControlPlane`` serves one FastAPI app with uvicorn in a background thread, bound
+to ``127.0.0.1`` by default::
+
+    running = flow.start("ck/orders")
+    plane = wire.control.ControlPlane({"orders": running})
+    url = plane.start()          # prints the URL and the generated bearer token once
+    ...
+    plane.stop()
+
+Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
+
+* ``GET /v1/flows``: every registered flow's id, status, epochs and input events.
+* ``GET /v1/flows/{id}``: status (``starting``, ``running``, ``paused``, ``failing``,
+  ``stopped``), epochs, input rate, per-operator watermarks, late and malformed counts
+  per step, rows written per sink, per source its pause flag, watermark and lag,
+  breaker states, the failure if any and Spark's last progress.
+* ``PATCH /v1/flows/{id}`` ``{"status": "paused" | "running"}``: pause or resume the
+  whole flow; ``PATCH /v1/flows/{id}/connectors/{cid}`` the same for one source step.
+  Pausing writes the flow's control file (:mod:`wire.runtime.control`): the sources
+  admit nothing, so no new epoch runs while the Spark query, its state and its
+  checkpoint stay; resuming lets the next epoch read from where the last one ended.
+* ``GET /metrics``: Prometheus text format (:mod:`wire.control.metrics`).
+
+Authentication: every state-changing call (``PATCH``) needs ``Authorization: Bearer
+<token>``; a missing or wrong token answers 401 and changes nothing. Reads (``GET``)
+are open: they reveal counters and watermarks, never data, and the server listens on
+the loopback interface unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from wire.control.metrics import FlowCollector
+from wire.control.models import ErrorBody, FlowStatus, FlowSummary, StatusChange
+from wire.control.status import FlowHandle, RateMeter, source_steps, status_of, summary_of
+from wire.errors import ConfigError, WireError
+from wire.runtime.control import set_paused
+
+DEFAULT_HOST = "127.0.0.1"
+
+FlowId = Annotated[str, Path(description="the flow's id as registered")]
+ConnectorId = Annotated[str, Path(description="a source step id of the flow")]
+
+_bearer = HTTPBearer(auto_error=False, description="The control plane's token (ControlPlane.token).")
+
+
+class ControlPlane:
+    """Serve the REST control plane for a set of running flows.
+
+    Parameters
+    ----------
+    flows:
+        Flows to register at once, by id (the id used in the URLs), e.g.
+        ``{running.flow_id: running}``; more can be added with :meth:`add`.
+    host:
+        Interface to bind; default the loopback ``127.0.0.1``.
+    port:
+        TCP port; ``0`` (default) picks a free one (see :attr:`url` after :meth:`start`).
+    token:
+        Bearer token required by every ``PATCH``; ``None`` generates a random one
+        (``secrets.token_urlsafe(32)``), printed once by :meth:`start`.
+
+    Raises
+    ------
+    ConfigError
+        On an empty token or a port out of range.
+    """
+
+    def __init__(
+        self,
+        flows: Mapping[str, FlowHandle] | None = None,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = 0,
+        token: str | None = None,
+    ) -> None:
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise ConfigError("token", token, "None (generate one) or a non-empty string")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigError("port", port, "an int between 0 and 65535")
+        self.host = host
+        self.port = port
+        self._token_generated = token is None
+        self.token: str = token if token is not None else secrets.token_urlsafe(32)
+        self._flows: dict[str, FlowHandle] = {}
+        self._rates: dict[str, RateMeter] = {}
+        self._lock = threading.Lock()
+        self.control_lock = threading.Lock()
+        """Serializes this plane's writes of the flows' control files."""
+        for fid, flow in (flows or {}).items():
+            self.add(flow, flow_id=fid)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(FlowCollector(self.flows))
+        self.app = create_app(self)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.url: str | None = None
+
+    def add(self, flow: FlowHandle, *, flow_id: str | None = None) -> str:
+        """Register ``flow`` under ``flow_id`` (default its own ``flow_id``); return the id.
+
+        Raises
+        ------
+        ConfigError
+            If another flow is registered under that id.
+        """
+        fid = flow.flow_id if flow_id is None else flow_id
+        if not isinstance(fid, str) or not fid:
+            raise ConfigError("flow_id", fid, "a non-empty string")
+        with self._lock:
+            if fid in self._flows and self._flows[fid] is not flow:
+                raise ConfigError("flow_id", fid, f"an id not yet registered ({sorted(self._flows)})")
+            self._flows[fid] = flow
+            self._rates.setdefault(fid, RateMeter())
+        return fid
+
+    def remove(self, flow_id: str) -> None:
+        """Unregister a flow (it keeps running)."""
+        with self._lock:
+            self._flows.pop(flow_id, None)
+            self._rates.pop(flow_id, None)
+
+    def flows(self) -> dict[str, FlowHandle]:
+        """A copy of the registered flows, by id."""
+        with self._lock:
+            return dict(self._flows)
+
+    def get(self, flow_id: str) -> tuple[FlowHandle, RateMeter]:
+        """The flow registered as ``flow_id`` and its rate meter (HTTP 404 if none)."""
+        with self._lock:
+            flow = self._flows.get(flow_id)
+            rate = self._rates.get(flow_id)
+        if flow is None or rate is None:
+            raise HTTPException(404, f"no flow {flow_id!r}; registered: {sorted(self.flows())}")
+        return flow, rate
+
+    def check_token(self, credentials: HTTPAuthorizationCredentials | None) -> None:
+        """Accept only ``Authorization: Bearer <token>`` with this plane's token (HTTP 401)."""
+        if credentials is None or credentials.scheme.lower() != "bearer":
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        if not secrets.compare_digest(credentials.credentials.encode(), self.token.encode()):
+            raise HTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    def start(self, *, timeout_s: float = 10.0) -> str:
+        """Serve in a background thread; return the base URL, e.g. ``http://127.0.0.1:41231``.
+
+        Raises
+        ------
+        WireError
+            If it is already serving, the address cannot be bound, or the server does not
+            come up within ``timeout_s``.
+        """
+        if self._thread is not None:
+            raise WireError(f"control plane already serving at {self.url}")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as e:
+            sock.close()
+            raise WireError(f"control plane cannot bind {self.host}:{self.port}: {e}") from e
+        sock.listen(128)
+        bound_port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                                  name="wire-control-plane", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                thread.join(1.0)
+                sock.close()
+                raise WireError(f"control plane did not start on {self.host}:{bound_port}")
+            time.sleep(0.01)
+        self._server, self._thread = server, thread
+        host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
+        self.url = f"http://{host}:{bound_port}"
+        if self._token_generated:
+            print(f"wire control plane at {self.url} (token: {self.token})", file=sys.stderr, flush=True)
+            self._token_generated = False
+        return self.url
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Stop serving (the flows keep running); a no-op if not serving."""
+        if self._server is None or self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        self._server = self._thread = None
+        self.url = None
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def create_app(plane: ControlPlane) -> FastAPI:
+    """The FastAPI app serving ``plane``'s flows (see the module docstring for the routes)."""
+    app = FastAPI(
+        title="Wire control plane",
+        version="1",
+        description="Status, pause / resume and metrics of running Wire flows. "
+        "PATCH calls need `Authorization: Bearer <token>`; GET calls are open.",
+    )
+
+    def authorized(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        plane.check_token(credentials)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI decodes a JSON body before it runs dependencies: answer 401, not 422,
+        # to an unauthenticated state-changing call whatever its body.
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            try:
+                plane.check_token(await _bearer(request))
+            except HTTPException as e:
+                return JSONResponse({"detail": e.detail}, status_code=e.status_code, headers=e.headers)
+        return await request_validation_exception_handler(request, exc)
+
+    not_found: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}}
+    changes: dict[int | str, dict[str, Any]] = {
+        401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "the flow is stopped"},
+    }
+
+    @app.get("/v1/flows", response_model=list[FlowSummary], tags=["flows"])
+    def list_flows() -> list[FlowSummary]:
+        """Every registered flow: id, status, epochs, input events."""
+        return [summary_of(fid, flow) for fid, flow in sorted(plane.flows().items())]
+
+    @app.get("/v1/flows/{flow_id}", response_model=FlowStatus, responses=not_found, tags=["flows"])
+    def get_flow(flow_id: FlowId) -> FlowStatus:
+        """One flow's status, throughput, watermarks, late counts, sources and breakers."""
+        flow, rate = plane.get(flow_id)
+        return status_of(flow_id, flow, rate)
+
+    def change(flow_id: str, connector: str | None, body: StatusChange) -> FlowStatus:
+        flow, rate = plane.get(flow_id)
+        if connector is not None and connector not in source_steps(flow):
+            raise HTTPException(
+                404, f"flow {flow_id!r} has no source step {connector!r}; sources: {list(source_steps(flow))}"
+            )
+        if not flow.is_active():
+            raise HTTPException(409, f"flow {flow_id!r} is stopped; start it again to pause or resume it")
+        with plane.control_lock:  # set_paused reads, changes and rewrites the file
+            set_paused(flow.control_file, body.status == "paused", connector)
+        return status_of(flow_id, flow, rate)
+
+    @app.patch("/v1/flows/{flow_id}", response_model=FlowStatus, responses=changes, tags=["flows"],
+               dependencies=[Depends(authorized)])
+    def patch_flow(flow_id: FlowId, body: StatusChange) -> FlowStatus:
+        """Pause (`paused`) or resume (`running`) the whole flow; the Spark query and state stay."""
+        return change(flow_id, None, body)
+
+    @app.patch("/v1/flows/{flow_id}/connectors/{connector}", response_model=FlowStatus, responses=changes,
+               tags=["flows"], dependencies=[Depends(authorized)])
+    def patch_connector(
+        flow_id: FlowId,
+        connector: ConnectorId,
+        body: StatusChange,
+    ) -> FlowStatus:
+        """Pause or resume one source step; the flow's other sources keep running."""
+        return change(flow_id, connector, body)
+
+    @app.get("/metrics", tags=["metrics"], response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}})
+    def metrics() -> Response:
+        """Prometheus text exposition of every registered flow's metrics."""
+        return Response(generate_latest(plane.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

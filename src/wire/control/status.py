@@ -1,0 +1,249 @@
+"""Read a running flow's state for the control plane: pure functions, no HTTP.
+
+A flow handle is anything shaped like :class:`wire.RunningFlow` (duck-typed, see
+:class:`FlowHandle`), so the tests use a plain fake. The runner updates the flow's
+``summary`` from Spark's ``foreachBatch`` thread while the server reads it; every read
+here copies the counters first (:func:`counters_of`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from wire.control.models import FlowState, FlowStatus, FlowSummary, SourceStatus, SparkProgress
+from wire.plan.nodes import SourceNode
+from wire.runtime.control import read_control
+
+NO_WATERMARK = -(2**63)
+"""The watermark before any event (reported as ``None``)."""
+
+MAX_EVENT_TIME_GAUGE = "max_event_time"
+"""A source gauge that, when reported, gives the source's lag: max event time - watermark."""
+
+
+class FlowHandle(Protocol):
+    """What the control plane reads from a running flow (:class:`wire.RunningFlow` fits).
+
+    Optional hooks, used when present: ``breakers() -> Mapping[str, str]`` (per sink, its
+    breaker's state) and ``last_error: str | None`` (why the last epoch failed).
+    """
+
+    plan: Any
+    control_file: str
+    summary: Any
+    query: Any
+
+    @property
+    def flow_id(self) -> str:
+        """The flow's id."""
+        ...
+
+    def is_active(self) -> bool:
+        """True while the Spark query runs."""
+        ...
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A consistent copy of a run summary's counters and gauges."""
+
+    epochs: int
+    metrics: dict[tuple[str, str], int]
+    gauges: dict[tuple[str, str], int]
+    rows_written: dict[str, int]
+    emitted: dict[str, int]
+    source_steps: tuple[str, ...]
+
+    def per_step(self, counter: str) -> dict[str, int]:
+        """``{step: value}`` of one counter, e.g. ``"late"``."""
+        return {step: v for (step, name), v in sorted(self.metrics.items()) if name == counter}
+
+    @property
+    def input_events(self) -> int:
+        """Well-formed events admitted by the sources."""
+        return sum(self.metrics.get((step, "events"), 0) for step in self.source_steps)
+
+    def watermarks(self) -> dict[str, dict[str, int]]:
+        """Per step, its latest watermark gauges (ms), as ``RunSummary.watermarks()``."""
+        out: dict[str, dict[str, int]] = {}
+        for (step, name), value in sorted(self.gauges.items()):
+            if "watermark" in name:
+                out.setdefault(step, {})[name] = value
+        return out
+
+
+def counters_of(summary: Any, *, attempts: int = 5) -> Counters:
+    """Copy ``summary``'s counters; retry if the epoch thread changed them meanwhile."""
+    for attempt in range(attempts):
+        try:
+            return Counters(
+                epochs=int(summary.epochs),
+                metrics=dict(summary.metrics),
+                gauges=dict(summary.gauges),
+                rows_written=dict(summary.rows_written),
+                emitted=dict(summary.emitted),
+                source_steps=tuple(summary.source_steps),
+            )
+        except RuntimeError:  # "dictionary changed size during iteration"
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.001)
+    raise AssertionError("unreachable")
+
+
+def source_steps(flow: FlowHandle) -> tuple[str, ...]:
+    """The flow's source step ids (its connectors that can be paused), in plan order."""
+    return tuple(n.step for n in flow.plan.nodes if isinstance(n, SourceNode))
+
+
+def flow_error(flow: FlowHandle) -> str | None:
+    """Why the flow is failing: the query's exception or the last epoch's error, else None."""
+    hook = getattr(flow, "last_error", None)
+    if hook:
+        return str(hook)
+    query = getattr(flow, "query", None)
+    if query is None:
+        return None
+    try:
+        exc = query.exception()
+    except Exception as e:  # the Spark session itself is gone
+        return f"cannot read the query's state: {e!r}"
+    return None if exc is None else str(exc)
+
+
+def flow_state(
+    flow: FlowHandle, counters: Counters, control: Mapping[str, Any], error: str | None
+) -> FlowState:
+    """``failing`` > ``stopped`` > ``paused`` > ``starting`` (no epoch yet) > ``running``."""
+    if error is not None:
+        return "failing"
+    if not flow.is_active():
+        return "stopped"
+    if control.get("paused"):
+        return "paused"
+    if counters.epochs == 0:
+        return "starting"
+    return "running"
+
+
+def _wm(value: int | None) -> int | None:
+    return None if value is None or value == NO_WATERMARK else int(value)
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def spark_progress(flow: FlowHandle) -> SparkProgress | None:
+    """The query's ``lastProgress`` rates, or None before the first progress report."""
+    query = getattr(flow, "query", None)
+    try:
+        progress = None if query is None else query.lastProgress
+    except Exception:
+        return None
+    if not progress:
+        return None
+    batch = progress.get("batchId")
+    return SparkProgress(
+        batch_id=None if batch is None else int(batch),
+        input_rows_per_second=_finite(progress.get("inputRowsPerSecond")),
+        processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
+    )
+
+
+def breakers_of(flow: FlowHandle) -> dict[str, str]:
+    """Per sink, its circuit breaker's state, from the flow's ``breakers()`` hook (else ``{}``)."""
+    hook = getattr(flow, "breakers", None)
+    if hook is None:
+        return {}
+    return {str(k): str(v) for k, v in dict(hook()).items()}
+
+
+class RateMeter:
+    """Events/s of one flow from its event count, sampled whenever someone asks.
+
+    Keeps the samples of the last ``window_s`` seconds plus the newest older one, and
+    reports the rate between the oldest kept sample and now (None until two samples at
+    least ``min_interval_s`` apart exist; reset if the count goes down, e.g. a restart).
+    """
+
+    def __init__(
+        self,
+        *,
+        window_s: float = 10.0,
+        min_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window_s = window_s
+        self.min_interval_s = min_interval_s
+        self.clock = clock
+        self._samples: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def observe(self, count: int) -> float | None:
+        """Record ``count`` now; return the rate over the window (events/s) or None."""
+        now = self.clock()
+        with self._lock:
+            if self._samples and count < self._samples[-1][1]:
+                self._samples.clear()
+            self._samples.append((now, count))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+                self._samples.popleft()
+            t0, n0 = self._samples[0]
+            if now - t0 < self.min_interval_s:
+                return None
+            return (count - n0) / (now - t0)
+
+
+def summary_of(flow_id: str, flow: FlowHandle) -> FlowSummary:
+    """The short form of a flow's status (``GET /v1/flows``)."""
+    counters = counters_of(flow.summary)
+    control = read_control(flow.control_file)
+    state = flow_state(flow, counters, control, flow_error(flow))
+    return FlowSummary(id=flow_id, status=state, epochs=counters.epochs, input_events=counters.input_events)
+
+
+def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
+    """The full status of a flow (``GET /v1/flows/{id}``)."""
+    counters = counters_of(flow.summary)
+    control = read_control(flow.control_file)
+    error = flow_error(flow)
+    state = flow_state(flow, counters, control, error)
+    connectors = control.get("connectors", {})
+    sources = {}
+    for step in source_steps(flow):
+        watermark = counters.gauges.get((step, "watermark"))
+        max_et = counters.gauges.get((step, MAX_EVENT_TIME_GAUGE))
+        lag = None
+        if watermark is not None and max_et is not None and NO_WATERMARK not in (watermark, max_et):
+            lag = max(0, max_et - watermark)
+        sources[step] = SourceStatus(
+            paused=bool(control.get("paused") or connectors.get(step, {}).get("paused")),
+            watermark=_wm(watermark),
+            lag_ms=lag,
+        )
+    return FlowStatus(
+        id=flow_id,
+        status=state,
+        epochs=counters.epochs,
+        input_events=counters.input_events,
+        input_rate=rate.observe(counters.input_events),
+        watermarks={s: {k: _wm(v) for k, v in marks.items()} for s, marks in counters.watermarks().items()},
+        late=counters.per_step("late"),
+        malformed=counters.per_step("malformed"),
+        rows_written=dict(sorted(counters.rows_written.items())),
+        sources=sources,
+        breakers=breakers_of(flow),
+        error=error,
+        spark=spark_progress(flow),
+    )
