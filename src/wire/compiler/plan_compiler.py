@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 from wire.compiler.exprs import apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
 from wire.compiler.window_stage import compile_window
+from wire.connectors.base import SourceConnector
 from wire.connectors.files import FileSource, SourceBinding, read_stream, register
-from wire.connectors.test_stream import TestStreamSource
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -215,7 +215,7 @@ def _open_source(
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends."""
     connector = src.connector
-    if not isinstance(connector, FileSource | TestStreamSource):
+    if not isinstance(connector, FileSource | SourceConnector):
         raise ConfigError(
             "connector", connector, "a source connector, e.g. wire.sources.files(...)",
             step=src.step,
@@ -225,9 +225,12 @@ def _open_source(
         raise ConfigError(
             "event_time", src.event_time, f"a column of the source: {payload.names}", step=src.step
         )
-    if isinstance(connector, TestStreamSource):
-        df = connector.read_stream(spark, step=src.step, event_time=src.event_time,
-                                   key_groups=key_groups)
+    if not isinstance(connector, FileSource):
+        df = connector.read_stream(
+            spark, step=src.step, event_time=src.event_time, key_groups=key_groups,
+            max_delay_ms=src.watermark.max_delay_ms,
+            max_events_per_epoch=src.max_events_per_epoch, control_file=control_file,
+        )
         return df, payload, connector.bounded
     binding = SourceBinding(
         step=src.step,

@@ -16,6 +16,7 @@ import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,8 +66,10 @@ class TestStreamSource:
             }
         )
 
-    def read_stream(self, spark: SparkSession, *, step: str, event_time: str, key_groups: int) -> DataFrame:
-        """The envelope DataFrame of this scripted stream."""
+    def read_stream(
+        self, spark: SparkSession, *, step: str, event_time: str, key_groups: int, **_: Any
+    ) -> DataFrame:
+        """The envelope DataFrame of this scripted stream (watermarks come from the script)."""
         spark.dataSource.register(TestStreamDataSource)
         return (
             spark.readStream.format(DATA_SOURCE_NAME)
