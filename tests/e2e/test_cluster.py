@@ -90,12 +90,16 @@ def finish(job: subprocess.Popen[str], out: Path, timeout: float) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def active_tasks(ui: str) -> dict[str, int]:
-    """Running tasks per executor id, from the driver's REST API."""
+def executors_url(ui: str) -> str:
+    """The driver's REST API address listing its executors (with ``activeTasks``)."""
     with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=5) as r:
         app = json.loads(r.read())[0]["id"]
-    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/executors", timeout=5) as r:
-        return {e["id"]: e["activeTasks"] for e in json.loads(r.read())}
+    return f"{ui}/api/v1/applications/{app}/executors"
+
+
+def running_tasks(url: str, executor: str) -> int:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return next((e["activeTasks"] for e in json.loads(r.read()) if e["id"] == executor), 0)
 
 
 def commits(out: Path) -> int:
@@ -131,11 +135,11 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
         assert [w["coresused"] for w in workers] == [1, 1], "the app must run on both workers"
         [victim] = cluster.executor_ids(0)
         # kill worker 0 while its executor is running tasks of the current epoch
-        while active_tasks(f"http://127.0.0.1:{ui_port}").get(victim, 0) == 0:
+        url = executors_url(f"http://127.0.0.1:{ui_port}")
+        while running_tasks(url, victim) == 0:
             assert time.monotonic() < deadline, f"executor {victim} never ran a task"
-            time.sleep(0.02)
-        killed_at = commits(cluster_out)
         cluster.kill_worker(0)
+        killed_at = commits(cluster_out)
         cluster.wait_for_workers(1, timeout_s=30)
         result = finish(job, cluster_out, timeout=180)
         cluster_total = time.perf_counter() - t0

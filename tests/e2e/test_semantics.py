@@ -271,3 +271,35 @@ def test_replay_after_stop_gives_identical_outputs(spark, tmp_path):
         return {f.name: json.loads(f.read_text().splitlines()[2])["watermark"]
                 for f in d.iterdir() if f.name.isdigit()}
     assert marks(whole) == marks(split)
+
+
+def test_throttle_overflow_diverts_the_excess(spark):
+    ts = wire.testing.TestStream(schema=SCHEMA, event_time="t", key="k")
+    ts.add_events(ev(1, 2, 3, 4, 5))            # epoch 0: 2 pass, 3 overflow
+    ts.add_events(ev(6))                        # epoch 1: passes
+
+    def build(s):
+        limited = s.throttle(2, mode="overflow", name="limit")
+        limited.overflow().sink(overflow, name="overflow_sink")
+        return limited
+
+    overflow = wire.testing.MemorySink()
+    out = ts.run(build, spark=spark)
+    assert [(r["t"], r["epoch"]) for r in out["main"]] == [(1, 0), (2, 0), (6, 1)]
+    assert [(r["t"], r["epoch"]) for r in overflow.rows()] == [(3, 0), (4, 0), (5, 0)]
+    assert out.summary.metrics[("limit", "overflow")] == 3
+
+
+def test_throttle_pause_holds_input_at_the_source(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "e.jsonl").write_text("".join(json.dumps({"t": t, "k": "a"}) + "\n"
+                                                     for t in range(95)))
+    flow = wire.Flow("paced")
+    s = flow.source(wire.sources.files(str(tmp_path / "in"), format="jsonl"), event_time="t",
+                    key="k", max_events_per_epoch=1_000)
+    sink = wire.testing.MemorySink()
+    s.throttle(10).sink(sink)
+    summary = flow.run(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    sizes = [t.num_rows for _, t in sink.tables]
+    assert sum(sizes) == 95 and max(sizes) == 10 and len(sizes) == 10  # nothing dropped
+    assert summary.input_events == 95

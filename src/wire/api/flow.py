@@ -36,6 +36,7 @@ from wire.plan.nodes import (
     DEAD_LETTER,
     LATE,
     OUT,
+    OVERFLOW,
     Expr,
     FilterNode,
     IntervalJoinNode,
@@ -47,6 +48,7 @@ from wire.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    ThrottleNode,
     UnionNode,
     WindowAggregateNode,
 )
@@ -308,6 +310,41 @@ class Stream:
         step = self.flow._step_id(name, "select")
         self.flow._add(SelectNode(step, self.ref.step, tuple(columns)))
         return Stream(self.flow, PortRef(step))
+
+    def throttle(
+        self, max_events_per_epoch: int, *, mode: str = "pause", name: str | None = None
+    ) -> Stream:
+        """Flow control (SPEC §5): let at most ``max_events_per_epoch`` events pass per epoch.
+
+        ``mode="pause"`` (default) holds the excess input: the admission per epoch of
+        every source feeding this stream is lowered to the limit, so the excess waits
+        in the external system and nothing is dropped. ``mode="overflow"`` lets the
+        first events of each epoch task pass (per Spark partition of the epoch; one
+        partition for a single-partition source) and diverts the rest to
+        ``.overflow()``, with their columns unchanged. Columns pass through unchanged.
+
+        Raises
+        ------
+        ConfigError
+            If the limit is not a positive int or the mode is unknown.
+        """
+        self._require_out("throttle")
+        if isinstance(max_events_per_epoch, bool) or not isinstance(max_events_per_epoch, int) or (
+            max_events_per_epoch <= 0
+        ):
+            raise ConfigError("max_events_per_epoch", max_events_per_epoch, "a positive int")
+        if mode not in ("pause", "overflow"):
+            raise ConfigError("mode", mode, "'pause' or 'overflow'")
+        step = self.flow._step_id(name, "throttle")
+        self.flow._add(ThrottleNode(step, self.ref.step, max_events_per_epoch, mode))
+        return Stream(self.flow, PortRef(step))
+
+    def overflow(self) -> Stream:
+        """The overflow port of a ``throttle(..., mode="overflow")`` step."""
+        node = self.flow.plan().node(self.ref.step)
+        if not isinstance(node, ThrottleNode) or node.mode != "overflow":
+            raise PlanError(f"overflow(): step {self.ref.step!r} is not a throttle in overflow mode")
+        return Stream(self.flow, PortRef(self.ref.step, OVERFLOW))
 
     def key_by(self, key: str, *, name: str | None = None) -> Stream:
         """Re-key the stream by column ``key`` (it scopes the state of later windows)."""

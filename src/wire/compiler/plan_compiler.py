@@ -10,7 +10,7 @@ checkpoint (SPEC §6).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from wire.compiler.exprs import apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
+from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import compile_window
 from wire.connectors.base import SourceConnector
 from wire.connectors.files import FileSource, SourceBinding, read_stream, register
@@ -27,6 +28,7 @@ from wire.plan.nodes import (
     DEAD_LETTER,
     LATE,
     OUT,
+    OVERFLOW,
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
@@ -36,6 +38,7 @@ from wire.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    ThrottleNode,
     UnionNode,
     WindowAggregateNode,
 )
@@ -110,6 +113,10 @@ def chain_of(plan: Plan) -> list[Node]:
             steps.get(ref.step), WindowAggregateNode | IntervalJoinNode
         ):
             raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no late port")
+        if ref.port == OVERFLOW and not (
+            isinstance(steps.get(ref.step), ThrottleNode) and steps[ref.step].mode == "overflow"
+        ):
+            raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no overflow port")
         if ref.port == DEAD_LETTER and ref.step != ALL_STEPS and ref.step not in steps:
             raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
     if not plan.sinks():
@@ -147,11 +154,15 @@ def compile_plan(
         On an unsupported topology or an invalid operator configuration.
     """
     order = chain_of(plan)
+    admission = _paused_admission(plan)
     done: dict[str, _Compiled] = {}
     sources: list[str] = []
     bounded = True
     for node in order:
         if isinstance(node, SourceNode):
+            if node.step in admission:
+                node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch,
+                                                              admission[node.step]))
             df, payload, ends = _open_source(spark, node, key_groups, control_file)
             if node.key is not None and node.key not in payload.names:
                 raise ConfigError("key", node.key, f"a column of the source: {payload.names}",
@@ -194,6 +205,9 @@ def compile_plan(
             df = apply_select(df, node.columns, node.step)
             if key is not None and key not in df.columns:
                 key = None
+        elif isinstance(node, ThrottleNode):
+            if node.mode == "overflow":
+                df = apply_overflow(df, node)
         elif isinstance(node, KeyByNode):
             if node.key not in df.columns:
                 raise ConfigError("key", node.key, f"a column: {df.columns}", step=node.step)
@@ -208,6 +222,23 @@ def compile_plan(
         done[node.step] = _Compiled(df, key, channels, from_source)
     terminal = order[-1].step
     return CompiledFlow(plan, done[terminal].df, terminal, tuple(sources), bounded, key_groups)
+
+
+def _paused_admission(plan: Plan) -> dict[str, int]:
+    """Per source step, the lowest ``throttle(..., mode="pause")`` limit downstream of it."""
+    limits: dict[str, int] = {}
+    for node in plan.nodes:
+        if not (isinstance(node, ThrottleNode) and node.mode == "pause"):
+            continue
+        stack = [node.upstream]
+        while stack:
+            up = plan.node(stack.pop())
+            if isinstance(up, SourceNode):
+                limits[up.step] = min(limits.get(up.step, node.max_events_per_epoch),
+                                      node.max_events_per_epoch)
+            else:
+                stack.extend(_upstreams(up))
+    return limits
 
 
 def _open_source(

@@ -18,7 +18,8 @@ from wire.api.windowing import BoundedOutOfOrderness, Window
 OUT = "out"
 LATE = "late"
 DEAD_LETTER = "dead_letter"
-PORTS = (OUT, LATE, DEAD_LETTER)
+OVERFLOW = "overflow"
+PORTS = (OUT, LATE, DEAD_LETTER, OVERFLOW)
 ALL_STEPS = "*"
 """A ``PortRef`` step meaning "every step": used by ``Flow.dead_letters()``."""
 
@@ -78,6 +79,20 @@ class SelectNode(Node):
 
     upstream: str
     columns: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ThrottleNode(Node):
+    """Flow control (SPEC §5): at most ``max_events_per_epoch`` events pass per epoch.
+
+    ``mode="pause"`` holds the excess at the sources (their admission per epoch is
+    lowered to the limit, nothing is dropped); ``mode="overflow"`` diverts the excess
+    to the ``overflow`` port.
+    """
+
+    upstream: str
+    max_events_per_epoch: int
+    mode: str
 
 
 @dataclass(frozen=True)
