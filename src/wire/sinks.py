@@ -10,6 +10,8 @@ constructor        guarantee       how a replayed epoch is handled
                    idempotent      upsert by key ("upsert")
 ``sqlite(...)``    idempotent      upsert by key
 ``webhook(url)``   at_least_once   re-POSTed with the same Idempotency-Key
+``redis_stream_sink(url, stream)``
+                   idempotent      XADD ids ``<epoch+1>-<row>``; rows already there skipped
 ``console()``      at_least_once   printed again
 ``guarded(sink)``  (the sink's)    retried until accepted, behind a circuit breaker
 ``round_robin()``  at_least_once   slices may be re-sent to another member
@@ -18,6 +20,7 @@ constructor        guarantee       how a replayed epoch is handled
 
 from wire.connectors.delta import DeltaSink, delta
 from wire.connectors.postgres import PostgresAppendSink, PostgresUpsertSink, postgres
+from wire.connectors.redis_streams import RedisStreamSink, redis_stream_sink
 from wire.connectors.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
 from wire.connectors.sinks import Sink, console, jsonl, parquet
 from wire.connectors.sqlite import SqliteSink, sqlite
@@ -28,6 +31,7 @@ __all__ = [
     "GuardedSink",
     "PostgresAppendSink",
     "PostgresUpsertSink",
+    "RedisStreamSink",
     "RoundRobinSink",
     "Sink",
     "SqliteSink",
@@ -38,6 +42,7 @@ __all__ = [
     "jsonl",
     "parquet",
     "postgres",
+    "redis_stream_sink",
     "round_robin",
     "sqlite",
     "webhook",

@@ -90,16 +90,20 @@ def finish(job: subprocess.Popen[str], out: Path, timeout: float) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def executors_url(ui: str) -> str:
-    """The driver's REST API address listing its executors (with ``activeTasks``)."""
-    with urllib.request.urlopen(f"{ui}/api/v1/applications", timeout=5) as r:
-        app = json.loads(r.read())[0]["id"]
-    return f"{ui}/api/v1/applications/{app}/executors"
+def get_json(url: str) -> object:
+    """GET ``url`` as JSON; None when the (busy) driver does not answer in time."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return json.loads(r.read())
+    except OSError:
+        return None
 
 
-def running_tasks(url: str, executor: str) -> int:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return next((e["activeTasks"] for e in json.loads(r.read()) if e["id"] == executor), 0)
+def running_tasks(ui: str, executor: str) -> int:
+    """Tasks running on ``executor``, from the driver's REST API (0 if it does not answer)."""
+    apps = get_json(f"{ui}/api/v1/applications")
+    executors = apps and get_json(f"{ui}/api/v1/applications/{apps[0]['id']}/executors")
+    return next((e["activeTasks"] for e in executors or () if e["id"] == executor), 0)
 
 
 def commits(out: Path) -> int:
@@ -135,8 +139,7 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
         assert [w["coresused"] for w in workers] == [1, 1], "the app must run on both workers"
         [victim] = cluster.executor_ids(0)
         # kill worker 0 while its executor is running tasks of the current epoch
-        url = executors_url(f"http://127.0.0.1:{ui_port}")
-        while running_tasks(url, victim) == 0:
+        while running_tasks(f"http://127.0.0.1:{ui_port}", victim) == 0:
             assert time.monotonic() < deadline, f"executor {victim} never ran a task"
         cluster.kill_worker(0)
         killed_at = commits(cluster_out)

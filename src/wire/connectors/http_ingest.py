@@ -1,0 +1,691 @@
+"""HTTP ingest: clients POST JSON events, a write-ahead log keeps them until their epoch commits.
+
+HTTP has no replay of its own, so the source stores before it acknowledges (SPEC §7,
+guaranteed delivery): ``POST <path>`` with a JSON object or an array of objects is
+appended to the source's :class:`~wire.connectors.wal.WriteAheadLog` in one durable
+transaction and only then answered ``202 {"accepted": n, "seq": [first, last]}``. The
+flow reads its epochs from the log, and an epoch's events are deleted from it only
+after the epoch committed (``commit(end)``), so an acknowledged event is in a result,
+in the dead-letter output, or still in the log — across crashes and restarts too.
+
+Answers: ``400`` for a body that is not JSON or not an object / array of objects
+(nothing stored); ``401`` when a token is configured and the request lacks
+``Authorization: Bearer <token>``; ``413`` for a body over :data:`MAX_BODY_BYTES`;
+``503`` with ``Retry-After`` (seconds) while a sink's circuit breaker is open (until
+its next probe), while the flow or this source is paused or stopping (contraflow,
+SPEC §5, §7), or when the log cannot be written.
+
+The server (uvicorn in a daemon thread, once per process and address) runs in Spark's
+planner process on the driver host: it starts at the reader's first planner call and
+stops with the reader (the query's end). Offsets are JSON dicts: ``seq`` (the last
+admitted log seq), ``admitted`` (records admitted so far), ``max_event_time``,
+``watermark`` (bounded out-of-orderness ``max_event_time - max_delay_ms``, monotonic;
+with ``idle_timeout`` it follows processing time while no event arrives, see
+:mod:`wire.connectors.watermarks`), ``last_arrival``, ``idle``, ``started`` and ``at``
+(wall-clock ms). ``latestOffset`` admits at most ``max_events_per_epoch`` log records
+per epoch; each epoch is one Spark task that reads its seq range from the log and
+emits data rows (``__seq`` = the log seq, ``__wm`` = the epoch's start watermark), a
+dead-letter side row for records that do not fit the schema (location ``wal:<seq>``),
+a metrics side row and one watermark row per key group (the epoch's end watermark).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hmac
+import json
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+from starlette.concurrency import run_in_threadpool
+
+from wire.api.time import Duration, to_millis
+from wire.connectors.file_readers import _array_from_values, event_times_ms
+from wire.connectors.file_stream import spark_row_schema, spark_struct, wall_clock_ms
+from wire.connectors.wal import WriteAheadLog
+from wire.connectors.watermarks import (
+    NO_WATERMARK,
+    PartitionState,
+    WatermarkPolicy,
+    advance_partition,
+    should_tick,
+    source_watermark,
+)
+from wire.errors import ConfigError, WireError
+from wire.runtime import envelope
+from wire.runtime.control import is_paused, open_breakers
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "MAX_BODY_BYTES",
+    "PAUSED_RETRY_AFTER_S",
+    "WAL_FILE",
+    "HttpIngestReader",
+    "HttpIngestSource",
+    "IngestBinding",
+    "http_ingest",
+]
+
+DATA_SOURCE_NAME = "wire_http_ingest"
+WAL_FILE = "wal.sqlite"
+"""The log's file name inside ``wal_dir``."""
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest accepted request body; a larger one is answered 413."""
+PAUSED_RETRY_AFTER_S = 5
+"""``Retry-After`` (s) while the flow is paused or stopping, or the log cannot be written."""
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class HttpIngestSource:
+    """An HTTP endpoint whose accepted events are fed to the flow through a write-ahead log.
+
+    Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
+    """
+
+    port: int
+    wal_dir: str
+    schema: pa.Schema
+    host: str = "127.0.0.1"
+    path: str = "/events"
+    token: str | None = field(default=None, repr=False)
+    idle_timeout: int | None = None
+    watermark_interval: int = 200
+    bounded: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        port = self.port
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError("port", port, "an int between 1 and 65535")
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError("host", self.host, "a host name or IP address, e.g. '127.0.0.1'")
+        if not isinstance(self.path, str) or not self.path.startswith("/"):
+            raise ConfigError("path", self.path, "a URL path starting with '/', e.g. '/events'")
+        if not isinstance(self.wal_dir, str | Path) or not str(self.wal_dir):
+            raise ConfigError("wal_dir", self.wal_dir, "a directory path for the write-ahead log")
+        object.__setattr__(self, "wal_dir", str(self.wal_dir))
+        if not isinstance(self.schema, pa.Schema) or not len(self.schema):
+            raise ConfigError("schema", self.schema, "a non-empty pyarrow.Schema of the events' fields")
+        if self.token is not None and (not isinstance(self.token, str) or not self.token):
+            raise ConfigError("token", "<hidden>", "None or a non-empty string")
+        if self.idle_timeout is not None:
+            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
+            object.__setattr__(self, "idle_timeout", idle)
+        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
+        object.__setattr__(self, "watermark_interval", interval)
+
+    @property
+    def wal_path(self) -> str:
+        """The write-ahead log's database file."""
+        return str(Path(self.wal_dir) / WAL_FILE)
+
+    def resolve_schema(self) -> pa.Schema:
+        """Return the payload schema (the events' fields)."""
+        return self.schema
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serializable form (see :meth:`from_dict`)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        d["schema"] = base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii")
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> HttpIngestSource:
+        """Inverse of :meth:`to_dict`."""
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
+        return HttpIngestSource(**{**d, "schema": schema})
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        max_delay_ms: int,
+        max_events_per_epoch: int,
+        control_file: str | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """Return the envelope DataFrame of this source (see the module docstring)."""
+        binding = IngestBinding(step, self, event_time, max_delay_ms, max_events_per_epoch,
+                                key_groups, control_file)
+        spark.dataSource.register(HttpIngestDataSource)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+
+
+def http_ingest(
+    *,
+    port: int,
+    wal_dir: str,
+    schema: pa.Schema,
+    host: str = "127.0.0.1",
+    path: str = "/events",
+    token: str | None = None,
+    idle_timeout: Duration | None = None,
+    watermark_interval: Duration = 200,
+) -> HttpIngestSource:
+    """Receive events over HTTP (``POST``), stored in a write-ahead log before they are acknowledged.
+
+    Output columns: the payload columns of ``schema`` (plus Wire's envelope columns
+    inside a compiled flow). A request body is one JSON object or an array of objects;
+    each object is one event, its fields matched to ``schema`` by name (missing fields
+    are null, others ignored). The events are durable in the log when the client gets
+    ``202``; the flow admits them from the log, at most ``max_events_per_epoch`` per
+    epoch, and deletes them from the log once their epoch committed. Events whose
+    fields do not convert to the schema, or without a usable event time, go to the
+    step's ``dead_letter`` port (location ``wal:<seq>``). While the flow is paused or
+    a sink's circuit breaker is open the endpoint answers ``503`` with ``Retry-After``.
+    State: the log (``wal_dir``) holds the events not yet committed; the read position
+    lives in the offsets. See :mod:`wire.connectors.http_ingest` for every answer.
+
+    Parameters
+    ----------
+    port:
+        TCP port of the endpoint (served by the Spark driver host).
+    wal_dir:
+        Directory of the write-ahead log; keep it with the checkpoint: a restarted flow
+        reads what the log still holds.
+    schema:
+        The events' fields.
+    host:
+        Address to bind; the default accepts local clients only.
+    path:
+        URL path of the endpoint.
+    token:
+        When set, requests need ``Authorization: Bearer <token>`` (else ``401``).
+    idle_timeout:
+        Processing time without new events after which the watermark advances with
+        processing time (so windows close without new data). None: only events move it.
+    watermark_interval:
+        Minimum processing time between two epochs that only advance the watermark.
+
+    Returns
+    -------
+    HttpIngestSource
+        An immutable source description; the server starts when the flow runs.
+
+    Raises
+    ------
+    ConfigError
+        On an invalid port, host, path, directory, schema, token or duration.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> src = http_ingest(port=8089, wal_dir="/tmp/wal", schema=pa.schema([("t", pa.int64())]))
+    >>> src.bounded, src.path, src.host
+    (False, '/events', '127.0.0.1')
+    """
+    return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval)
+
+
+@dataclass(frozen=True)
+class IngestBinding:
+    """What the compiler hands to the Spark data source for one HTTP ingest step."""
+
+    step: str
+    source: HttpIngestSource
+    event_time: str
+    max_delay_ms: int
+    max_events_per_epoch: int
+    key_groups: int
+    control_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_time not in self.source.schema.names:
+            accepted = f"a field of the schema: {self.source.schema.names}"
+            raise ConfigError("event_time", self.event_time, accepted, step=self.step)
+        for name, value, least in (
+            ("max_delay_ms", self.max_delay_ms, 0),
+            ("max_events_per_epoch", self.max_events_per_epoch, 1),
+            ("key_groups", self.key_groups, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(name, value, f"an int >= {least}", step=self.step)
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["source"] = self.source.to_dict()
+        return json.dumps(d)
+
+    @staticmethod
+    def from_json(text: str) -> IngestBinding:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["source"] = HttpIngestSource.from_dict(d["source"])
+        return IngestBinding(**d)
+
+
+# ---------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class ParsedRecords:
+    """Log records parsed against the payload schema: valid rows and dead letters."""
+
+    table: pa.Table
+    seqs: np.ndarray
+    event_times: np.ndarray
+    dead: list[tuple[int, str, str]]  # (seq, reason, body)
+
+
+def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time: str) -> ParsedRecords:
+    """Convert ``(seq, body)`` log records to ``schema``; the ones that do not fit are dead letters."""
+    payload = pa.schema([f.with_nullable(True) for f in schema])
+    objects: list[dict] = []
+    seqs: list[int] = []
+    bodies: list[str] = []
+    dead: list[tuple[int, str, str]] = []
+    for seq, body in records:
+        try:
+            obj = json.loads(body)
+        except ValueError as e:  # the server stores only objects; a foreign writer may not
+            dead.append((seq, f"invalid JSON: {e}", body))
+            continue
+        if not isinstance(obj, dict):
+            dead.append((seq, f"expected a JSON object, got {type(obj).__name__}", body))
+            continue
+        objects.append(obj)
+        seqs.append(seq)
+        bodies.append(body)
+    errors: dict[int, str] = {}
+    arrays = []
+    for f in payload:
+        values = [o.get(f.name) for o in objects]
+        arr, bad = _array_from_values(values, f.type)
+        for i in np.flatnonzero(bad) if bad is not None else ():
+            errors.setdefault(int(i), f"field {f.name}: cannot convert {values[int(i)]!r} to {f.type}")
+        arrays.append(arr)
+    table = pa.Table.from_arrays(arrays, schema=payload)
+    if objects:
+        ets, et_errors = event_times_ms(table[event_time].combine_chunks())
+        errors = et_errors | errors
+    else:
+        ets = np.zeros(0, np.int64)
+    keep = np.ones(len(objects), dtype=bool)
+    keep[list(errors)] = False
+    dead += [(seqs[i], reason, bodies[i]) for i, reason in errors.items()]
+    dead.sort()
+    return ParsedRecords(
+        table=table.filter(pa.array(keep)) if objects else table,
+        seqs=np.array(seqs, np.int64)[keep],
+        event_times=ets[keep],
+        dead=dead,
+    )
+
+
+# ---------------------------------------------------------------------------- server
+
+
+class _Gate:
+    """What the endpoint checks and where it stores: the log, control file, step, token."""
+
+    def __init__(self, binding: IngestBinding, wal: WriteAheadLog) -> None:
+        self.binding = binding
+        self.wal = wal
+
+    def refusal(self, authorization: str | None) -> tuple[int, dict[str, str], str] | None:
+        """Why a request is refused now (status, headers, message), or None."""
+        token = self.binding.source.token
+        if token is not None:
+            expected = f"Bearer {token}".encode()
+            if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
+                return 401, {"WWW-Authenticate": "Bearer"}, "missing or wrong bearer token"
+        control = self.binding.control_file
+        breakers = open_breakers(control)
+        if breakers:
+            now = time.time()
+            retry_at = [b.get("retry_at") for b in breakers.values()]
+            waits = [r - now for r in retry_at if isinstance(r, int | float)]
+            wait = max(waits) if len(waits) == len(retry_at) else PAUSED_RETRY_AFTER_S
+            names = ", ".join(sorted(breakers))
+            return 503, {"Retry-After": str(max(1, math.ceil(wait)))}, f"circuit breaker open: {names}"
+        if is_paused(control, self.binding.step):
+            return 503, {"Retry-After": str(PAUSED_RETRY_AFTER_S)}, "flow paused"
+        return None
+
+
+def parse_body(body: bytes) -> list[str]:
+    """The events of a request body as compact JSON object texts.
+
+    Raises
+    ------
+    ValueError
+        When the body is not JSON, or not an object or an array of objects.
+    """
+
+    def reject_constant(name: str) -> None:
+        raise ValueError(f"{name} is not valid JSON")
+
+    doc = json.loads(body, parse_constant=reject_constant)
+    items = doc if isinstance(doc, list) else [doc]
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            where = f"item {i}" if isinstance(doc, list) else "body"
+            raise ValueError(f"{where}: expected a JSON object, got {type(item).__name__}")
+    return [json.dumps(item, separators=(",", ":"), ensure_ascii=False) for item in items]
+
+
+def create_app(gate: _Gate) -> FastAPI:
+    """The ASGI app serving ``POST <path>`` for ``gate`` (see the module docstring)."""
+    app = FastAPI(title="Wire HTTP ingest", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.post(gate.binding.source.path, status_code=202)
+    async def ingest(request: Request) -> JSONResponse:
+        refused = gate.refusal(request.headers.get("authorization"))
+        if refused is not None:
+            status, headers, message = refused
+            return JSONResponse({"error": message}, status_code=status, headers=headers)
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            return JSONResponse({"error": f"body over {MAX_BODY_BYTES} bytes"}, status_code=413)
+        try:
+            events = parse_body(body)
+        except (ValueError, RecursionError) as e:
+            return JSONResponse({"error": f"invalid body: {e}"}, status_code=400)
+        try:
+            first, last = await run_in_threadpool(gate.wal.append, events)
+        except Exception as e:  # nothing stored (rolled back): the client retries
+            headers = {"Retry-After": str(PAUSED_RETRY_AFTER_S)}
+            return JSONResponse({"error": f"write-ahead log: {e}"}, status_code=503, headers=headers)
+        seq = [first, last] if events else None
+        return JSONResponse({"accepted": len(events), "seq": seq}, status_code=202)
+
+    return app
+
+
+class _Server:
+    """One uvicorn server in a daemon thread."""
+
+    def __init__(self, gate: _Gate, timeout_s: float = 10.0) -> None:
+        src = gate.binding.source
+        self.gate = gate
+        family = socket.AF_INET6 if ":" in src.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((src.host, src.port))
+        except OSError as e:
+            sock.close()
+            where = f"{src.host}:{src.port}"
+            raise WireError(f"http ingest {gate.binding.step!r} cannot bind {where}: {e}") from e
+        sock.listen(512)
+        config = uvicorn.Config(create_app(gate), log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
+                                       name=f"wire-http-ingest-{src.port}", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.server.should_exit = True
+                self.thread.join(1.0)
+                sock.close()
+                raise WireError(f"http ingest {gate.binding.step!r} did not start on {src.host}:{src.port}")
+            time.sleep(0.01)
+        self._sock = sock
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout_s)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+_SERVERS: dict[tuple[str, int], _Server] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _serve(binding: IngestBinding, wal: WriteAheadLog) -> _Server:
+    """Start the server of ``binding`` in this process, or return the one already running."""
+    src = binding.source
+    key = (src.host, src.port)
+    with _SERVERS_LOCK:
+        running = _SERVERS.get(key)
+        if running is not None and running.thread.is_alive():
+            if running.gate.binding.source.wal_path != src.wal_path:
+                raise WireError(f"http ingest {binding.step!r}: {src.host}:{src.port} already serves "
+                                f"another write-ahead log ({running.gate.binding.source.wal_path})")
+            running.gate.binding = binding
+            return running
+        server = _Server(_Gate(binding, wal))
+        _SERVERS[key] = server
+        return server
+
+
+def _unserve(server: _Server) -> None:
+    key = (server.gate.binding.source.host, server.gate.binding.source.port)
+    with _SERVERS_LOCK:
+        if _SERVERS.get(key) is server:
+            del _SERVERS[key]
+    server.stop()
+
+
+# ---------------------------------------------------------------------------- Spark source
+
+
+@dataclass
+class WalEpoch(InputPartition):
+    """One epoch's Spark task: log records ``lo < seq <= hi`` (``count`` of them) and control rows."""
+
+    lo: int
+    hi: int
+    count: int
+    start_watermark: int
+    end_watermark: int
+    max_event_time: int | None
+
+    def __post_init__(self) -> None:
+        super().__init__(None)
+
+
+def _offset(seq: int, admitted: int, state: PartitionState, watermark: int, started: int | None,
+            at: int | None) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "admitted": admitted,
+        "max_event_time": state.max_event_time,
+        "watermark": watermark,
+        "last_arrival": state.last_arrival,
+        "idle": state.idle,
+        "started": started,
+        "at": at,
+    }
+
+
+class HttpIngestReader(DataSourceStreamReader):
+    """Stream reader of the HTTP ingest source (offsets: see the module docstring).
+
+    The planner methods run in Spark's long-lived planner process on the driver; the
+    first of them starts the HTTP server there and :meth:`stop` stops it. :meth:`read`
+    runs in executor workers and only reads the log. ``clock`` (ms) is the
+    processing-time clock, injectable for tests.
+    """
+
+    def __init__(self, binding: IngestBinding, clock: Callable[[], int] | None = None) -> None:
+        self._binding = binding
+        src = binding.source
+        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
+        self._clock = clock or wall_clock_ms
+        self._row_schema = spark_row_schema(src.schema)
+        self._wal: WriteAheadLog | None = None
+        self._server: _Server | None = None
+        self._started: int | None = None
+
+    @property
+    def wal(self) -> WriteAheadLog:
+        """The source's write-ahead log (opened on first use)."""
+        if self._wal is None:
+            self._wal = WriteAheadLog(self._binding.source.wal_path)
+        return self._wal
+
+    def serve(self) -> None:
+        """Start the HTTP server in this process if it is not running (idempotent)."""
+        if self._server is None:
+            self._server = _serve(self._binding, self.wal)
+
+    # -- planner (driver) --------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """Return the position before the log's first record (starts the server).
+
+        A fresh query reads everything the log still holds. Holds no clock reading:
+        Spark calls it again when it replays the first epoch.
+        """
+        self.serve()
+        return _offset(0, 0, PartitionState(), NO_WATERMARK, None, None)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
+        return ReadMaxRows(self._binding.max_events_per_epoch)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Admit the log records after ``start``, at most ``limit``; called before each new epoch.
+
+        Returns ``start`` (no epoch runs) while the flow or source is paused, stopping or
+        held by an open breaker, and when nothing arrived unless idleness moves the
+        watermark (at most once per ``watermark_interval``). The returned offset is
+        written to Spark's offset log before the epoch runs, with its watermark.
+        """
+        self.serve()
+        b = self._binding
+        if is_paused(b.control_file, b.step):
+            return start
+        budget = self._budget(limit)
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+        started = self._started if start["started"] is None else start["started"]
+        records = self.wal.read(start["seq"], limit=budget) if budget != 0 else []
+        parsed = parse_records(records, b.source.schema, b.event_time)
+        seq = records[-1][0] if records else start["seq"]
+        pending = budget is not None and len(records) >= budget and self.wal.max_seq() > seq
+        prev = PartitionState(max_event_time=start["max_event_time"], watermark=start["watermark"],
+                              last_arrival=start["last_arrival"], idle=start["idle"])
+        max_et = int(parsed.event_times.max()) if len(parsed.event_times) else None
+        state = advance_partition(prev, file="", record=seq, taken=len(records), max_event_time=max_et,
+                                  pending=pending, bounded=False, now=now, started=started,
+                                  policy=self._policy)
+        watermark = source_watermark(start["watermark"], {"wal": state}, now, self._policy)
+        if not records and not should_tick(start["watermark"], watermark, start["at"], now, self._policy):
+            return start
+        return _offset(seq, start["admitted"] + len(records), state, watermark, started, now)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """Plan the epoch ``(start, end]`` as one task; also called on a replay after a restart."""
+        if start == end:
+            return []
+        return [WalEpoch(start["seq"], end["seq"], end["admitted"] - start["admitted"],
+                         start["watermark"], end["watermark"], end["max_event_time"])]
+
+    def commit(self, end: dict) -> None:
+        """Delete the log records up to ``end`` (their epoch committed: contraflow ack, SPEC §7)."""
+        self.wal.truncate(int(end["seq"]))
+
+    def stop(self) -> None:
+        """Stop the HTTP server (the query ends) and close the log."""
+        if self._server is not None:
+            _unserve(self._server)
+            self._server = None
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
+
+    def _budget(self, limit: ReadLimit) -> int | None:
+        if isinstance(limit, ReadAllAvailable):
+            return None
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows
+        return self._binding.max_events_per_epoch
+
+    # -- executor ------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the epoch's rows in the envelope format; runs on executors.
+
+        Data rows, a dead-letter side row (if any record did not fit the schema), the
+        metrics side row, then one watermark row per key group.
+
+        Raises
+        ------
+        WireError
+            When the log no longer holds the epoch's records (deleted before the epoch
+            committed: the log was truncated or replaced by something else).
+        """
+        if not isinstance(partition, WalEpoch):
+            raise TypeError(f"expected a WalEpoch partition, got {type(partition).__name__}")
+        b, schema = self._binding, self._row_schema
+        records = self.wal.read(partition.lo, partition.hi)
+        if len(records) != partition.count:
+            raise WireError(
+                f"http ingest {b.step!r}: the write-ahead log {b.source.wal_path} holds {len(records)} "
+                f"records with seq in ({partition.lo}, {partition.hi}], the epoch admitted {partition.count}"
+            )
+        parsed = parse_records(records, b.source.schema, b.event_time)
+        n = parsed.table.num_rows
+        if n:
+            cols = {name: parsed.table[name].combine_chunks().cast(schema.field(name).type)
+                    for name in parsed.table.column_names}
+            cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
+            cols[envelope.ET] = pa.array(parsed.event_times, pa.int64())
+            cols[envelope.WM] = pa.array(np.full(n, partition.start_watermark, np.int64))
+            cols[envelope.SEQ] = pa.array(parsed.seqs, pa.int64())
+            yield envelope.envelope_batch(schema, cols, n)
+        if parsed.dead:
+            dead = pa.table(
+                {
+                    "step": [b.step] * len(parsed.dead),
+                    "location": [f"wal:{seq}" for seq, _, _ in parsed.dead],
+                    "reason": [reason for _, reason, _ in parsed.dead],
+                    "record": [body for _, _, body in parsed.dead],
+                },
+                schema=envelope.DEAD_LETTER_SCHEMA,
+            )
+            yield envelope.side_batch(schema, f"{b.step}.dead_letter", dead)
+        counters = {
+            "records": len(records),
+            "events": n,
+            "malformed": len(parsed.dead),
+            "gauge:watermark": partition.end_watermark,
+            "gauge:max_event_time": NO_WATERMARK if partition.max_event_time is None
+            else partition.max_event_time,
+        }
+        yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
+        yield envelope.watermark_batch(schema, partition.end_watermark, range(b.key_groups))
+
+
+class HttpIngestDataSource(DataSource):
+    """The Spark Python data source ``wire_http_ingest``; option ``binding``: an IngestBinding JSON."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name used with ``spark.readStream.format``."""
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Return the row schema: the payload columns followed by the envelope columns."""
+        return spark_struct(IngestBinding.from_json(self.options["binding"]).source.schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Return the stream reader; Spark calls this in the planner and executor processes."""
+        return HttpIngestReader(IngestBinding.from_json(self.options["binding"]))

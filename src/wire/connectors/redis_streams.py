@@ -1,0 +1,458 @@
+"""Redis Streams: a source read through a consumer group, and an idempotent sink.
+
+Source (:func:`redis_stream`): each epoch admits the next entries of one stream, at
+most ``max_events_per_epoch``, records their id range and the watermark in the
+epoch's offset, and acknowledges them (``XACK``) only once the epoch has committed.
+Sink (:func:`redis_stream_sink`): appends each epoch's rows with ids derived from the
+epoch, so a replayed epoch adds nothing. The stream reader is in
+:mod:`wire.connectors.redis_stream_reader`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from wire.api.time import Duration, to_millis
+from wire.compiler.arrow_types import spark_round_trip, spark_schema
+from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
+from wire.connectors.sinks import Sink, jsonl_lines
+from wire.errors import ConfigError, WireError
+from wire.runtime import envelope
+
+if TYPE_CHECKING:
+    import redis
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "RedisBinding",
+    "RedisStreamDataSource",
+    "RedisStreamSink",
+    "RedisStreamSource",
+    "redis_stream",
+    "redis_stream_sink",
+]
+
+DATA_SOURCE_NAME = "wire_redis_stream"
+FIELD_ENCODINGS = ("json", "fields")
+STARTS = ("earliest", "latest")
+
+
+def _check_name(parameter: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(parameter, value, "a non-empty string")
+    return value
+
+
+def _check_url(url: object) -> str:
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("url", url, "a Redis URL: redis://host:port/db, rediss://... or unix://...")
+    return url
+
+
+@dataclass(frozen=True)
+class RedisStreamSource:
+    """One Redis stream read through a consumer group; build it with :func:`redis_stream`.
+
+    Immutable; part of a flow plan. Durations are held in ms.
+    """
+
+    url: str
+    stream: str
+    group: str
+    consumer: str
+    schema: pa.Schema
+    field_encoding: str = "json"
+    start: str = "earliest"
+    idle_timeout: int | None = None
+    watermark_interval: int = 200
+    bounded: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _check_url(self.url)
+        for name in ("stream", "group", "consumer"):
+            _check_name(name, getattr(self, name))
+        if not isinstance(self.schema, pa.Schema) or not len(self.schema):
+            raise ConfigError("schema", self.schema, "a non-empty pyarrow.Schema")
+        if self.field_encoding not in FIELD_ENCODINGS:
+            raise ConfigError("field_encoding", self.field_encoding, "'json' or 'fields'")
+        if self.start not in STARTS:
+            raise ConfigError("start", self.start, "'earliest' or 'latest'")
+        if self.idle_timeout is not None:
+            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
+            object.__setattr__(self, "idle_timeout", idle)
+        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
+        object.__setattr__(self, "watermark_interval", interval)
+
+    def resolve_schema(self) -> pa.Schema:
+        """Return the payload schema (the given one)."""
+        return self.schema
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        max_delay_ms: int,
+        max_events_per_epoch: int,
+        control_file: str | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
+
+        Raises
+        ------
+        ConfigError
+            When the event-time column is not in the schema or has an unsupported type.
+        """
+        binding = RedisBinding(
+            step=step,
+            source=self,
+            payload_schema=self.schema,
+            event_time=event_time,
+            max_delay_ms=max_delay_ms,
+            max_events_per_epoch=max_events_per_epoch,
+            key_groups=key_groups,
+            control_file=control_file,
+        )
+        spark.dataSource.register(RedisStreamDataSource)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serializable form (see :meth:`from_dict`)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        d["schema"] = base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii")
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> RedisStreamSource:
+        """Inverse of :meth:`to_dict`."""
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
+        return RedisStreamSource(**{**d, "schema": schema})
+
+
+def redis_stream(
+    url: str,
+    stream: str,
+    *,
+    group: str,
+    consumer: str = "wire",
+    schema: pa.Schema,
+    field_encoding: str = "json",
+    start: str = "earliest",
+    idle_timeout: Duration | None = None,
+    watermark_interval: Duration = 200,
+) -> RedisStreamSource:
+    """Read one Redis stream as a stream of events, acknowledged after each epoch commits.
+
+    Output columns: the payload columns of ``schema`` (plus Wire's envelope columns
+    inside a compiled flow). Each entry holds one event: with ``field_encoding="json"``
+    its ``data`` field is a JSON object whose keys are the columns (``XADD s * data
+    '{"t": 1700000000000, "k": "a"}'``; missing keys are null, other keys ignored);
+    with ``"fields"`` every column is a field of its own holding the value as text
+    (``XADD s * t 1700000000000 k a``). Entries that do not fit (no ``data`` field,
+    invalid JSON, a value that does not convert, no usable event time) go to the step's
+    ``dead_letter`` port with location ``"<stream>:<id>"``, the reason, and the entry's
+    fields as a JSON object.
+
+    **Admission and offsets.** Per epoch the source admits the next entries in id
+    order, at most ``max_events_per_epoch``. The epoch's offset records the id of its
+    last entry, the number of entries admitted so far and the watermark (bounded
+    out-of-orderness: ``max event time - max_delay``, monotonic; with
+    ``idle_timeout``, a stream without new entries advances it with processing time,
+    see :mod:`wire.connectors.watermarks`). An epoch reads exactly the entries with
+    ids in ``(previous offset's id, its own id]`` with ``XRANGE``, so a replayed epoch
+    sees the same entries and the same watermarks. No state is kept beyond the
+    offsets.
+
+    **Consumer group and acknowledgement (SPEC §7).** The group is created if missing
+    (``MKSTREAM``; from the stream's start, or its end with ``start="latest"``). New
+    entries are delivered to ``consumer`` with ``XREADGROUP`` while an epoch is planned
+    and stay pending until Spark has committed the epoch (every sink of the flow
+    committed): then they are acknowledged with ``XACK``. After a crash the flow
+    resumes from its checkpoint: entries delivered but not acknowledged are read again
+    (an uncommitted epoch is replayed from its recorded id range); entries of a
+    committed epoch whose ``XACK`` was lost are acknowledged when the flow restarts,
+    not read again. A new checkpoint starts at the group's oldest pending entry, or
+    after its last delivered one. One flow per group: the group records that flow's
+    progress. Entries trimmed before they were acknowledged are reported on the
+    ``dead_letter`` port.
+
+    Parameters
+    ----------
+    url:
+        The Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``.
+    stream:
+        The stream's key.
+    group, consumer:
+        The consumer group and the consumer name used for deliveries.
+    schema:
+        The payload schema; the flow's event-time column must be one of its columns
+        (int64 ms, timestamp, date, or ISO-8601 strings).
+    field_encoding:
+        ``"json"`` (a ``data`` field with a JSON object) or ``"fields"`` (one field per
+        column).
+    start:
+        Where a group created by the source starts: ``"earliest"`` (all entries) or
+        ``"latest"`` (only entries added after it was created).
+    idle_timeout:
+        Processing time after which a stream without new entries stops holding the
+        watermark back (it advances with processing time); None: never idle.
+    watermark_interval:
+        Minimum processing time between two epochs that only advance the watermark.
+
+    Returns
+    -------
+    RedisStreamSource
+        An immutable source description (``bounded=False``).
+
+    Raises
+    ------
+    ConfigError
+        On a URL that is not a Redis URL, an empty stream, group or consumer name, a
+        schema that is not a non-empty ``pyarrow.Schema``, an unknown
+        ``field_encoding`` or ``start``, or an invalid duration.
+
+    Examples
+    --------
+    >>> src = redis_stream("redis://127.0.0.1:6379/0", "clicks", group="wire",
+    ...                    schema=pa.schema([("t", pa.int64()), ("k", pa.string())]))
+    >>> src.bounded, src.field_encoding, src.consumer
+    (False, 'json', 'wire')
+    """
+    return RedisStreamSource(
+        url, stream, group, consumer, schema, field_encoding, start, idle_timeout, watermark_interval
+    )
+
+
+@dataclass(frozen=True)
+class RedisBinding:
+    """What the compiler hands to the Spark data source for one Redis source step.
+
+    Serialized into the ``binding`` option with :meth:`to_json`.
+    """
+
+    step: str
+    source: RedisStreamSource
+    payload_schema: pa.Schema
+    event_time: str
+    max_delay_ms: int
+    max_events_per_epoch: int
+    key_groups: int
+    control_file: str | None = None
+
+    def __post_init__(self) -> None:
+        step = self.step
+        names = self.payload_schema.names
+        if self.event_time not in names:
+            raise ConfigError("event_time", self.event_time, f"a payload column: {names}", step=step)
+        typ = self.payload_schema.field(self.event_time).type
+        if not (
+            pa.types.is_integer(typ)
+            or pa.types.is_timestamp(typ)
+            or pa.types.is_date(typ)
+            or pa.types.is_string(typ)
+        ):
+            accepted = "a column of int64 ms, timestamp, date or ISO-8601 strings"
+            raise ConfigError("event_time", f"{self.event_time} ({typ})", accepted, step=step)
+        for name, value, least in (
+            ("max_delay_ms", self.max_delay_ms, 0),
+            ("max_events_per_epoch", self.max_events_per_epoch, 1),
+            ("key_groups", self.key_groups, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(name, value, f"an int >= {least}", step=step)
+
+    def row_schema(self) -> pa.Schema:
+        """The Arrow schema of the source's rows as Spark hands them back."""
+        return spark_round_trip(
+            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload_schema]))
+        )
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["source"] = self.source.to_dict()
+        d["payload_schema"] = base64.b64encode(self.payload_schema.serialize().to_pybytes()).decode("ascii")
+        return json.dumps(d)
+
+    @staticmethod
+    def from_json(text: str) -> RedisBinding:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["source"] = RedisStreamSource.from_dict(d["source"])
+        d["payload_schema"] = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["payload_schema"])))
+        return RedisBinding(**d)
+
+
+class RedisStreamDataSource(DataSource):
+    """The Spark Python data source ``wire_redis_stream``; option ``binding``: RedisBinding JSON."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name used with ``spark.readStream.format``."""
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Return the row schema: the payload columns followed by the envelope columns."""
+        return spark_schema(RedisBinding.from_json(self.options["binding"]).row_schema())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Return the stream reader; Spark calls this in the planner and executor processes."""
+        return RedisStreamReader(RedisBinding.from_json(self.options["binding"]))
+
+
+# ---------------------------------------------------------------------------- sink
+
+
+@dataclass(frozen=True)
+class RedisStreamSink(Sink):
+    """Idempotent appends to a Redis stream, ids derived from the epoch; see :func:`redis_stream_sink`."""
+
+    guarantee: ClassVar[str] = "idempotent"
+
+    url: str
+    stream: str
+    maxlen: int | None = None
+    _client: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Validate the configuration at flow-build time."""
+        _check_url(self.url)
+        _check_name("stream", self.stream)
+        if self.maxlen is not None and (
+            isinstance(self.maxlen, bool) or not isinstance(self.maxlen, int) or self.maxlen < 1
+        ):
+            raise ConfigError("maxlen", self.maxlen, "None or an int >= 1")
+
+    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Connect and check the server answers; called once at run start on the driver.
+
+        Raises
+        ------
+        WireError
+            When the server cannot be reached.
+        """
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        try:
+            client.ping()
+        except redis.exceptions.RedisError as e:
+            client.close()
+            raise WireError(f"{self.describe()}: cannot reach {self.url}: {e}") from e
+        object.__setattr__(self, "_client", client)
+
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        """Append the epoch's rows as entries ``<epoch + 1>-<row>``, in one ``MULTI``/``EXEC``.
+
+        Called on the driver once per epoch, before the epoch commits. Each row is one
+        entry with a ``data`` field holding the row as a JSON object (the encoding of
+        :func:`wire.connectors.sinks.jsonl`). Rows already in the stream (a replayed
+        epoch, fully or partly written) are skipped: the stream's last id tells which,
+        and an ``XADD`` rejected with "equal or smaller than the target stream top item"
+        counts as already written. An empty table writes nothing.
+
+        Raises
+        ------
+        WireError
+            Before :meth:`open`; when the stream's last id is beyond this epoch (another
+            writer, or a flow started with a new checkpoint on an old stream); when
+            Redis fails.
+        """
+        import redis
+
+        client: redis.Redis | None = self._client
+        if client is None:
+            raise WireError(f"{self.describe()}: write_epoch before open")
+        n = table.num_rows
+        if n == 0:
+            return
+        ms = epoch + 1
+        try:
+            top = self._last_id(client)
+            if top[0] > ms:
+                raise WireError(
+                    f"{self.describe()}: the stream's last id {top[0]}-{top[1]} is beyond epoch {epoch} "
+                    f"(ids {ms}-<row>): the stream has another writer, or this flow started with a "
+                    "new checkpoint; write to a new stream or delete it"
+                )
+            first = top[1] + 1 if top[0] == ms else 0
+            if first >= n:
+                return  # the whole epoch is there already (replay)
+            lines = jsonl_lines(table)
+            pipe = client.pipeline(transaction=True)
+            for i in range(first, n):
+                entry = {"data": lines[i]}
+                pipe.xadd(self.stream, entry, id=f"{ms}-{i}", maxlen=self.maxlen, approximate=True)
+            results = pipe.execute(raise_on_error=False)
+        except redis.exceptions.RedisError as e:
+            raise WireError(f"{self.describe()}: epoch {epoch} failed: {e}") from e
+        for r in results:
+            if isinstance(r, Exception) and "equal or smaller" not in str(r):
+                raise WireError(f"{self.describe()}: epoch {epoch} failed: {r}")
+
+    def close(self) -> None:
+        """Close the connection; every written epoch is already in the stream."""
+        client = self._client
+        object.__setattr__(self, "_client", None)
+        if client is not None:
+            client.close()
+
+    def describe(self) -> str:
+        """E.g. ``"redis stream out @ redis://127.0.0.1:6379/0 (idempotent)"``."""
+        return f"redis stream {self.stream} @ {self.url} ({self.guarantee})"
+
+    def _last_id(self, client: redis.Redis) -> tuple[int, int]:
+        if not client.exists(self.stream):
+            return (0, 0)
+        info = client.xinfo_stream(self.stream)
+        last = info["last-generated-id"]
+        return parse_id(last.decode() if isinstance(last, bytes) else str(last))
+
+
+def redis_stream_sink(url: str, stream: str, *, maxlen: int | None = None) -> Sink:
+    """Append each epoch's rows to a Redis stream, exactly once in effect.
+
+    Each row becomes one entry whose ``data`` field holds the row as a JSON object
+    (keys in column order, values encoded as :func:`wire.sinks.jsonl` does). Entry ids
+    are ``<epoch + 1>-<row index>``: increasing over epochs and rows, and the same for
+    a replayed epoch, which therefore adds nothing. The ids are not times: read the
+    stream by id (``XREAD``, ``XRANGE``), never by time. The stream must have no other
+    writer, and a flow restarted with a new checkpoint (epochs start at 0 again) needs
+    a new stream.
+
+    Guarantee: ``idempotent``. ``open`` (run start, driver) connects; ``write_epoch``
+    (driver, once per epoch, before the epoch commits) appends the rows in one
+    ``MULTI``/``EXEC`` transaction, skipping those already there; ``close`` disconnects.
+
+    Parameters
+    ----------
+    url:
+        The Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``.
+    stream:
+        The stream's key (created by the first ``XADD``).
+    maxlen:
+        Trim the stream to about this many entries (``MAXLEN ~``); None: no trimming.
+
+    Returns
+    -------
+    Sink
+        A :class:`RedisStreamSink`.
+
+    Raises
+    ------
+    ConfigError
+        On a URL that is not a Redis URL, an empty stream name or a ``maxlen`` that is
+        not None or an int ≥ 1.
+    """
+    return RedisStreamSink(url=url, stream=stream, maxlen=maxlen)

@@ -1,0 +1,333 @@
+import json
+import socket
+import time
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from wire.connectors.http_ingest import (
+    PAUSED_RETRY_AFTER_S,
+    HttpIngestReader,
+    HttpIngestSource,
+    IngestBinding,
+    http_ingest,
+    parse_body,
+)
+from wire.connectors.watermarks import NO_WATERMARK
+from wire.errors import ConfigError, WireError
+from wire.runtime import envelope
+from wire.runtime.control import set_breaker, set_paused, set_stopping
+
+SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64())])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Clock:
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def make_binding(tmp_path, port, *, max_events=100, max_delay=10, key_groups=2, **source_kw):
+    src = http_ingest(port=port, wal_dir=str(tmp_path / "wal"), schema=SCHEMA, **source_kw)
+    return IngestBinding("ingest", src, "t", max_delay, max_events, key_groups,
+                         str(tmp_path / "ck" / "control.json"))
+
+
+@pytest.fixture
+def open_reader(tmp_path):
+    readers = []
+
+    def open_(binding=None, clock=None, **kw):
+        binding = binding or make_binding(tmp_path, free_port(), **kw)
+        reader = HttpIngestReader(binding, clock=clock or Clock())
+        readers.append(reader)
+        return reader
+
+    yield open_
+    for r in readers:
+        r.stop()
+
+
+def url(reader) -> str:
+    src = reader._binding.source
+    return f"http://{src.host}:{src.port}{src.path}"
+
+
+def post(reader, body, **kw) -> httpx.Response:
+    if isinstance(body, bytes | str):
+        return httpx.post(url(reader), content=body, timeout=10, **kw)
+    return httpx.post(url(reader), json=body, timeout=10, **kw)
+
+
+def rows_of(reader, start, end):
+    """Read an epoch like an executor: data rows, side tables per port, watermark rows."""
+    data, sides, watermarks = [], {}, []
+    for part in reader.partitions(start, end):
+        for batch in reader.read(part):
+            t = pa.Table.from_batches([batch])
+            for row in t.to_pylist():
+                if row["__kind"] == envelope.KIND_DATA:
+                    data.append(row)
+                elif row["__kind"] == envelope.KIND_SIDE:
+                    sides.setdefault(row["__port"], []).extend(envelope.decode_table(row["__blob"]).to_pylist())
+                else:
+                    watermarks.append((row["__kg"], row["__wm"]))
+    return data, sides, watermarks
+
+
+def test_post_is_acknowledged_after_the_append_then_admitted_read_and_truncated_on_commit(open_reader):
+    reader = open_reader()
+    start = reader.initialOffset()
+    assert start["seq"] == 0 and start["watermark"] == NO_WATERMARK
+    r = post(reader, [{"t": 100, "k": "a", "v": 1.5}, {"t": 90, "k": "b", "v": 2}])
+    assert r.status_code == 202 and r.json() == {"accepted": 2, "seq": [1, 2]}
+    assert reader.wal.read(0) == [(1, '{"t":100,"k":"a","v":1.5}'), (2, '{"t":90,"k":"b","v":2}')]
+    r = post(reader, {"t": 120, "k": "a"})
+    assert r.status_code == 202 and r.json() == {"accepted": 1, "seq": [3, 3]}
+
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert (end["seq"], end["admitted"], end["max_event_time"], end["watermark"]) == (3, 3, 120, 110)
+    json.dumps(end)  # offsets are JSON
+    data, sides, watermarks = rows_of(reader, start, end)
+    assert [(d["t"], d["k"], d["v"], d["__et"], d["__seq"]) for d in data] == [
+        (100, "a", 1.5, 100, 1), (90, "b", 2.0, 90, 2), (120, "a", None, 120, 3)]
+    assert {d["__wm"] for d in data} == {NO_WATERMARK}  # the epoch's start watermark
+    assert watermarks == [(0, 110), (1, 110)]  # one per key group, the end watermark
+    metrics = {m["name"]: m["value"] for m in sides[envelope.METRICS_PORT]}
+    assert metrics["records"] == 3 and metrics["events"] == 3 and metrics["malformed"] == 0
+    assert "ingest.dead_letter" not in sides
+
+    assert reader.latestOffset(end, reader.getDefaultReadLimit()) == end  # nothing new: no epoch
+    assert reader.wal.count() == 3  # not before the commit
+    reader.commit(end)
+    assert reader.wal.count() == 0 and reader.wal.max_seq() == 3
+
+
+def test_admission_is_bounded_per_epoch_and_the_watermark_is_monotonic(open_reader):
+    reader = open_reader(max_events=10, max_delay=5)
+    offset = reader.initialOffset()
+    times = [50 + i for i in range(20)] + [10] * 5  # the last ones are out of order
+    assert post(reader, [{"t": t, "k": "a"} for t in times]).status_code == 202
+    sizes, seqs, marks = [], [], []
+    while True:
+        end = reader.latestOffset(offset, reader.getDefaultReadLimit())
+        if end == offset:
+            break
+        data, _, wms = rows_of(reader, offset, end)
+        sizes.append(len(data))
+        seqs += [d["__seq"] for d in data]
+        marks.append(wms[0][1])
+        reader.commit(end)
+        offset = end
+    assert sizes == [10, 10, 5]
+    assert seqs == list(range(1, 26))
+    assert marks == [59 - 5, 69 - 5, 69 - 5]  # W = max event time - max delay, never backwards
+    assert reader.latestOffset(offset, ReadMaxRows(0)) == offset
+    assert post(reader, [{"t": 1, "k": "a"}] * 3).status_code == 202
+    assert reader.latestOffset(offset, ReadAllAvailable())["seq"] == 28
+
+
+def test_records_that_do_not_fit_the_schema_are_dead_letters(open_reader):
+    reader = open_reader()
+    start = reader.initialOffset()
+    body = [{"t": 5, "k": "a", "v": 1}, {"t": 7, "k": "b", "v": "x"}, {"k": "c"}, {"t": "soon"}, {"t": 9}]
+    assert post(reader, body).status_code == 202
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end["max_event_time"] == 9  # dead letters do not move the watermark
+    data, sides, _ = rows_of(reader, start, end)
+    assert [d["__seq"] for d in data] == [1, 5]
+    dead = sides["ingest.dead_letter"]
+    assert [(d["step"], d["location"]) for d in dead] == [
+        ("ingest", "wal:2"), ("ingest", "wal:3"), ("ingest", "wal:4")]
+    assert "field v" in dead[0]["reason"] and dead[0]["record"] == '{"t":7,"k":"b","v":"x"}'
+    assert "event time missing" in dead[1]["reason"]
+    assert "field t" in dead[2]["reason"]
+    metrics = {m["name"]: m["value"] for m in sides[envelope.METRICS_PORT]}
+    assert (metrics["records"], metrics["events"], metrics["malformed"]) == (5, 2, 3)
+
+
+@pytest.mark.parametrize("body", [b"{bad", b"[1, 2]", b'"text"', b"[{}, 3]", b'{"t": NaN}', b""])
+def test_invalid_body_is_400_and_nothing_is_stored(open_reader, body):
+    reader = open_reader()
+    reader.initialOffset()
+    r = post(reader, body)
+    assert r.status_code == 400 and "invalid body" in r.json()["error"]
+    assert reader.wal.max_seq() == 0
+
+
+def test_empty_array_is_accepted_with_nothing_stored(open_reader):
+    reader = open_reader()
+    reader.initialOffset()
+    r = post(reader, [])
+    assert r.status_code == 202 and r.json() == {"accepted": 0, "seq": None}
+    assert reader.wal.max_seq() == 0
+
+
+def test_paused_flow_or_source_answers_503_and_admits_nothing(open_reader):
+    reader = open_reader()
+    control = reader._binding.control_file
+    start = reader.initialOffset()
+    assert post(reader, {"t": 1}).status_code == 202
+    for pause, resume in [
+        (lambda: set_paused(control, True), lambda: set_paused(control, False)),
+        (lambda: set_paused(control, True, connector="ingest"),
+         lambda: set_paused(control, False, connector="ingest")),
+        (lambda: set_stopping(control, True), lambda: set_stopping(control, False)),
+    ]:
+        pause()
+        r = post(reader, {"t": 2})
+        assert r.status_code == 503 and r.headers["Retry-After"] == str(PAUSED_RETRY_AFTER_S)
+        assert reader.latestOffset(start, reader.getDefaultReadLimit()) == start
+        resume()
+    set_paused(control, True, connector="another_source")
+    assert reader.wal.max_seq() == 1  # nothing stored while paused
+    assert post(reader, {"t": 3}).status_code == 202
+    assert reader.latestOffset(start, reader.getDefaultReadLimit())["seq"] == 2
+
+
+def test_open_breaker_answers_503_with_its_retry_after(open_reader):
+    reader = open_reader()
+    control = reader._binding.control_file
+    start = reader.initialOffset()
+    set_breaker(control, "orders_db", True, retry_at=time.time() + 42.2)
+    r = post(reader, [{"t": 1}])
+    assert r.status_code == 503 and "orders_db" in r.json()["error"]
+    assert 42 <= int(r.headers["Retry-After"]) <= 43
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) == start
+    set_breaker(control, "orders_db", True, retry_at=time.time() - 5)  # probe due: retry soon
+    assert post(reader, [{"t": 1}]).headers["Retry-After"] == "1"
+    set_breaker(control, "orders_db", False)
+    assert post(reader, [{"t": 1}]).status_code == 202
+    assert reader.wal.max_seq() == 1
+
+
+def test_token_is_required_when_configured(open_reader, tmp_path):
+    reader = open_reader(binding=make_binding(tmp_path, free_port(), token="s3cret"))
+    reader.initialOffset()
+    assert post(reader, {"t": 1}).status_code == 401
+    wrong = post(reader, {"t": 1}, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"] == "Bearer"
+    assert reader.wal.max_seq() == 0
+    ok = post(reader, {"t": 1}, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 202
+    assert "s3cret" not in repr(reader._binding.source)
+
+
+def test_events_survive_a_restart_and_replayed_epochs_read_the_same_rows(open_reader, tmp_path):
+    port = free_port()
+    binding = make_binding(tmp_path, port, max_events=4)
+    first = open_reader(binding=binding)
+    o0 = first.initialOffset()
+    assert post(first, [{"t": t, "k": "a"} for t in range(10)]).status_code == 202
+    o1 = first.latestOffset(o0, first.getDefaultReadLimit())
+    first.commit(o1)  # epoch 1 committed
+    o2 = first.latestOffset(o1, first.getDefaultReadLimit())  # epoch 2 planned, not committed
+    before_crash = [d["__seq"] for d in rows_of(first, o1, o2)[0]]
+    first.stop()  # the planner process goes away with the query
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(f"http://127.0.0.1:{port}/events", json={"t": 1}, timeout=2)
+
+    second = open_reader(binding=binding)  # restart: Spark replays epoch 2 from its offset log
+    assert [d["__seq"] for d in rows_of(second, o1, o2)[0]] == before_crash == [5, 6, 7, 8]
+    second.commit(o2)
+    assert second.latestOffset(o2, second.getDefaultReadLimit())["seq"] == 10  # the server is back
+    assert post(second, {"t": 50, "k": "b"}).json()["seq"] == [11, 11]
+    o3 = second.latestOffset(o2, second.getDefaultReadLimit())
+    assert [d["__seq"] for d in rows_of(second, o2, o3)[0]] == [9, 10, 11]
+
+
+def test_read_fails_loudly_when_the_log_lost_an_admitted_record(open_reader):
+    reader = open_reader()
+    start = reader.initialOffset()
+    post(reader, [{"t": 1}, {"t": 2}])
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    reader.wal.truncate(1)  # deleted before its epoch committed
+    with pytest.raises(WireError, match="holds 1 records"):
+        rows_of(reader, start, end)
+
+
+def test_idle_source_advances_the_watermark_with_processing_time(open_reader):
+    clock = Clock(10_000)
+    reader = open_reader(clock=clock, idle_timeout="1s", max_delay=0)
+    start = reader.initialOffset()
+    post(reader, {"t": 500})
+    o1 = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert o1["watermark"] == 500
+    clock.now += 500
+    assert reader.latestOffset(o1, reader.getDefaultReadLimit()) == o1  # not idle yet
+    clock.now += 1_000
+    o2 = reader.latestOffset(o1, reader.getDefaultReadLimit())
+    assert o2["idle"] and o2["watermark"] == 1_000 and o2["seq"] == o1["seq"]
+    assert rows_of(reader, o1, o2)[0] == []  # a watermark-only epoch
+    assert rows_of(reader, o1, o2)[2] == [(0, 1_000), (1, 1_000)]
+
+
+def test_executor_reads_do_not_start_the_server(open_reader, tmp_path):
+    port = free_port()
+    binding = make_binding(tmp_path, port)
+    planner = open_reader(binding=binding)
+    start = planner.initialOffset()
+    post(planner, {"t": 1})
+    end = planner.latestOffset(start, planner.getDefaultReadLimit())
+    parts = planner.partitions(start, end)
+    planner.stop()
+    executor = open_reader(binding=binding)
+    assert len([b for p in parts for b in executor.read(p)]) == 3  # data, metrics, watermarks
+    with socket.socket() as s:  # the port is free: no server in this process
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def test_one_server_per_address_and_process(open_reader, tmp_path):
+    port = free_port()
+    a = open_reader(binding=make_binding(tmp_path, port))
+    a.initialOffset()
+    b = open_reader(binding=make_binding(tmp_path, port))
+    b.initialOffset()
+    assert a._server is b._server
+    other = IngestBinding("other", http_ingest(port=port, wal_dir=str(tmp_path / "w2"), schema=SCHEMA),
+                          "t", 0, 10, 1)
+    with pytest.raises(WireError, match="already serves another write-ahead log"):
+        open_reader(binding=other).initialOffset()
+
+
+def test_port_in_use_is_a_clear_error(open_reader, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        reader = open_reader(binding=make_binding(tmp_path, s.getsockname()[1]))
+        with pytest.raises(WireError, match="cannot bind"):
+            reader.initialOffset()
+
+
+def test_parse_body():
+    assert parse_body(b'{"a": 1}') == ['{"a":1}']
+    assert parse_body('[{"a": "é"}, {}]'.encode()) == ['{"a":"é"}', "{}"]
+    with pytest.raises(ValueError, match="item 1: expected a JSON object"):
+        parse_body(b"[{}, 1]")
+
+
+def test_config_is_validated_and_serializable(tmp_path):
+    src = http_ingest(port=8080, wal_dir=str(tmp_path), schema=SCHEMA, token="x", idle_timeout="2s")
+    assert src.idle_timeout == 2000 and src.bounded is False
+    assert HttpIngestSource.from_dict(json.loads(json.dumps(src.to_dict()))) == src
+    binding = IngestBinding("s", src, "t", 0, 5, 2, None)
+    assert IngestBinding.from_json(binding.to_json()) == binding
+    for kw, param in [({"port": 0}, "port"), ({"path": "events"}, "path"),
+                      ({"schema": pa.schema([])}, "schema"), ({"token": ""}, "token")]:
+        with pytest.raises(ConfigError, match=param):
+            http_ingest(**{"port": 8080, "wal_dir": str(tmp_path), "schema": SCHEMA, **kw})
+    with pytest.raises(ConfigError, match="event_time"):
+        IngestBinding("s", src, "nope", 0, 5, 2)
+    with pytest.raises(ConfigError, match="max_events_per_epoch"):
+        IngestBinding("s", src, "t", 0, 0, 2)
