@@ -213,6 +213,18 @@ class StandaloneCluster:
         _kill_group(p)
         return p.pid
 
+    def freeze_worker(self, i: int) -> None:
+        """SIGSTOP worker ``i`` with its executor and Python workers (a hung machine).
+
+        Its running tasks can then neither finish nor report; :meth:`thaw_worker`
+        resumes them, :meth:`kill_worker` kills them where they stand.
+        """
+        os.killpg(self._workers[i].pid, signal.SIGSTOP)
+
+    def thaw_worker(self, i: int) -> None:
+        """SIGCONT worker ``i``'s process group (undo :meth:`freeze_worker`)."""
+        os.killpg(self._workers[i].pid, signal.SIGCONT)
+
     # ------------------------------------------------------------------ state
 
     def state(self) -> dict[str, Any]:

@@ -166,6 +166,19 @@ class PostgresServer:
                 _kill_postmaster(data / "postmaster.pid")
         shutil.rmtree(root, ignore_errors=True)
 
+    def halt(self) -> None:
+        """Stop the server but keep its data and port (an outage); :meth:`resume` restarts it."""
+        if self.root is None:
+            raise WireError("PostgresServer: halt() before start()")
+        self._run("pg_ctl", "stop", "-D", str(self._data), "-m", "fast", "-w", "-t", "30")
+
+    def resume(self) -> None:
+        """Start a halted server again on the same port; return when it accepts connections."""
+        if self.root is None:
+            raise WireError("PostgresServer: resume() before start()")
+        self._run("pg_ctl", "start", "-D", str(self._data), "-l", str(self._log), "-w", "-t", "30")
+        self._wait_ready()
+
     def __enter__(self) -> PostgresServer:
         return self.start()
 

@@ -138,9 +138,21 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
         workers = cluster.state()["workers"]
         assert [w["coresused"] for w in workers] == [1, 1], "the app must run on both workers"
         [victim] = cluster.executor_ids(0)
-        # kill worker 0 while its executor is running tasks of the current epoch
-        while running_tasks(f"http://127.0.0.1:{ui_port}", victim) == 0:
-            assert time.monotonic() < deadline, f"executor {victim} never ran a task"
+        # Kill worker 0 while its executor runs a task: freeze it when the driver shows a
+        # running task; if, once the driver's (lagging, busy) listener caught up, the task
+        # still shows as running, it is stuck in the frozen executor: kill it there.
+        ui = f"http://127.0.0.1:{ui_port}"
+        while True:
+            assert time.monotonic() < deadline, f"executor {victim} was never caught running a task"
+            if running_tasks(ui, victim) == 0:
+                continue
+            cluster.freeze_worker(0)
+            time.sleep(1.5)
+            if running_tasks(ui, victim) > 0:
+                time.sleep(1.5)
+                if running_tasks(ui, victim) > 0:
+                    break
+            cluster.thaw_worker(0)
         cluster.kill_worker(0)
         killed_at = commits(cluster_out)
         cluster.wait_for_workers(1, timeout_s=30)

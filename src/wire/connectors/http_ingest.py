@@ -76,10 +76,16 @@ __all__ = [
     "MAX_BODY_BYTES",
     "PAUSED_RETRY_AFTER_S",
     "WAL_FILE",
+    "HttpIngestDataSource",
     "HttpIngestReader",
     "HttpIngestSource",
     "IngestBinding",
+    "ParsedRecords",
+    "WalEpoch",
+    "create_app",
     "http_ingest",
+    "parse_body",
+    "parse_records",
 ]
 
 DATA_SOURCE_NAME = "wire_http_ingest"
@@ -361,7 +367,7 @@ class _Gate:
             names = ", ".join(sorted(breakers))
             return 503, {"Retry-After": str(max(1, math.ceil(wait)))}, f"circuit breaker open: {names}"
         if is_paused(control, self.binding.step):
-            return 503, {"Retry-After": str(PAUSED_RETRY_AFTER_S)}, "flow paused"
+            return 503, {"Retry-After": str(PAUSED_RETRY_AFTER_S)}, "flow or source paused (or stopping)"
         return None
 
 
@@ -457,7 +463,11 @@ _SERVERS_LOCK = threading.Lock()
 
 
 def _serve(binding: IngestBinding, wal: WriteAheadLog) -> _Server:
-    """Start the server of ``binding`` in this process, or return the one already running."""
+    """Start the server of ``binding`` in this process, or return the one already running.
+
+    A second reader of the same address and log shares the running server; whichever
+    reader stops first stops it.
+    """
     src = binding.source
     key = (src.host, src.port)
     with _SERVERS_LOCK:
@@ -580,8 +590,10 @@ class HttpIngestReader(DataSourceStreamReader):
         parsed = parse_records(records, b.source.schema, b.event_time)
         seq = records[-1][0] if records else start["seq"]
         pending = budget is not None and len(records) >= budget and self.wal.max_seq() > seq
-        prev = PartitionState(max_event_time=start["max_event_time"], watermark=start["watermark"],
-                              last_arrival=start["last_arrival"], idle=start["idle"])
+        seen = start["max_event_time"]  # the log's watermark without idle extrapolation:
+        own = NO_WATERMARK if seen is None else seen - b.max_delay_ms
+        prev = PartitionState(max_event_time=seen, watermark=own, last_arrival=start["last_arrival"],
+                              idle=start["idle"])
         max_et = int(parsed.event_times.max()) if len(parsed.event_times) else None
         state = advance_partition(prev, file="", record=seq, taken=len(records), max_event_time=max_et,
                                   pending=pending, bounded=False, now=now, started=started,

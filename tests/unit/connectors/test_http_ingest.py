@@ -79,7 +79,8 @@ def rows_of(reader, start, end):
                 if row["__kind"] == envelope.KIND_DATA:
                     data.append(row)
                 elif row["__kind"] == envelope.KIND_SIDE:
-                    sides.setdefault(row["__port"], []).extend(envelope.decode_table(row["__blob"]).to_pylist())
+                    table = envelope.decode_table(row["__blob"])
+                    sides.setdefault(row["__port"], []).extend(table.to_pylist())
                 else:
                     watermarks.append((row["__kg"], row["__wm"]))
     return data, sides, watermarks
@@ -270,6 +271,16 @@ def test_idle_source_advances_the_watermark_with_processing_time(open_reader):
     assert o2["idle"] and o2["watermark"] == 1_000 and o2["seq"] == o1["seq"]
     assert rows_of(reader, o1, o2)[0] == []  # a watermark-only epoch
     assert rows_of(reader, o1, o2)[2] == [(0, 1_000), (1, 1_000)]
+    clock.now += 300
+    o3 = reader.latestOffset(o2, reader.getDefaultReadLimit())
+    assert o3["watermark"] == 1_300  # follows processing time, 1 ms per ms
+    clock.now += 100
+    assert reader.latestOffset(o3, reader.getDefaultReadLimit()) == o3  # within watermark_interval
+    clock.now += 100
+    assert reader.latestOffset(o3, reader.getDefaultReadLimit())["watermark"] == 1_500
+    post(reader, {"t": 700})  # an event again: not idle, the watermark holds (never backwards)
+    o4 = reader.latestOffset(o3, reader.getDefaultReadLimit())
+    assert not o4["idle"] and o4["watermark"] == 1_300 and o4["max_event_time"] == 700
 
 
 def test_executor_reads_do_not_start_the_server(open_reader, tmp_path):
