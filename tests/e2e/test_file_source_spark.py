@@ -165,6 +165,7 @@ def test_partitioned_directories_watermark_is_the_minimum_and_replays_from_the_l
         "gauge:watermark": 4000,
         "gauge:watermark:p0": 40000,
         "gauge:watermark:p1": 4000,
+        "gauge:max_event_time": 40000,
     }
     assert sorted(r["__seq"] for r in parts[1][0]) == [4, 5, 6, 7]
 
