@@ -1,0 +1,104 @@
+"""Nexmark queries in Wire vs the same queries in DuckDB SQL over the generated events."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import wire
+from wire.connectors.nexmark import generate
+from wire.examples.nexmark_queries import build
+
+pytestmark = pytest.mark.spark
+
+EVENTS = 20_000
+RATE = 200  # events/s of event time: 20,000 events span 100 s
+DISORDER_MS = 2_000
+PARAMS = dict(events=EVENTS, first_event_rate=RATE, out_of_order_ms=DISORDER_MS, seed=3)
+
+
+@pytest.fixture(scope="module")
+def db() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    events = generate(0, EVENTS, seed=3, first_event_rate=RATE, out_of_order_ms=DISORDER_MS)
+    con.register("events_arrow", events)
+    con.execute("CREATE TABLE bids AS SELECT * FROM events_arrow WHERE kind = 'bid'")
+    return con
+
+
+def run(spark, tmp_path, query: str) -> str:
+    flow = build(query, wire.sinks.parquet(tmp_path / "out"), max_delay="5s",
+                 max_events_per_epoch=10_000, late_sink=wire.sinks.parquet(tmp_path / "late"),
+                 **PARAMS)
+    summary = flow.run(checkpoint=str(tmp_path / "ck"), spark=spark)
+    assert summary.input_events == EVENTS
+    assert summary.total("late") == 0  # disorder 2 s < watermark delay 5 s
+    return f"read_parquet('{tmp_path}/out/*.parquet')"
+
+
+def rows(con, sql: str) -> list[tuple]:
+    return con.sql(sql).fetchall()
+
+
+def test_q0_pass_through(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q0")
+    cols = "auction_id, bidder, price, channel, url, date_time"
+    got = rows(db, f"SELECT {cols} FROM {out} ORDER BY ALL")
+    assert len(got) == 46 * EVENTS // 50
+    assert got == rows(db, f"SELECT {cols} FROM bids ORDER BY ALL")
+
+
+def test_q1_currency_conversion(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q1")
+    got = rows(db, f"SELECT auction_id, bidder, price, date_time FROM {out} ORDER BY ALL")
+    expected = rows(db, "SELECT auction_id, bidder, (price * 908) // 1000, date_time FROM bids ORDER BY ALL")
+    assert got == expected
+    assert len(got) == 46 * EVENTS // 50
+
+
+def test_q2_selection(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q2")
+    got = rows(db, f"SELECT auction_id, price FROM {out} ORDER BY ALL")
+    expected = rows(db, "SELECT auction_id, price FROM bids WHERE auction_id % 123 = 0 ORDER BY ALL")
+    assert len(expected) > 10
+    assert got == expected
+
+
+def test_q5_hot_items(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q5")
+    got = rows(db, f"""SELECT epoch_ms(window_start), epoch_ms(window_end), auction_id, bids
+                       FROM {out} ORDER BY ALL""")
+    expected = rows(db, """
+        WITH w AS (SELECT auction_id,
+                          unnest(range(date_time // 2000 * 2000 - 8000, date_time // 2000 * 2000 + 1,
+                                       2000)) AS ws
+                   FROM bids),
+             c AS (SELECT ws, auction_id, count(*) AS n FROM w GROUP BY ALL),
+             m AS (SELECT ws, max(n * 4294967296 + auction_id) AS score FROM c GROUP BY ws)
+        SELECT ws, ws + 10000, score % 4294967296, score // 4294967296 FROM m ORDER BY ALL""")
+    assert len(expected) >= 50
+    assert got == expected
+
+
+def test_q7_highest_bid(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q7")
+    got = rows(db, f"SELECT epoch_ms(window_start), epoch_ms(window_end), price FROM {out} ORDER BY ALL")
+    expected = rows(db, """SELECT date_time // 10000 * 10000 AS ws, ws + 10000, max(price)
+                           FROM bids GROUP BY ws ORDER BY ALL""")
+    assert len(expected) >= 10
+    assert got == expected
+
+
+def test_q11_user_sessions(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q11")
+    got = rows(db, f"""SELECT bidder, epoch_ms(window_start), epoch_ms(window_end), bids
+                       FROM {out} ORDER BY ALL""")
+    expected = rows(db, """
+        WITH x AS (SELECT bidder, date_time AS ts,
+                          CASE WHEN ts - lag(ts) OVER (PARTITION BY bidder ORDER BY ts) < 10000
+                               THEN 0 ELSE 1 END AS brk FROM bids),
+             y AS (SELECT *, sum(brk) OVER (PARTITION BY bidder ORDER BY ts
+                                            ROWS UNBOUNDED PRECEDING) AS sid FROM x)
+        SELECT bidder, min(ts), max(ts) + 10000, count(*) FROM y GROUP BY bidder, sid ORDER BY ALL""")
+    assert len(expected) > 100
+    assert got == expected
