@@ -170,6 +170,8 @@ class StandaloneCluster:
                 {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
             )
             self._wait(lambda s: s.get("status") == "ALIVE", "the master to start")
+            # the port it bound (Spark moves on to the next port if ours was taken meanwhile)
+            self.master_port = int(str(self.state()["url"]).rsplit(":", 1)[1])
             for i in range(self.workers):
                 work = self.dir / f"worker-{i}"
                 (work / "local").mkdir(parents=True)

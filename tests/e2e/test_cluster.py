@@ -7,6 +7,7 @@ local session of the test process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -35,7 +37,6 @@ JOB = textwrap.dedent(
     t0 = time.perf_counter()
     spark = wire.spark(master, conf, app_name="wire-cluster-test", log_file=f"{out}/spark.log")
     started = time.perf_counter() - t0
-    spark.sparkContext.setLogLevel("WARN")  # the log then shows each lost task and its reason
     # a short delay so that the late port gets events too (12 of these 60,000)
     flow = flights_flow(glob, out, max_delay="5m", allowed_lateness="30m", max_events_per_epoch=5_000)
     summary = flow.run(checkpoint=f"{out}/_checkpoint", spark=spark, max_restarts=0)
@@ -70,23 +71,14 @@ CLUSTER_CONF = {
 }
 
 
-def start_job(master: str, glob: str, out: Path, conf: dict[str, str]) -> subprocess.Popen[str]:
-    out.mkdir(parents=True)
-    return subprocess.Popen(
-        [sys.executable, "-c", JOB, master, glob, str(out), json.dumps(conf)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
-
-
-def finish(job: subprocess.Popen[str], out: Path, timeout: float) -> dict:
+def finish(proc: subprocess.Popen[str], out: Path, timeout: float) -> dict:
     try:
-        stdout, stderr = job.communicate(timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        job.kill()
-        stdout, stderr = job.communicate()
+        proc.kill()
+        stdout, stderr = proc.communicate()
     log = (out / "spark.log").read_text(errors="replace") if (out / "spark.log").exists() else ""
-    assert job.returncode == 0, f"job failed ({job.returncode}):\n{stderr[-4000:]}\n{log[-4000:]}"
+    assert proc.returncode == 0, f"job failed ({proc.returncode}):\n{stderr[-4000:]}\n{log[-4000:]}"
     return json.loads(stdout.strip().splitlines()[-1])
 
 
@@ -119,6 +111,55 @@ def rows(out: Path, name: str) -> list[tuple]:
                   key=repr)
 
 
+@contextlib.contextmanager
+def job(master: str, glob: str, out: Path, conf: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """The flights job with its own driver, in a subprocess; killed if the test fails."""
+    out.mkdir(parents=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOB, master, glob, str(out), json.dumps(conf)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:  # its driver JVM exits when its stdin (a pipe from it) closes
+            proc.kill()
+            proc.communicate()
+
+
+def kill_worker_mid_task(cluster: StandaloneCluster, driver: subprocess.Popen[str], out: Path,
+                         ui: str) -> tuple[str, int]:
+    """After two epochs, SIGKILL worker 0 while its executor runs a task.
+
+    Freeze the worker when the driver shows a task running on its executor. If the
+    task still shows as running once the driver's (lagging, busy) listener caught up,
+    it is stuck in the frozen executor: kill the worker there. Otherwise thaw and retry.
+    Returns the executor id and the number of epochs committed at the kill.
+    """
+    deadline = time.monotonic() + 150
+    while commits(out) < 2:
+        assert driver.poll() is None, f"job ended before the kill:\n{driver.communicate()[1][-4000:]}"
+        assert time.monotonic() < deadline, "no epoch completed on the cluster"
+        time.sleep(0.1)
+    workers = cluster.state()["workers"]
+    assert [w["coresused"] for w in workers] == [1, 1], "the app must run on both workers"
+    [victim] = cluster.executor_ids(0)
+    while True:
+        assert time.monotonic() < deadline, f"executor {victim} was never caught running a task"
+        if running_tasks(ui, victim) == 0:
+            continue
+        cluster.freeze_worker(0)
+        time.sleep(1.5)
+        if running_tasks(ui, victim) > 0:
+            time.sleep(1.5)
+            if running_tasks(ui, victim) > 0:
+                break
+        cluster.thaw_worker(0)
+    cluster.kill_worker(0)
+    return victim, commits(out)
+
+
 def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
     data = prepare_flights(tmp_path / "in", limit=60_000, rows_per_file=5_000)
     glob = str(tmp_path / "in" / "*.parquet")
@@ -128,35 +169,12 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
     with StandaloneCluster(workers=2, cores_per_worker=1, memory_per_worker="2g") as cluster:
         cluster_up = time.perf_counter() - t0
         ui_port = free_port()
-        job = start_job(cluster.master_url, glob, cluster_out,
-                        {**CLUSTER_CONF, "spark.ui.port": str(ui_port)})
-        deadline = time.monotonic() + 150
-        while commits(cluster_out) < 2:
-            assert job.poll() is None, f"job ended before the kill:\n{job.communicate()[1][-4000:]}"
-            assert time.monotonic() < deadline, "no epoch completed on the cluster"
-            time.sleep(0.1)
-        workers = cluster.state()["workers"]
-        assert [w["coresused"] for w in workers] == [1, 1], "the app must run on both workers"
-        [victim] = cluster.executor_ids(0)
-        # Kill worker 0 while its executor runs a task: freeze it when the driver shows a
-        # running task; if, once the driver's (lagging, busy) listener caught up, the task
-        # still shows as running, it is stuck in the frozen executor: kill it there.
-        ui = f"http://127.0.0.1:{ui_port}"
-        while True:
-            assert time.monotonic() < deadline, f"executor {victim} was never caught running a task"
-            if running_tasks(ui, victim) == 0:
-                continue
-            cluster.freeze_worker(0)
-            time.sleep(1.5)
-            if running_tasks(ui, victim) > 0:
-                time.sleep(1.5)
-                if running_tasks(ui, victim) > 0:
-                    break
-            cluster.thaw_worker(0)
-        cluster.kill_worker(0)
-        killed_at = commits(cluster_out)
-        cluster.wait_for_workers(1, timeout_s=30)
-        result = finish(job, cluster_out, timeout=180)
+        conf = {**CLUSTER_CONF, "spark.ui.port": str(ui_port)}
+        with job(cluster.master_url, glob, cluster_out, conf) as driver:
+            victim, killed_at = kill_worker_mid_task(cluster, driver, cluster_out,
+                                                     f"http://127.0.0.1:{ui_port}")
+            cluster.wait_for_workers(1, timeout_s=30)
+            result = finish(driver, cluster_out, timeout=180)
         cluster_total = time.perf_counter() - t0
     print(f"\ncluster: up {cluster_up:.1f} s, driver start {result['startup_s']:.1f} s, "
           f"run {result['run_s']:.1f} s ({result['epochs']} epochs, worker killed after "
@@ -179,7 +197,8 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
                for *_, msg in result["failed_tasks"]), result["failed_tasks"]
 
     t1 = time.perf_counter()
-    local = finish(start_job("local[2]", glob, local_out, {}), local_out, timeout=180)
+    with job("local[2]", glob, local_out, {}) as driver:
+        local = finish(driver, local_out, timeout=180)
     local_total = time.perf_counter() - t1
     print(f"local: driver start {local['startup_s']:.1f} s, run {local['run_s']:.1f} s, "
           f"total {local_total:.1f} s")
