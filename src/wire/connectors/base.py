@@ -20,6 +20,7 @@ the external system (contraflow, SPEC §7).
 
 from __future__ import annotations
 
+import base64
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -39,3 +40,13 @@ class SourceConnector(Protocol):
     def read_stream(self, spark: SparkSession, **binding: Any) -> DataFrame:
         """The envelope DataFrame of the source."""
         ...
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    """An Arrow schema as base64 text (for a data source's JSON options)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_b64`."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))

@@ -11,6 +11,7 @@ side (``read``) turns one source partition's record ranges into envelope rows
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -356,7 +357,8 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             b = hi.record if path == hi.file else self._records(path)
             if b > a:
                 stamp = FileStamp.of(path)
-                segments.append((path, stamp.size, stamp.mtime_ns, a, b))
+                # executors may run in their own work dirs (a cluster): hand them absolute paths
+                segments.append((os.path.abspath(path), stamp.size, stamp.mtime_ns, a, b))
         planned = sum(b - a for *_, a, b in segments)
         if planned != hi.admitted - lo.admitted:
             raise WireError(

@@ -27,7 +27,6 @@ The stream reader itself is in :mod:`wire.connectors.file_stream`.
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
+from wire.connectors.base import schema_from_b64, schema_to_b64
 from wire.connectors.file_listing import (
     EXTENSIONS,
     PARTITION_MODES,
@@ -158,7 +158,7 @@ class FileSource:
         return {
             "path": self.path,
             "format": self.format,
-            "schema": None if self.schema is None else _schema_to_b64(self.schema),
+            "schema": None if self.schema is None else schema_to_b64(self.schema),
             "delimiter": self.delimiter,
             "null_values": list(self.null_values),
             "bounded": self.bounded,
@@ -170,7 +170,7 @@ class FileSource:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FileSource:
         """Inverse of :meth:`to_dict`."""
-        schema = None if d["schema"] is None else _schema_from_b64(d["schema"])
+        schema = None if d["schema"] is None else schema_from_b64(d["schema"])
         return FileSource(**{**d, "schema": schema, "null_values": tuple(d["null_values"])})
 
 
@@ -313,7 +313,7 @@ class SourceBinding:
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d.update(source=self.source.to_dict(), payload_schema=_schema_to_b64(self.payload_schema))
+        d.update(source=self.source.to_dict(), payload_schema=schema_to_b64(self.payload_schema))
         return json.dumps(d)
 
     @staticmethod
@@ -321,16 +321,8 @@ class SourceBinding:
         """Inverse of :meth:`to_json`."""
         d = json.loads(text)
         d["source"] = FileSource.from_dict(d["source"])
-        d["payload_schema"] = _schema_from_b64(d["payload_schema"])
+        d["payload_schema"] = schema_from_b64(d["payload_schema"])
         return SourceBinding(**d)
-
-
-def _schema_to_b64(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-
-
-def _schema_from_b64(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 class WireFileDataSource(DataSource):

@@ -31,7 +31,6 @@ a metrics side row and one watermark row per key group (the epoch's end watermar
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hmac
 import json
@@ -56,6 +55,7 @@ from pyspark.sql.types import StructType
 from starlette.concurrency import run_in_threadpool
 
 from wire.api.time import Duration, to_millis
+from wire.connectors.base import schema_from_b64, schema_to_b64
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.file_stream import spark_row_schema, spark_struct, wall_clock_ms
 from wire.connectors.wal import WriteAheadLog
@@ -150,14 +150,13 @@ class HttpIngestSource:
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serializable form (see :meth:`from_dict`)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        d["schema"] = base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii")
+        d["schema"] = schema_to_b64(self.schema)
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> HttpIngestSource:
         """Inverse of :meth:`to_dict`."""
-        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
-        return HttpIngestSource(**{**d, "schema": schema})
+        return HttpIngestSource(**{**d, "schema": schema_from_b64(d["schema"])})
 
     def read_stream(
         self,

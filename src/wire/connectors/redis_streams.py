@@ -10,7 +10,6 @@ epoch, so a replayed epoch adds nothing. The stream reader is in
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -21,6 +20,7 @@ from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
 from wire.compiler.arrow_types import spark_round_trip, spark_schema
+from wire.connectors.base import schema_from_b64, schema_to_b64
 from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
 from wire.connectors.sinks import Sink, jsonl_lines
 from wire.errors import ConfigError, WireError
@@ -130,14 +130,13 @@ class RedisStreamSource:
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serializable form (see :meth:`from_dict`)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        d["schema"] = base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii")
+        d["schema"] = schema_to_b64(self.schema)
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> RedisStreamSource:
         """Inverse of :meth:`to_dict`."""
-        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
-        return RedisStreamSource(**{**d, "schema": schema})
+        return RedisStreamSource(**{**d, "schema": schema_from_b64(d["schema"])})
 
 
 def redis_stream(
@@ -282,7 +281,7 @@ class RedisBinding:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["source"] = self.source.to_dict()
-        d["payload_schema"] = base64.b64encode(self.payload_schema.serialize().to_pybytes()).decode("ascii")
+        d["payload_schema"] = schema_to_b64(self.payload_schema)
         return json.dumps(d)
 
     @staticmethod
@@ -290,7 +289,7 @@ class RedisBinding:
         """Inverse of :meth:`to_json`."""
         d = json.loads(text)
         d["source"] = RedisStreamSource.from_dict(d["source"])
-        d["payload_schema"] = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["payload_schema"])))
+        d["payload_schema"] = schema_from_b64(d["payload_schema"])
         return RedisBinding(**d)
 
 

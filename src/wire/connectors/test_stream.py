@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from wire.compiler.arrow_types import spark_round_trip, spark_schema
+from wire.connectors.base import schema_from_b64, schema_to_b64
 from wire.runtime import envelope
 
 DATA_SOURCE_NAME = "wire_test_stream"
@@ -58,7 +59,7 @@ class TestStreamSource:
                 "step": step,
                 "event_time": event_time,
                 "key_groups": key_groups,
-                "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+                "schema": schema_to_b64(self.schema),
                 "steps": [
                     [None if ev is None else base64.b64encode(ev).decode(), wm]
                     for ev, wm in self.steps
@@ -84,7 +85,7 @@ class _Script:
         self.step: str = d["step"]
         self.event_time: str = d["event_time"]
         self.key_groups: int = d["key_groups"]
-        self.payload = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
+        self.payload = schema_from_b64(d["schema"])
         self.steps: list[tuple[str | None, int]] = [tuple(s) for s in d["steps"]]
         self.row_schema = spark_round_trip(
             envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload]))
