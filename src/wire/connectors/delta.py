@@ -20,6 +20,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from wire.connectors.arrow_kinds import is_binary, is_list
 from wire.connectors.sinks import Sink
 from wire.errors import CheckpointError, ConfigError, WireError
 
@@ -257,12 +258,7 @@ def _kind(t: pa.DataType) -> str:
         return "float"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "string"
-    if (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_binary_view(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
+    if is_binary(t):
         return "binary"
     if pa.types.is_timestamp(t):
         return "timestamp" if t.tz is not None else "timestamp_ntz"
@@ -270,13 +266,7 @@ def _kind(t: pa.DataType) -> str:
         return "date"
     if pa.types.is_decimal(t):
         return "decimal"
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    ):
+    if is_list(t):
         return f"list<{_kind(t.value_type)}>"
     if pa.types.is_struct(t):
         return "struct<" + ",".join(f"{f.name}:{_kind(f.type)}" for f in t) + ">"

@@ -49,6 +49,7 @@ import pyarrow.csv as pa_csv
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from wire.connectors.arrow_kinds import is_binary, is_nested
 from wire.connectors.sinks import Sink, _to_json_array
 from wire.errors import CheckpointError, ConfigError, WireError
 
@@ -522,34 +523,13 @@ def _pg_type(t: pa.DataType, sink: Sink) -> tuple[str, frozenset[str]]:
         return "date", frozenset({"date"})
     if pa.types.is_time(t):
         return "time without time zone", frozenset({"time"})
-    if _is_binary(t):
+    if is_binary(t):
         return "bytea", frozenset({"bytea"})
-    if _is_nested(t):
+    if is_nested(t):
         return "jsonb", frozenset({"jsonb", "json"})
     if pa.types.is_null(t):
         return "text", frozenset()
     raise WireError(f"{sink.describe()}: no PostgreSQL type for Arrow type {t}; cast the column first")
-
-
-def _is_binary(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-        or pa.types.is_binary_view(t)
-    )
-
-
-def _is_nested(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-        or pa.types.is_struct(t)
-        or pa.types.is_map(t)
-    )
 
 
 def _csv_ready(arr: pa.Array) -> pa.Array:
@@ -561,10 +541,10 @@ def _csv_ready(arr: pa.Array) -> pa.Array:
         return arr.cast(pa.string())
     if pa.types.is_float16(t):
         return arr.cast(pa.float32())
-    if _is_binary(t):
+    if is_binary(t):
         hexed = [None if b is None else "\\x" + b.hex() for b in arr.to_pylist()]
         return pa.array(hexed, pa.string())
-    if _is_nested(t):
+    if is_nested(t):
         dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
         values = _to_json_array(arr).to_pylist()
         return pa.array([None if v is None else dumps(v) for v in values], pa.string())

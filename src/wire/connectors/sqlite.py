@@ -18,6 +18,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.connectors.arrow_kinds import is_binary
 from wire.connectors.sinks import Sink, _to_json_array
 from wire.errors import ConfigError, WireError
 
@@ -231,12 +232,7 @@ def _declared_type(t: pa.DataType) -> str:
         return "INTEGER"
     if pa.types.is_floating(t):
         return "REAL"
-    if (
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_binary_view(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
+    if is_binary(t):
         return "BLOB"
     if pa.types.is_null(t):
         return ""
