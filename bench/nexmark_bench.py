@@ -78,6 +78,15 @@ def native_query(df, query: str):
     if query == "q11":
         return t.groupBy(F.session_window("t", "10 seconds"), "bidder").agg(
             F.count(F.lit(1)).alias("bids"))
+    if query == "q8":
+        both = (df.filter("kind IN ('person', 'auction')")
+                .withColumn("id", F.expr("CASE WHEN kind = 'person' THEN person_id ELSE seller END"))
+                .withColumn("t", F.timestamp_millis("date_time")).withWatermark("t", "5 seconds"))
+        agg = both.groupBy(F.window("t", "10 seconds"), "id").agg(
+            F.sum(F.expr("CASE WHEN kind = 'person' THEN 1 ELSE 0 END")).alias("persons"),
+            F.sum(F.expr("CASE WHEN kind = 'auction' THEN 1 ELSE 0 END")).alias("auctions"),
+            F.max("name").alias("name"))
+        return agg.filter("persons > 0 AND auctions > 0")
     raise ValueError(query)
 
 

@@ -102,3 +102,18 @@ def test_q11_user_sessions(spark, tmp_path, db):
         SELECT bidder, min(ts), max(ts) + 10000, count(*) FROM y GROUP BY bidder, sid ORDER BY ALL""")
     assert len(expected) > 100
     assert got == expected
+
+
+def test_q8_new_users(spark, tmp_path, db):
+    out = run(spark, tmp_path, "q8")
+    got = rows(db, f"SELECT id, name, epoch_ms(window_start), epoch_ms(window_end) FROM {out} ORDER BY ALL")
+    expected = rows(db, """
+        SELECT p.person_id, p.name, p.ws, p.ws + 10000
+        FROM (SELECT person_id, name, date_time // 10000 * 10000 AS ws
+              FROM events_arrow WHERE kind = 'person') p
+        JOIN (SELECT DISTINCT seller, date_time // 10000 * 10000 AS ws
+              FROM events_arrow WHERE kind = 'auction') a
+          ON p.person_id = a.seller AND p.ws = a.ws
+        ORDER BY ALL""")
+    assert len(expected) >= 5
+    assert got == expected

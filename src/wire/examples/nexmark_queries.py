@@ -1,4 +1,4 @@
-"""Nexmark queries written with Wire's public API (q0, q1, q2, q5, q7, q11).
+"""Nexmark queries written with Wire's public API (q0, q1, q2, q5, q7, q8, q11).
 
 Each ``qN(events)`` takes the stream of a :func:`wire.connectors.nexmark.nexmark`
 source (all kinds, no key) and returns the query's output stream; :func:`build`
@@ -19,13 +19,13 @@ is its own flow.
   alone.
 * q7 highest bid: the max ``price`` per tumbling 10 s window over all bids (the
   reference also returns the bid's auction/bidder; here only the price).
+* q8 monitor new users: persons who opened an auction in the same tumbling 10 s window
+  in which they registered (a windowed join, as one keyed window over both kinds).
 * q11 user sessions: bids per bidder per session, gap 10 s.
 
 Not implemented: q3 (local item suggestion: a person ⋈ auction join that is not
 time-bounded; Wire only has interval joins), q4 (average price per category: needs a
-join then a window of a window keyed differently), q8 (new users: a windowed
-person ⋈ auction join on ``person_id = seller``; doable with ``interval_join`` but
-cut for time). See the ``Nexmark`` section of the project notes.
+join then a window of a window keyed differently).
 """
 
 from __future__ import annotations
@@ -101,6 +101,25 @@ def q11(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.S
     return sessions.select("bidder", "window_start", "window_end", "bids")
 
 
+def q8(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.Stream:
+    """New users: persons who opened an auction in the 10 s tumbling window they joined in.
+
+    A windowed person ⋈ auction join on ``person_id = seller`` within the same window,
+    written as one keyed window over both kinds (key = person id or seller), keeping
+    the windows that saw both: ``id, name, window_start, window_end``.
+    """
+    both = (events.filter("kind = 'person' OR kind = 'auction'", name="q8_input")
+            .map(id="CASE WHEN kind = 'person' THEN person_id ELSE seller END",
+                 is_person="CASE WHEN kind = 'person' THEN 1 ELSE 0 END",
+                 is_auction="CASE WHEN kind = 'auction' THEN 1 ELSE 0 END")
+            .key_by("id"))
+    joined = _keep(windows, both.window(wire.Tumbling("10s")).aggregate(
+        persons=wire.sum("is_person"), auctions=wire.sum("is_auction"),
+        person_name=wire.max("name"), name="q8"))
+    return (joined.filter("persons > 0 AND auctions > 0")
+            .select("id", ("name", "person_name"), "window_start", "window_end"))
+
+
 def wire_expr(sql: str) -> Any:
     """A Spark SQL expression as a Column (for ``select`` with ``.alias``)."""
     from pyspark.sql import functions as F
@@ -109,9 +128,9 @@ def wire_expr(sql: str) -> Any:
 
 
 QUERIES: dict[str, Callable[..., wire.Stream]] = {
-    "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q11": q11,
+    "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q8": q8, "q11": q11,
 }
-WINDOWED = frozenset({"q5", "q7", "q11"})
+WINDOWED = frozenset({"q5", "q7", "q8", "q11"})
 
 
 def build(
