@@ -21,10 +21,13 @@ the external system (contraflow, SPEC §7).
 from __future__ import annotations
 
 import base64
+from dataclasses import fields
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+
+from wire.errors import ConfigError
 
 
 @runtime_checkable
@@ -50,3 +53,55 @@ def schema_to_b64(schema: pa.Schema) -> str:
 def schema_from_b64(text: str) -> pa.Schema:
     """Inverse of :func:`schema_to_b64`."""
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def check_event_time_column(step: str, schema: pa.Schema, column: str) -> None:
+    """Raise ConfigError unless ``column`` is in ``schema`` with a type event time is read from.
+
+    Accepted: integers (ms since the Unix epoch), timestamps, dates, ISO-8601 strings.
+    """
+    names = schema.names
+    if column not in names:
+        raise ConfigError("event_time", column, f"a payload column: {names}", step=step)
+    typ = schema.field(column).type
+    if not (
+        pa.types.is_integer(typ)
+        or pa.types.is_timestamp(typ)
+        or pa.types.is_date(typ)
+        or pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+    ):
+        accepted = "a column of int64 ms, timestamp, date or ISO-8601 strings"
+        raise ConfigError("event_time", f"{column} ({typ})", accepted, step=step)
+
+
+def check_admission(step: str, *, max_delay_ms: int, max_events_per_epoch: int, key_groups: int) -> None:
+    """Raise ConfigError unless the binding's watermark delay, admission and key groups are valid."""
+    for name, value, least in (
+        ("max_delay_ms", max_delay_ms, 0),
+        ("max_events_per_epoch", max_events_per_epoch, 1),
+        ("key_groups", key_groups, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(name, value, f"an int >= {least}", step=step)
+
+
+class SchemaDataclassDict:
+    """``to_dict`` / ``from_dict`` for a source dataclass with an Arrow ``schema`` field.
+
+    The dict is JSON-serializable (the schema as base64 IPC); it travels in a Spark
+    data source's options to the planner and executor processes.
+    """
+
+    schema: pa.Schema
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serializable form (see :meth:`from_dict`)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}  # type: ignore[arg-type]
+        d["schema"] = schema_to_b64(self.schema)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**d, "schema": schema_from_b64(d["schema"])})

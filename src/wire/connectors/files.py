@@ -36,7 +36,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
-from wire.connectors.base import schema_from_b64, schema_to_b64
+from wire.connectors.base import (
+    check_admission,
+    check_event_time_column,
+    schema_from_b64,
+    schema_to_b64,
+)
 from wire.connectors.file_listing import (
     EXTENSIONS,
     PARTITION_MODES,
@@ -279,26 +284,11 @@ class SourceBinding:
         step = self.step
         if not isinstance(step, str) or not step:
             raise ConfigError("step", step, "a non-empty step id")
-        names = self.payload_schema.names
-        if self.event_time not in names:
-            raise ConfigError("event_time", self.event_time, f"a payload column: {names}", step=step)
-        typ = self.payload_schema.field(self.event_time).type
-        if not (
-            pa.types.is_integer(typ)
-            or pa.types.is_timestamp(typ)
-            or pa.types.is_date(typ)
-            or pa.types.is_string(typ)
-            or pa.types.is_large_string(typ)
-        ):
-            accepted = "a column of int64 ms, timestamp, date or ISO-8601 strings"
-            raise ConfigError("event_time", f"{self.event_time} ({typ})", accepted, step=step)
-        for name, value, least in (
-            ("max_delay_ms", self.max_delay_ms, 0),
-            ("max_events_per_epoch", self.max_events_per_epoch, 1),
-            ("key_groups", self.key_groups, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an int >= {least}", step=step)
+        check_event_time_column(step, self.payload_schema, self.event_time)
+        check_admission(
+            step, max_delay_ms=self.max_delay_ms,
+            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
+        )
         try:
             spark_row_schema(self.payload_schema)
         except (ValueError, TypeError) as e:

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
-from wire.connectors.base import schema_from_b64, schema_to_b64
+from wire.connectors.base import SchemaDataclassDict, check_admission
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.file_stream import spark_row_schema, spark_struct, wall_clock_ms
 from wire.connectors.http_ingest_server import (
@@ -96,7 +96,7 @@ WAL_FILE = "wal.sqlite"
 
 
 @dataclass(frozen=True)
-class HttpIngestSource:
+class HttpIngestSource(SchemaDataclassDict):
     """An HTTP endpoint whose accepted events are fed to the flow through a write-ahead log.
 
     Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
@@ -141,17 +141,6 @@ class HttpIngestSource:
     def resolve_schema(self) -> pa.Schema:
         """Return the payload schema (the events' fields)."""
         return self.schema
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-serializable form (see :meth:`from_dict`)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        d["schema"] = schema_to_b64(self.schema)
-        return d
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> HttpIngestSource:
-        """Inverse of :meth:`to_dict`."""
-        return HttpIngestSource(**{**d, "schema": schema_from_b64(d["schema"])})
 
     def read_stream(
         self,
@@ -254,13 +243,10 @@ class IngestBinding:
         if self.event_time not in self.source.schema.names:
             accepted = f"a field of the schema: {self.source.schema.names}"
             raise ConfigError("event_time", self.event_time, accepted, step=self.step)
-        for name, value, least in (
-            ("max_delay_ms", self.max_delay_ms, 0),
-            ("max_events_per_epoch", self.max_events_per_epoch, 1),
-            ("key_groups", self.key_groups, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an int >= {least}", step=self.step)
+        check_admission(
+            self.step, max_delay_ms=self.max_delay_ms,
+            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
+        )
 
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""

@@ -20,7 +20,13 @@ from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
 from wire.compiler.arrow_types import spark_round_trip, spark_schema
-from wire.connectors.base import schema_from_b64, schema_to_b64
+from wire.connectors.base import (
+    SchemaDataclassDict,
+    check_admission,
+    check_event_time_column,
+    schema_from_b64,
+    schema_to_b64,
+)
 from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
 from wire.connectors.sinks import Sink, jsonl_lines
 from wire.errors import ConfigError, WireError
@@ -58,7 +64,7 @@ def _check_url(url: object) -> str:
 
 
 @dataclass(frozen=True)
-class RedisStreamSource:
+class RedisStreamSource(SchemaDataclassDict):
     """One Redis stream read through a consumer group; build it with :func:`redis_stream`.
 
     Immutable; part of a flow plan. Durations are held in ms.
@@ -126,17 +132,6 @@ class RedisStreamSource:
         )
         spark.dataSource.register(RedisStreamDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-serializable form (see :meth:`from_dict`)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        d["schema"] = schema_to_b64(self.schema)
-        return d
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> RedisStreamSource:
-        """Inverse of :meth:`to_dict`."""
-        return RedisStreamSource(**{**d, "schema": schema_from_b64(d["schema"])})
 
 
 def redis_stream(
@@ -251,25 +246,11 @@ class RedisBinding:
 
     def __post_init__(self) -> None:
         step = self.step
-        names = self.payload_schema.names
-        if self.event_time not in names:
-            raise ConfigError("event_time", self.event_time, f"a payload column: {names}", step=step)
-        typ = self.payload_schema.field(self.event_time).type
-        if not (
-            pa.types.is_integer(typ)
-            or pa.types.is_timestamp(typ)
-            or pa.types.is_date(typ)
-            or pa.types.is_string(typ)
-        ):
-            accepted = "a column of int64 ms, timestamp, date or ISO-8601 strings"
-            raise ConfigError("event_time", f"{self.event_time} ({typ})", accepted, step=step)
-        for name, value, least in (
-            ("max_delay_ms", self.max_delay_ms, 0),
-            ("max_events_per_epoch", self.max_events_per_epoch, 1),
-            ("key_groups", self.key_groups, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(name, value, f"an int >= {least}", step=step)
+        check_event_time_column(step, self.payload_schema, self.event_time)
+        check_admission(
+            step, max_delay_ms=self.max_delay_ms,
+            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
+        )
 
     def row_schema(self) -> pa.Schema:
         """The Arrow schema of the source's rows as Spark hands them back."""
