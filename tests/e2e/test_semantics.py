@@ -202,6 +202,35 @@ def test_interval_join_of_two_sources(spark, tmp_path):
     assert summary.metrics[("j", "joined")] == 2
 
 
+@pytest.mark.parametrize(("within", "expected"), [
+    # regular join: every click meets every view of its key, however far apart in time
+    (None, [("a", 10, 12, 12), ("a", 10, 25, 25), ("a", 10, 40, 40), ("a", 20, 12, 20),
+            ("a", 20, 25, 25), ("a", 20, 40, 40), ("b", 11, 30, 30)]),
+    # |view.t - click.t| <= 5: (10, 12) and (20, 25) only
+    (5, [("a", 10, 12, 12), ("a", 20, 25, 25)]),
+])
+def test_equi_join_of_two_sources(spark, tmp_path, within, expected):
+    clicks, views = tmp_path / "clicks", tmp_path / "views"
+    clicks.mkdir()
+    views.mkdir()
+    # in event-time order per source (two per epoch), so that nothing is late
+    (clicks / "c.jsonl").write_text("".join(json.dumps({"t": t, "k": k}) + "\n"
+                                            for t, k in [(10, "a"), (11, "b"), (20, "a")]))
+    (views / "v.jsonl").write_text("".join(json.dumps({"t": t, "k": k}) + "\n"
+                                           for t, k in [(12, "a"), (25, "a"), (30, "b"), (40, "a")]))
+    flow = wire.Flow("equi_join")
+    c = flow.source(wire.sources.files(str(clicks), format="jsonl"), event_time="t", key="k",
+                    max_events_per_epoch=2)
+    v = flow.source(wire.sources.files(str(views), format="jsonl"), event_time="t", key="k",
+                    max_events_per_epoch=2)
+    sink = wire.testing.MemorySink()
+    c.join(v, within=within, name="j").sink(sink)
+    summary = flow.run(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    got = sorted((r["k"], r["t"], r["right_t"], r["event_time"]) for r in sink.rows())
+    assert got == expected
+    assert summary.total("late") == 0
+
+
 def test_idle_partitions_let_windows_close(spark, tmp_path):
     """p1 lags then goes quiet: first it holds the watermark back, after idle_timeout it
     does not; once both partitions are quiet the watermark follows processing time and

@@ -486,6 +486,56 @@ class Stream:
         )
         return Stream(self.flow, PortRef(step))
 
+    def join(
+        self,
+        other: Stream,
+        *,
+        within: Duration | None = None,
+        allowed_lateness: Duration = 0,
+        right_prefix: str = "right_",
+        name: str | None = None,
+    ) -> Stream:
+        """Equi-join with ``other`` on the key; ``within`` optionally bounds ``|other.t - t|``.
+
+        ``within=None`` is a regular (unbounded) stream-stream inner join, as a SQL
+        ``JOIN ... ON left.key = right.key`` over both streams: every accepted event of
+        one side joins every accepted event of the other side with an equal key,
+        whenever it arrives. ``within=d`` keeps the pairs whose event times are at most
+        ``d`` apart (an interval join with ``lower = -d``, ``upper = d``; see
+        :meth:`interval_join`, which this method uses with those bounds).
+
+        Output columns and emission are those of :meth:`interval_join`: the key, this
+        stream's columns, ``other``'s prefixed with ``right_prefix``, int64 ms
+        ``left_event_time``, ``right_event_time`` and ``event_time`` (the later of the
+        two, the row's event time); each pair once, in the epoch in which its second
+        event arrives. Because an accepted event has ``t + allowed_lateness >=`` the
+        input watermark, a joined row is never behind the join's output watermark
+        (``input watermark - allowed_lateness``), so windows may follow the join.
+
+        State: with ``within=None`` both sides' accepted events are buffered until the
+        end of the stream (state grows with the input: filter and project both sides
+        first). With ``within=d`` an event leaves the buffer once the watermark passes
+        ``t + d + allowed_lateness``. Events with ``t + allowed_lateness <`` the
+        watermark are late and go to ``.late()`` with their ``side`` and ``reason``
+        (SPEC §3); they are never dropped silently. The input watermark is the minimum
+        of both inputs' (SPEC §2).
+
+        Raises
+        ------
+        ConfigError
+            If ``within`` is negative or not a duration, or ``other`` belongs to
+            another flow; at compile time, if the streams are not keyed by columns of
+            the same name and type.
+        """
+        if within is None:
+            lower, upper = -(2**63), 2**63 - 1
+        else:
+            bound = to_millis(within, parameter="within")
+            lower, upper = -bound, bound
+        step = self.flow._step_id(name, "join")
+        return self.interval_join(other, lower=lower, upper=upper, allowed_lateness=allowed_lateness,
+                                  right_prefix=right_prefix, name=step)
+
     def late(self) -> Stream:
         """The late port of a window aggregation: events beyond allowed lateness.
 

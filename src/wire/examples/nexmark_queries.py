@@ -1,4 +1,4 @@
-"""Nexmark queries written with Wire's public API (q0, q1, q2, q5, q7, q8, q11).
+"""Nexmark queries written with Wire's public API (q0, q1, q2, q3, q4, q5, q7, q8, q11).
 
 Each ``qN(events)`` takes the stream of a :func:`wire.connectors.nexmark.nexmark`
 source (all kinds, no key) and returns the query's output stream; :func:`build`
@@ -23,9 +23,22 @@ is its own flow.
   in which they registered (a windowed join, as one keyed window over both kinds).
 * q11 user sessions: bids per bidder per session, gap 10 s.
 
-Not implemented: q3 (local item suggestion: a person ⋈ auction join that is not
-time-bounded; Wire only has interval joins), q4 (average price per category: needs a
-join then a window of a window keyed differently).
+* q3 local item suggestion: persons in Oregon, Idaho or California (``state IN ('OR',
+  'ID', 'CA')``) joined with the auctions of category 10 they sell (``person_id =
+  seller``), a regular (unbounded) stream-stream join: ``name, city, state, auction_id``.
+* q4 average closing price per category: auctions ⋈ bids on the auction id with the
+  bid between the auction's ``date_time`` and ``expires`` (an interval join, ``[0,
+  20 s]``: the generator's auctions last less than :data:`MAX_AUCTION_MS`, then a
+  filter on ``expires``); the winning price of an auction is its highest such bid (a
+  session window of gap 20 s per auction holds exactly one auction's bids, so each
+  session is one auction, and its event time is its first bid); then the mean winning
+  price per category in tumbling 10 s windows of that event time (the windowed form of
+  Beam's Query4; Flink's SQL q4 is an unwindowed updating average):
+  ``category, window_start, window_end, price``.
+
+q3 and q4 read two streams; a Wire flow does not branch yet, so :func:`build` gives
+them two Nexmark sources with the same configuration (the same events, generated
+twice), one per side of the join.
 """
 
 from __future__ import annotations
@@ -35,6 +48,9 @@ from typing import Any
 
 import wire
 from wire.connectors.nexmark import nexmark
+
+MAX_AUCTION_MS = 20_000
+"""Upper bound of ``expires - date_time`` of the generator's auctions (ms)."""
 
 BID_COLUMNS = ("auction_id", "bidder", "price", "channel", "url", "date_time")
 SHIFT = 2**32
@@ -101,6 +117,33 @@ def q11(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.S
     return sessions.select("bidder", "window_start", "window_end", "bids")
 
 
+def q3(person_events: wire.Stream, auction_events: wire.Stream) -> wire.Stream:
+    """Local item suggestion: ``name, city, state, auction_id`` (unbounded join)."""
+    persons = (person_events.filter("kind = 'person' AND state IN ('OR', 'ID', 'CA')", name="q3_persons")
+               .select("person_id", "name", "city", "state").key_by("person_id"))
+    auctions = (auction_events.filter("kind = 'auction' AND category = 10", name="q3_auctions")
+                .select(("person_id", "seller"), "auction_id").key_by("person_id"))
+    return persons.join(auctions, name="q3").select(
+        "name", "city", "state", ("auction_id", "right_auction_id"))
+
+
+def q4(auction_events: wire.Stream, bid_events: wire.Stream,
+       windows: list[wire.Stream] | None = None) -> wire.Stream:
+    """Average closing price per category per 10 s: ``category, window_start, window_end, price``."""
+    auctions = (auction_events.filter("kind = 'auction'", name="q4_auctions")
+                .select("auction_id", "category", "expires").key_by("auction_id"))
+    bid_s = (bid_events.filter("kind = 'bid'", name="q4_bids")
+             .select("auction_id", "price").key_by("auction_id"))
+    in_time = (auctions.interval_join(bid_s, lower=0, upper=MAX_AUCTION_MS, name="q4_join")
+               .filter("right_event_time <= expires", name="q4_in_time")
+               .select("auction_id", "category", ("price", "right_price")))
+    winning = _keep(windows, in_time.window(wire.Session(MAX_AUCTION_MS)).aggregate(
+        price=wire.max("price"), category=wire.max("category"), name="q4_winning"))
+    average = _keep(windows, winning.key_by("category").window(wire.Tumbling("10s")).aggregate(
+        price=wire.mean("price"), name="q4"))
+    return average.select("category", "window_start", "window_end", "price")
+
+
 def q8(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.Stream:
     """New users: persons who opened an auction in the 10 s tumbling window they joined in.
 
@@ -128,9 +171,11 @@ def wire_expr(sql: str) -> Any:
 
 
 QUERIES: dict[str, Callable[..., wire.Stream]] = {
-    "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q8": q8, "q11": q11,
+    "q0": q0, "q1": q1, "q2": q2, "q3": q3, "q4": q4, "q5": q5, "q7": q7, "q8": q8, "q11": q11,
 }
-WINDOWED = frozenset({"q5", "q7", "q8", "q11"})
+WINDOWED = frozenset({"q4", "q5", "q7", "q8", "q11"})
+TWO_INPUTS = frozenset({"q3", "q4"})
+"""Queries that join two streams (each side gets its own source, see :func:`build`)."""
 
 
 def build(
@@ -139,13 +184,19 @@ def build(
     late_sink: Any = None, partitions: int = 1,
 ) -> wire.Flow:
     """A flow running ``query`` over a Nexmark source and writing to ``sink``."""
+    if query not in QUERIES:
+        raise wire.ConfigError("query", query, f"one of {sorted(QUERIES)}")
     flow = wire.Flow(f"nexmark-{query}")
-    source = nexmark(events=events, first_event_rate=first_event_rate, seed=seed,
-                     out_of_order_ms=out_of_order_ms, partitions=partitions)
-    stream = flow.source(source, event_time="date_time", watermark=wire.BoundedOutOfOrderness(max_delay),
-                         max_events_per_epoch=max_events_per_epoch)
+
+    def source(name: str) -> wire.Stream:
+        gen = nexmark(events=events, first_event_rate=first_event_rate, seed=seed,
+                      out_of_order_ms=out_of_order_ms, partitions=partitions)
+        return flow.source(gen, event_time="date_time", watermark=wire.BoundedOutOfOrderness(max_delay),
+                           max_events_per_epoch=max_events_per_epoch, name=name)
+
+    inputs = [source("left"), source("right")] if query in TWO_INPUTS else [source("events")]
     windows: list[wire.Stream] = []
-    out = QUERIES[query](stream, windows) if query in WINDOWED else QUERIES[query](stream)
+    out = QUERIES[query](*inputs, windows) if query in WINDOWED else QUERIES[query](*inputs)
     out.sink(sink)
     if late_sink is not None and windows:
         # only the last window's late port: a flow cannot branch (q5's first window

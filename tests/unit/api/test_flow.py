@@ -104,3 +104,25 @@ def test_late_only_on_windows():
     s = wire.Flow("f").source(src(), event_time="t")
     with pytest.raises(wire.PlanError, match="not a window aggregation"):
         s.late()
+
+
+def test_join_bounds_and_validation():
+    from wire.plan.nodes import IntervalJoinNode
+
+    flow = wire.Flow("f")
+    a = flow.source(src(), event_time="t", key="k", name="a")
+    b = flow.source(src(), event_time="t", key="k", name="b")
+    a.join(b, name="regular")
+    node = flow.plan().node("regular")
+    assert isinstance(node, IntervalJoinNode)
+    assert (node.lower_ms, node.upper_ms) == (-(2**63), 2**63 - 1)  # no time condition
+    flow2 = wire.Flow("g")
+    c = flow2.source(src(), event_time="t", key="k", name="c")
+    d = flow2.source(src(), event_time="t", key="k", name="d")
+    c.join(d, within="5s", name="near")
+    near = flow2.plan().node("near")
+    assert (near.lower_ms, near.upper_ms) == (-5000, 5000)
+    with pytest.raises(wire.ConfigError, match="within"):
+        c.join(d, within=-1)
+    with pytest.raises(wire.ConfigError, match="other"):
+        c.join(a)
