@@ -28,6 +28,7 @@ from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import ALL_STEPS, OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
 from wire.runtime.control import control_path, set_breaker, set_stopping, write_control
+from wire.runtime.envelope import ET, KG, SEQ, WM
 from wire.runtime.ports import split_ports
 from wire.runtime.session import spark_session
 
@@ -127,6 +128,9 @@ class StopRequested(Exception):
     """Raised inside ``foreachBatch`` to stop a run before an epoch writes anything."""
 
 
+_EXECUTOR_ONLY = frozenset({ET, WM, KG, SEQ})
+
+
 class EpochDispatcher:
     """The ``foreachBatch`` handler: route one epoch's ports to their sinks."""
 
@@ -160,7 +164,9 @@ class EpochDispatcher:
         if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
             self.stop_requested = True
             raise StopRequested(f"stopping before epoch {epoch} (max_epochs={self.max_epochs})")
-        table = batch.toArrow()
+        # the driver needs the payload and the port columns only: the per-row event time,
+        # watermark, key group and arrival order stay on the executors (less to collect)
+        table = batch.select(*(f"`{c}`" for c in batch.columns if c not in _EXECUTOR_ONLY)).toArrow()
         ports, metrics = split_ports(table, self.main_port)
         for node in self.sinks:
             rows = self._rows_for(node.source, ports)
