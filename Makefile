@@ -31,6 +31,7 @@ test-all: java-check $(STAMP)
 bench: java-check $(STAMP)
 	$(PY) bench/windows_bench.py
 	$(PY) bench/backlog_memory.py
+	$(PY) bench/nexmark.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

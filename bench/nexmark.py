@@ -1,0 +1,501 @@
+"""Nexmark benchmark: Wire vs the same queries hand-written in plain PySpark Structured Streaming.
+
+Both engines run in one SparkSession (``local[2]``) in one process, one query after the
+other (Wire first, then plain PySpark), over the same events: ``--events`` Nexmark events
+(10,000 events/s of event time, up to 1 s out of order), epochs of ``--epoch-size`` events
+and a 5 s watermark delay.
+
+* Wire reads the events from its ``nexmark`` generator source, so its figures include the
+  generation of the events (inside the Spark source tasks). The flow is
+  ``wire.examples.nexmark_queries.build(...)``, started with ``flow.start(...)``; it
+  writes to ``wire.sinks.parquet``.
+* Plain PySpark reads the same events, generated once beforehand and written to Parquet,
+  one file per epoch, with ``maxFilesPerTrigger=1`` and ``trigger(availableNow=True)``,
+  using the native operators (``withWatermark``, ``window()``, ``session_window()``,
+  stream-stream joins); it writes with ``foreachBatch`` + ``batch.write.parquet``. A last
+  input file holds one end-of-input marker row (``kind = 'end'``, ids -1, event time one hour
+  after the last event, dropped by every query's filter) that advances the watermark so
+  the last windows close, as Wire's final watermark-only epoch does (Spark has no
+  end-of-input watermark).
+
+Measured per query and engine, from ``StreamingQuery.recentProgress``:
+
+* steady events/s: the input rows of the steady epochs / the sum of their
+  ``durationMs.triggerExecution``. Steady epochs = all but the first one (it includes the
+  Python worker start-up and the first compilation) and the tiny ones at the end (Wire's
+  watermark-only epoch, the native end marker and its no-data epoch). Input rows are those
+  of the query's first source (native q3 and q4 read the input twice, once per join side);
+* per-epoch latency p50 / p99: ``triggerExecution`` of the steady epochs;
+* peak memory: the largest resident memory (RSS) of the whole process tree (this Python
+  driver, the JVM and its Python workers), sampled every 100 ms during the run;
+* wall time from start to the end of the query;
+* output rows of each engine (a sanity check: "MISMATCH" is printed when they differ).
+
+Usage: .venv/bin/python bench/nexmark.py [--events N] [--epoch-size N] [--queries q0,q5]
+       [--out bench/results/nexmark.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pyspark
+from backlog_memory import tree_rss_mb
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from windows_bench import pct
+
+import wire
+from wire.connectors.nexmark import SCHEMA, generate
+from wire.examples import nexmark_queries
+
+OUT = Path("out/bench_nexmark")
+RATE = 10_000
+DISORDER_MS = 1_000
+DELAY = "5 seconds"
+MASTER = "local[2]"
+CORES = 2
+ORDER = ("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11")
+FLINK_PER_CORE = {"q0": 380_000, "q1": 395_000, "q2": 414_000, "q3": 219_000, "q4": 28_000,
+                  "q5": 75_000, "q7": 23_000, "q8": 162_000, "q11": 46_000}
+"""Flink events/s per core (Nexmark repository, guide V2, 4 machines x 16 cores)."""
+END_MARKER_AFTER_MS = 3_600_000
+LOAD_AT_START = [0.0]
+TINY = 0.1
+"""An epoch with fewer input rows than this fraction of the epoch size is not steady."""
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def write_input(n: int, epoch: int) -> Path:
+    """The events as Parquet, one file per epoch, then one file with the end marker."""
+    d = OUT / f"input_{n}_{epoch}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    last = 0
+    k = 0
+    for k, lo in enumerate(range(0, n, epoch)):
+        t = generate(lo, min(n, lo + epoch), first_event_rate=RATE, out_of_order_ms=DISORDER_MS)
+        last = max(last, int(pc.max(t.column("date_time")).as_py()))
+        pq.write_table(t, d / f"part-{k:06d}.parquet")
+    # ids are -1, not null: Spark pushes the null checks it infers from a join's keys
+    # below the watermark and into the Parquet scan, which would skip a null-id marker
+    marker = {f.name: pa.array([-1 if pa.types.is_integer(f.type) else None], f.type) for f in SCHEMA}
+    marker["kind"] = pa.array(["end"], pa.string())
+    marker["date_time"] = pa.array([last + END_MARKER_AFTER_MS], pa.int64())
+    pq.write_table(pa.Table.from_pydict(marker, schema=SCHEMA), d / f"part-{k + 1:06d}.parquet")
+    return d
+
+
+# ------------------------------------------------------------------------ native queries
+
+
+def only(df: DataFrame, predicate: str) -> DataFrame:
+    """``df`` filtered on ``predicate``, kept above ``withWatermark``.
+
+    Spark's optimizer pushes a filter conjunct below ``withWatermark`` unless it refers to
+    the event-time column, which would drop the end marker before the watermark sees it;
+    ``OR t IS NULL`` (``t`` is never null here) makes the predicate refer to ``t``.
+    """
+    return df.filter(f"({predicate}) OR t IS NULL")
+
+
+def native_query(read: Callable[[], DataFrame], query: str) -> DataFrame:
+    """``query`` with Spark's own operators over the stream(s) that ``read()`` returns.
+
+    Windowed queries put ``withWatermark`` before the kind filter, so that the end
+    marker row advances the watermark before it is filtered out (see :func:`only`).
+    """
+    cols = ["auction_id", "bidder", "price", "channel", "url", "date_time"]
+    if query in ("q0", "q1", "q2"):
+        bids = read().filter("kind = 'bid'")
+        if query == "q0":
+            return bids.select(*cols)
+        if query == "q1":
+            return bids.withColumn("price", F.expr("(price * 908) div 1000")).select(*cols)
+        return bids.filter("auction_id % 123 = 0").select("auction_id", "price")
+    if query == "q3":
+        # unbounded inner stream-stream join, no time condition: no watermark needed
+        persons = (read().filter("kind = 'person' AND state IN ('OR', 'ID', 'CA')")
+                   .select("person_id", "name", "city", "state"))
+        auctions = read().filter("kind = 'auction' AND category = 10").select("auction_id", "seller")
+        return persons.join(auctions, F.expr("person_id = seller")).select(
+            "name", "city", "state", "auction_id")
+
+    def timed() -> DataFrame:
+        return read().withColumn("t", F.timestamp_millis("date_time")).withWatermark("t", DELAY)
+
+    if query == "q4":
+        return native_q4(timed)
+    if query == "q8":
+        both = (only(timed(), "kind IN ('person', 'auction')")
+                .withColumn("id", F.expr("CASE WHEN kind = 'person' THEN person_id ELSE seller END")))
+        agg = both.groupBy(F.window("t", "10 seconds"), "id").agg(
+            F.sum(F.expr("CASE WHEN kind = 'person' THEN 1 ELSE 0 END")).alias("persons"),
+            F.sum(F.expr("CASE WHEN kind = 'auction' THEN 1 ELSE 0 END")).alias("auctions"),
+            F.max("name").alias("name"))
+        return agg.filter("persons > 0 AND auctions > 0").select(
+            "id", "name", F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"))
+    bids = only(timed(), "kind = 'bid'")
+    if query == "q5":
+        # two chained streaming aggregations (Spark >= 3.5 in append mode): bids per
+        # auction per sliding window, then the max of bids * 2**32 + auction_id per window
+        # (keyed by window_time(window) = window end - 1 us, one 2 s window per sliding one)
+        shift = nexmark_queries.SHIFT
+        counts = bids.groupBy(F.window("t", "10 seconds", "2 seconds"), "auction_id").agg(
+            F.count(F.lit(1)).alias("bids"))
+        scored = counts.select(F.window_time("window").alias("wt"),
+                               (F.col("bids") * shift + F.col("auction_id")).alias("score"))
+        return scored.groupBy(F.window("wt", "2 seconds")).agg(F.max("score").alias("score"))
+    if query == "q7":
+        return bids.groupBy(F.window("t", "10 seconds")).agg(F.max("price").alias("price"))
+    if query == "q11":
+        return bids.groupBy(F.session_window("t", "10 seconds"), "bidder").agg(
+            F.count(F.lit(1)).alias("bids"))
+    raise ValueError(query)
+
+
+def native_q4(timed: Callable[[], DataFrame]) -> DataFrame:
+    """Average closing price per category, natively.
+
+    auctions ⋈ bids on the auction id with ``auction.t <= bid.t <= auction.expires`` (plus
+    the redundant ``bid.t <= auction.t + 20 s``: expires is < 20 s after the auction, and
+    Spark needs a bound on the watermarked columns to drop join state); then per auction
+    a session window (gap 20 s) on the bid time: the max price, one row per auction whose
+    session starts at its earliest bid.
+
+    Spark refuses the direct last stage, ``window(session_window.start, "10 seconds")``:
+    the session's start loses the watermark, so the second aggregation is "without
+    watermark" and append mode is rejected. It only accepts chaining on
+    ``window_time(session_window)`` = session end - 1 us = last bid + 20 s - 1 us. So the
+    last stage keys each auction by the 10 s bucket of its earliest bid (a plain key,
+    ``bucket``) and aggregates it in sliding windows of 50 s every 10 s of
+    ``window_time``, keeping the window that starts at ``bucket``: all auctions of one
+    bucket fall in that window (earliest bid in [b, b + 10 s), so last bid < b + 30 s and
+    the session end in [b + 20 s, b + 50 s)), hence its average is exact.
+    """
+    auctions = (only(timed(), "kind = 'auction'")
+                .select(F.col("auction_id").alias("a_id"), "category", F.col("t").alias("a_t"),
+                        F.timestamp_millis("expires").alias("a_exp")))
+    bids = (only(timed(), "kind = 'bid'")
+            .select(F.col("auction_id").alias("b_id"), "price", F.col("t").alias("b_t")))
+    joined = auctions.join(bids, F.expr(
+        "b_id = a_id AND b_t BETWEEN a_t AND a_exp AND b_t <= a_t + INTERVAL 20 SECONDS"))
+    winners = joined.groupBy(F.session_window("b_t", "20 seconds"), "a_id", "category").agg(
+        F.max("price").alias("price"))
+    keyed = winners.select(
+        F.window_time("session_window").alias("wt"), "category", "price",
+        F.expr("timestamp_seconds(floor(unix_seconds(session_window.start) / 10) * 10)").alias("bucket"))
+    per_window = keyed.groupBy(F.window("wt", "50 seconds", "10 seconds"), "category", "bucket").agg(
+        F.avg("price").alias("price"))
+    return per_window.filter("window.start = bucket").select(
+        "category", F.col("bucket").alias("window_start"),
+        (F.col("bucket") + F.expr("INTERVAL 10 SECONDS")).alias("window_end"), "price")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Result:
+    """One engine's run of one query."""
+
+    input_rows: int = 0
+    steady_rows: int = 0
+    steady_ms: float = 0.0
+    epoch_ms: list[float] = field(default_factory=list)
+    wall_s: float = float("nan")
+    peak_mb: float = float("nan")
+    output_rows: int | None = None
+    epochs: int = 0
+    error: str | None = None
+
+    @property
+    def rate(self) -> float:
+        """Steady events/s."""
+        return self.steady_rows / self.steady_ms * 1000 if self.steady_ms > 0 else float("nan")
+
+    def p(self, q: float) -> float:
+        """Percentile ``q`` of the steady epochs' triggerExecution, in ms."""
+        return pct([ms / 1000 for ms in self.epoch_ms], q)
+
+
+def source_rows(progress: dict[str, Any]) -> int:
+    """Input rows of the query's first source in one progress (one pass over the input)."""
+    sources = progress.get("sources") or []
+    return int(sources[0]["numInputRows"]) if sources else int(progress["numInputRows"])
+
+
+def fill_from_progress(r: Result, progress: list[dict[str, Any]], epoch: int) -> None:
+    """Steady epochs: all but the first one and the tiny ones (fewer than TINY x epoch rows)."""
+    batches = [p for p in progress if "triggerExecution" in p.get("durationMs", {})]
+    r.epochs = len(batches)
+    r.input_rows = sum(source_rows(p) for p in batches)
+    steady = [p for p in batches[1:] if source_rows(p) >= TINY * epoch]
+    r.steady_rows = sum(source_rows(p) for p in steady)
+    r.epoch_ms = [float(p["durationMs"]["triggerExecution"]) for p in steady]
+    r.steady_ms = sum(r.epoch_ms)
+
+
+class PeakRss:
+    """Samples the RSS of this process and all its descendants every 100 ms; ``peak_mb``."""
+
+    def __init__(self) -> None:
+        self.peak_mb = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak_mb = max(self.peak_mb, tree_rss_mb(os.getpid())[0])
+            self._done.wait(0.1)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, tree_rss_mb(os.getpid())[0])
+
+
+def settle(spark: SparkSession) -> None:
+    """Garbage-collect the JVM and Python before a run, so a run starts from less memory."""
+    gc.collect()
+    spark.sparkContext._jvm.java.lang.System.gc()
+    time.sleep(1.0)
+
+
+def count_rows(d: Path) -> int:
+    """Rows in the Parquet files under ``d`` (0 if there are none)."""
+    if not d.exists():
+        return 0
+    return ds.dataset(str(d), format="parquet").count_rows()
+
+
+def run_wire(spark: SparkSession, query: str, n: int, epoch: int) -> Result:
+    out = OUT / f"wire_{query}"
+    shutil.rmtree(out, ignore_errors=True)
+    r = Result()
+    settle(spark)
+    t0 = time.perf_counter()
+    with PeakRss() as mem:
+        try:
+            flow = nexmark_queries.build(
+                query, wire.sinks.parquet(out / "out"), events=n, first_event_rate=RATE,
+                out_of_order_ms=DISORDER_MS, max_delay="5s", max_events_per_epoch=epoch)
+            running = flow.start(checkpoint=str(out / "ck"), spark=spark)
+            summary = running.await_termination()
+            expected = n * (2 if query in getattr(nexmark_queries, "TWO_INPUTS", ()) else 1)
+            if summary.input_events != expected:
+                print(f"note: Wire {query} read {summary.input_events:,} events, not {expected:,}")
+            fill_from_progress(r, running.query.recentProgress, epoch)
+        except Exception as e:  # report and go on with the next query
+            r.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    r.wall_s = time.perf_counter() - t0
+    r.peak_mb = mem.peak_mb
+    r.output_rows = None if r.error else count_rows(out / "out")
+    return r
+
+
+def run_native(spark: SparkSession, query: str, src: Path, epoch: int) -> Result:
+    out = OUT / f"native_{query}"
+    shutil.rmtree(out, ignore_errors=True)
+    r = Result()
+    schema = spark.read.parquet(str(src)).schema
+
+    def read() -> DataFrame:
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src))
+
+    def sink(batch: DataFrame, epoch_id: int) -> None:
+        batch.write.mode("append").parquet(str(out / "out"))
+
+    settle(spark)
+    t0 = time.perf_counter()
+    with PeakRss() as mem:
+        try:
+            q = (native_query(read, query).writeStream.outputMode("append").foreachBatch(sink)
+                 .option("checkpointLocation", str(out / "ck")).trigger(availableNow=True).start())
+            q.awaitTermination()
+            fill_from_progress(r, q.recentProgress, epoch)
+        except Exception as e:  # e.g. an operator chain Spark refuses; go on
+            r.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    r.wall_s = time.perf_counter() - t0
+    r.peak_mb = mem.peak_mb
+    r.output_rows = None if r.error else count_rows(out / "out")
+    return r
+
+
+# ---------------------------------------------------------------------------- reporting
+
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    ram = "unknown"
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal"):
+            ram = f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True,
+                              check=False).stderr.splitlines()[0]
+    except (OSError, IndexError):
+        java = "unknown"
+    try:
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                             check=False).stdout.strip() or "unknown"
+    except OSError:
+        rev = "unknown"
+    return [f"CPU: {cpu}, {os.cpu_count()} cores; RAM {ram}; load average (1 min) at the start "
+            f"{LOAD_AT_START[0]:.2f}, at the end {os.getloadavg()[0]:.2f} (other work on the machine "
+            "makes the figures noisier)",
+            f"Wire source tree: git {rev} (\"dirty\": uncommitted changes in the work tree)",
+            f"Java: {java}", f"PySpark {pyspark.__version__}, Python {platform.python_version()}, "
+            f"Spark master {MASTER}",
+            f"Date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}"]
+
+
+def fmt_rate(x: float) -> str:
+    return "n/a" if x != x else f"{x:,.0f}"
+
+
+def fmt_int(x: float) -> str:
+    return "n/a" if x != x else f"{x:.0f}"
+
+
+def row(query: str, w: Result, s: Result) -> list[str]:
+    ratio = w.rate / s.rate if s.rate > 0 else float("nan")
+    rows = " / ".join("error" if r.error else f"{r.output_rows:,}" for r in (w, s))
+    if not (w.error or s.error) and w.output_rows != s.output_rows:
+        rows += " MISMATCH"
+    return [query, fmt_rate(w.rate), fmt_rate(s.rate), "n/a" if ratio != ratio else f"{ratio:.2f}x",
+            fmt_rate(w.rate / CORES), f"{FLINK_PER_CORE[query]:,}",
+            f"{fmt_int(w.p(50))} / {fmt_int(w.p(99))}", f"{fmt_int(s.p(50))} / {fmt_int(s.p(99))}",
+            f"{w.peak_mb:,.0f} / {s.peak_mb:,.0f}", f"{w.wall_s:.1f} / {s.wall_s:.1f}", rows]
+
+
+HEADER = ["query", "Wire events/s", "plain PySpark events/s", "Wire/plain", "Wire events/s per core",
+          "Flink events/s per core", "Wire p50/p99 epoch ms", "plain p50/p99 epoch ms",
+          "peak memory MB Wire / plain", "wall s Wire / plain", "output rows Wire / plain"]
+
+LEGEND = """\
+How each figure is measured (both engines in the same SparkSession, `{master}`, same run):
+
+- **Wire events/s**, **plain PySpark events/s**: steady state, from `StreamingQuery.recentProgress`:
+  the input rows of the steady epochs / the sum of their `durationMs.triggerExecution`. Steady
+  epochs exclude the first epoch (Python worker start-up, first compilation) and the tiny
+  epochs at the end (Wire's final watermark-only epoch; plain PySpark's end-marker file and its
+  no-data epoch). Wire's figure **includes generating the events** (its `nexmark` source makes
+  them inside the Spark tasks); plain PySpark reads the same events pre-generated to Parquet
+  (one file per epoch, `maxFilesPerTrigger=1`, `availableNow`). Both write Parquet (Wire:
+  `wire.sinks.parquet`; plain: `foreachBatch` + `batch.write.parquet`).
+- **Wire/plain**: ratio of the two steady rates (above 1x: Wire is faster).
+- **Wire events/s per core**: Wire events/s / {cores} (the cores of `{master}`).
+- **Flink events/s per core**: from the Nexmark repository (guide V2, 4 machines x 16 cores),
+  for scale only: another engine, machine and cluster size.
+- **p50/p99 epoch ms**: percentiles of `triggerExecution` of the steady epochs (with few
+  steady epochs, p99 is close to the slowest one).
+- **peak memory**: largest RSS of the whole process tree (Python driver + JVM + Python
+  workers), sampled every 100 ms during the run, after a JVM and Python GC. Both engines share
+  one JVM, whose heap once grown stays resident, so a run's peak includes what earlier runs
+  left (Wire runs first in each pair).
+- **wall s**: from starting the query to its end (plain PySpark: not counting writing the input).
+- **output rows**: rows each engine wrote (sanity check; they should be equal).
+"""
+
+
+def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]], notes: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = shlex.join([".venv/bin/python", *sys.argv])
+    md = ["# Nexmark: Wire vs plain PySpark Structured Streaming", "",
+          f"Command: `{cmd}`", "", *[f"- {m}" for m in machine()], "",
+          f"{args.events:,} events (10,000 events/s of event time, up to {DISORDER_MS} ms out of "
+          f"order), epochs of {args.epoch_size:,} events, watermark delay 5 s.", "",
+          "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    md += ["| " + " | ".join(cells) + " |" for cells in lines]
+    md += ["", LEGEND.format(master=MASTER, cores=CORES)]
+    if notes:
+        md += ["Notes:", "", *[f"- {n}" for n in notes], ""]
+    path.write_text("\n".join(md))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=2_000_000)
+    p.add_argument("--epoch-size", type=int, default=250_000)
+    p.add_argument("--queries", default=",".join(ORDER))
+    p.add_argument("--out", type=Path, default=Path("bench/results/nexmark.md"))
+    args = p.parse_args()
+    LOAD_AT_START[0] = os.getloadavg()[0]
+    n, epoch = args.events, args.epoch_size
+    spark = wire.spark(MASTER)
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(n // epoch + 100))
+    OUT.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    src = write_input(n, epoch)
+    print(f"Nexmark, {n:,} events, epochs of {epoch:,}, {MASTER}; input Parquet written in "
+          f"{time.perf_counter() - t0:.1f} s (not counted)")
+    print("Wire's events/s include generating the events; plain PySpark reads them from Parquet")
+    widths = [5, 12, 12, 7, 11, 9, 13, 13, 13, 13, 21]
+    print("  ".join(h[:w].rjust(w) for h, w in zip(
+        ["query", "wire ev/s", "plain ev/s", "ratio", "wire/core", "flink/c", "wire p50/99",
+         "plain p50/99", "peak MB w/p", "wall s w/p", "rows w/p"], widths, strict=True)), flush=True)
+    lines: list[list[str]] = []
+    notes: list[str] = []
+    for query in args.queries.split(","):
+        if query not in nexmark_queries.QUERIES:
+            note = f"{query}: skipped, not in wire.examples.nexmark_queries.QUERIES"
+            print(note, flush=True)
+            notes.append(note)
+            continue
+        if query not in FLINK_PER_CORE:
+            print(f"{query}: skipped, no native version in this benchmark", flush=True)
+            notes.append(f"{query}: skipped, no native version")
+            continue
+        w = run_wire(spark, query, n, epoch)
+        s = run_native(spark, query, src, epoch)
+        cells = row(query, w, s)
+        lines.append(cells)
+        print("  ".join(c.rjust(wd) for c, wd in zip(cells, widths, strict=True)), flush=True)
+        for engine, r in (("Wire", w), ("plain PySpark", s)):
+            if r.error:
+                notes.append(f"{query}: {engine} failed: {r.error}")
+                print(f"  {engine} failed: {r.error}", flush=True)
+        for engine, r in (("Wire", w), ("plain", s)):
+            print(f"  {engine:<5} {r.epochs} epochs ({len(r.epoch_ms)} steady), {r.input_rows:,} input rows "
+                  f"({r.steady_rows:,} steady), output rows {r.output_rows}", flush=True)
+        if not (w.error or s.error) and w.output_rows != s.output_rows:
+            print(f"  MISMATCH: {query} output rows differ", flush=True)
+            notes.append(f"{query}: MISMATCH, Wire wrote {w.output_rows:,} rows, "
+                         f"plain PySpark {s.output_rows:,}")
+    write_markdown(args.out, args, lines, notes)
+    print(f"total {time.perf_counter() - t0:.0f} s; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
