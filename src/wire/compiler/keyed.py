@@ -12,10 +12,12 @@ metrics).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -108,12 +110,24 @@ def blob_row(port: str, kg: int, table: pa.Table) -> pa.RecordBatch:
 
 
 def split_by_group(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
-    """``(key group, rows)`` for each key group present in ``table`` (column ``__kg``)."""
+    """``(key group, rows)`` for each key group present in ``table`` (column ``__kg``).
+
+    Groups come in ascending key-group order; within a group, rows keep their order in
+    ``table`` (one stable sort and zero-copy slices, not one filter per group).
+    """
     if not table.num_rows:
         return
     groups = table.column(KG)
-    for kg in pc.unique(groups).to_pylist():
-        yield int(kg), table.filter(pc.equal(groups, kg)).drop_columns([KG])
+    first, last = pc.min_max(groups).values()
+    if first.as_py() == last.as_py():
+        yield int(first.as_py()), table.drop_columns([KG])
+        return
+    ordered = table.take(pc.sort_indices(groups))  # Arrow's sort_indices is stable
+    kgs = ordered.column(KG).to_numpy()
+    cuts = [0, *(np.flatnonzero(np.diff(kgs)) + 1).tolist(), len(kgs)]
+    rest = ordered.drop_columns([KG])
+    for lo, hi in itertools.pairwise(cuts):
+        yield int(kgs[lo]), rest.slice(lo, hi - lo)
 
 
 def pack_events(port: str, data: pa.RecordBatch, payload: pa.Schema) -> Iterator[pa.RecordBatch]:
