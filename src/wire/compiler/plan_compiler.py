@@ -6,18 +6,30 @@ terminal step's ``out`` port; late events, dead letters and metrics travel as
 side rows. The runner attaches one ``foreachBatch`` that splits an epoch's rows
 by port and hands each port to its sinks, so a flow is one query with one
 checkpoint (SPEC §6).
+
+Column pruning: a flow is compiled once with complete sources; Spark's optimized plan
+of the result tells which payload columns of each source the flow reads
+(:mod:`wire.compiler.pruning`). When a source can produce fewer columns (its
+``read_stream`` takes ``columns``; the file source always can) and the flow reads
+fewer, the flow is compiled again with that source told its columns (always with its
+event-time and key columns). Inside the compiled flow the unread columns are put back
+as typed null literals, so every operator sees the same schema as before and Spark's
+optimizer drops them again; the outputs do not change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import inspect
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from wire.compiler.exprs import apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
+from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import compile_window
 from wire.connectors.base import SourceConnector
@@ -42,7 +54,7 @@ from wire.plan.nodes import (
     UnionNode,
     WindowAggregateNode,
 )
-from wire.runtime.envelope import KIND, KIND_WATERMARK, PORT
+from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_WATERMARK, PORT
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,8 @@ class CompiledFlow:
     bounded: bool
     """True when every source ends (the flow then stops by itself)."""
     key_groups: int
+    source_columns: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    """Per source step, the payload columns its source produces (None: all of them)."""
 
 
 def _upstreams(node: Node) -> tuple[str, ...]:
@@ -144,9 +158,19 @@ class _Compiled:
 
 
 def compile_plan(
-    plan: Plan, spark: SparkSession, key_groups: int, control_file: str | None = None
+    plan: Plan,
+    spark: SparkSession,
+    key_groups: int,
+    control_file: str | None = None,
+    *,
+    prune_columns: bool = True,
 ) -> CompiledFlow:
     """Compile ``plan`` to one streaming DataFrame (nothing runs yet).
+
+    With ``prune_columns`` (the default), sources that can produce fewer columns produce
+    only those the flow reads (see the module docstring); the result's
+    ``source_columns`` says which. ``prune_columns=False`` compiles once, with every
+    column of every source.
 
     Raises
     ------
@@ -154,24 +178,66 @@ def compile_plan(
         On an unsupported topology or an invalid operator configuration.
     """
     order = chain_of(plan)
+    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {})
+    if not prune_columns:
+        return compiled
+    wanted = _pruned_columns(spark, compiled, opened)
+    if not wanted:
+        return compiled
+    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted)
+    return pruned
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What the first compilation learned about a source that can produce fewer columns."""
+
+    node: SourceNode
+    payload: pa.Schema
+    struct: StructType
+    """Spark schema of the source's DataFrame (payload + envelope), every column."""
+    attributes: SourceAttributes
+
+
+def _compile(
+    plan: Plan,
+    order: list[Node],
+    spark: SparkSession,
+    key_groups: int,
+    control_file: str | None,
+    columns: dict[str, tuple[tuple[str, ...], StructType]],
+) -> tuple[CompiledFlow, list[_Opened]]:
+    """Compile ``order`` (from :func:`chain_of`); also return the sources that can prune.
+
+    ``columns``: per source step, the payload columns its source produces and its
+    complete Spark schema (from the first compilation); other sources produce every
+    column, and only these are returned (with what pruning needs to know of them).
+    """
     admission = _paused_admission(plan)
+    late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE}
     done: dict[str, _Compiled] = {}
-    sources: list[str] = []
+    opened: list[_Opened] = []  # sources that can prune (first compilation only)
     bounded = True
     for node in order:
         if isinstance(node, SourceNode):
             if node.step in admission:
                 node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch,
                                                               admission[node.step]))
-            df, payload, ends = _open_source(spark, node, key_groups, control_file)
+            subset, struct = columns.get(node.step, (None, None))
+            df, payload, ends = _open_source(spark, node, key_groups, control_file, subset)
             if node.key is not None and node.key not in payload.names:
                 raise ConfigError("key", node.key, f"a column of the source: {payload.names}",
                                   step=node.step)
+            if subset is None and _prunable(node.connector):
+                attributes = source_attributes(node.step, df)
+                if attributes is not None:
+                    opened.append(_Opened(node, payload, df.schema, attributes))
+            elif subset is not None:
+                df = _restore_columns(df, struct, subset)
             # watermark rows travel on the source's channel
             df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step))
                                .otherwise(F.col(PORT)))
             done[node.step] = _Compiled(df, node.key, (node.step,), True)
-            sources.append(node.step)
             bounded = bounded and ends
             continue
         if isinstance(node, IntervalJoinNode):
@@ -214,14 +280,63 @@ def compile_plan(
             key = node.key
         elif isinstance(node, WindowAggregateNode):
             df = compile_window(df, node, key, key_groups=key_groups, channels=channels,
-                                from_source=from_source)
+                                from_source=from_source, late_read=node.step in late_read)
             channels = tuple(f"{node.step}/{g}" for g in range(key_groups))
             from_source = False
         else:  # pragma: no cover - the builder creates no other node types
             raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
         done[node.step] = _Compiled(df, key, channels, from_source)
     terminal = order[-1].step
-    return CompiledFlow(plan, done[terminal].df, terminal, tuple(sources), bounded, key_groups)
+    sources = tuple(n.step for n in order if isinstance(n, SourceNode))
+    produced = {step: columns[step][0] if step in columns else None for step in sources}
+    compiled = CompiledFlow(plan, done[terminal].df, terminal, sources, bounded, key_groups, produced)
+    return compiled, opened
+
+
+def _prunable(connector: object) -> bool:
+    """True when the source can produce a subset of its columns (a ``columns`` parameter)."""
+    if isinstance(connector, FileSource):
+        return True
+    try:
+        return "columns" in inspect.signature(connector.read_stream).parameters  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return False
+
+
+def _pruned_columns(
+    spark: SparkSession, compiled: CompiledFlow, opened: list[_Opened]
+) -> dict[str, tuple[tuple[str, ...], StructType]]:
+    """Per prunable source that the flow reads only partly: the columns it must produce.
+
+    Those are the payload columns Spark's optimized plan reads, plus the event-time
+    column and the key column; in payload order. Sources read completely are left out.
+    """
+    if not opened:
+        return {}
+    reads = read_columns(spark, compiled.dataframe, [o.attributes for o in opened])
+    wanted: dict[str, tuple[tuple[str, ...], StructType]] = {}
+    for o in opened:
+        read = reads.get(o.node.step)
+        if read is None:
+            continue
+        keep = read | {o.node.event_time} | ({o.node.key} if o.node.key is not None else set())
+        subset = tuple(n for n in o.payload.names if n in keep)
+        if len(subset) < len(o.payload.names):
+            wanted[o.node.step] = (subset, o.struct)
+    return wanted
+
+
+def _restore_columns(df: DataFrame, struct: StructType, columns: tuple[str, ...]) -> DataFrame:
+    """``df`` (a source producing only ``columns``) with the other columns of ``struct`` as nulls.
+
+    The result has exactly the columns of ``struct``, in its order; a column not produced
+    is a null literal of its type (nothing downstream reads it).
+    """
+    produced = set(columns) | set(ENVELOPE_COLUMNS)
+    return df.select(*[
+        F.col(f"`{f.name}`") if f.name in produced else F.lit(None).cast(f.dataType).alias(f.name)
+        for f in struct.fields
+    ])
 
 
 def _paused_admission(plan: Plan) -> dict[str, int]:
@@ -242,9 +357,17 @@ def _paused_admission(plan: Plan) -> dict[str, int]:
 
 
 def _open_source(
-    spark: SparkSession, src: SourceNode, key_groups: int, control_file: str | None
+    spark: SparkSession,
+    src: SourceNode,
+    key_groups: int,
+    control_file: str | None,
+    columns: tuple[str, ...] | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
-    """The source's envelope DataFrame, its payload schema and whether it ends."""
+    """The source's envelope DataFrame, its payload schema and whether it ends.
+
+    ``columns``: the payload columns the source produces (None: all); only passed to a
+    source that can prune (:func:`_prunable`).
+    """
     connector = src.connector
     if not isinstance(connector, FileSource | SourceConnector):
         raise ConfigError(
@@ -257,10 +380,11 @@ def _open_source(
             "event_time", src.event_time, f"a column of the source: {payload.names}", step=src.step
         )
     if not isinstance(connector, FileSource):
+        pruning = {} if columns is None else {"columns": columns}
         df = connector.read_stream(
             spark, step=src.step, event_time=src.event_time, key_groups=key_groups,
             max_delay_ms=src.watermark.max_delay_ms,
-            max_events_per_epoch=src.max_events_per_epoch, control_file=control_file,
+            max_events_per_epoch=src.max_events_per_epoch, control_file=control_file, **pruning,
         )
         return df, payload, connector.bounded
     binding = SourceBinding(
@@ -272,6 +396,7 @@ def _open_source(
         max_events_per_epoch=src.max_events_per_epoch,
         key_groups=key_groups,
         control_file=control_file,
+        columns=columns,
     )
     register(spark)
     return read_stream(spark, binding), payload, connector.bounded

@@ -22,6 +22,11 @@
 
 The number of Python↔JVM state calls per epoch is ``2 × key_groups``,
 independent of the number of keys.
+
+Before the pre-stage, the input is projected to the payload columns the window reads
+(:func:`window_input_columns`): ``mapInArrow`` is opaque to Spark's optimizer, so
+without the projection every upstream column would travel into Python, and no source
+column could be pruned (:mod:`wire.compiler.pruning`).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
 from wire.runtime.envelope import (
     ENVELOPE_ARROW,
+    ENVELOPE_COLUMNS,
     ET,
     KG,
     KIND,
@@ -67,11 +73,15 @@ from wire.runtime.envelope import (
 )
 from wire.state import assigners as A
 from wire.state import windows as W
+from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, UserAggregator
 
 NO_KEY = "__key"
 """Synthetic constant key column used when a stream has no key."""
 
 PARTIALS, CANDIDATES, EVENTS = "partials", "candidates", "events"
+
+_ONE_COLUMN = (Collect, Count, First, Last, Max, Mean, Min, Sum)
+"""Built-in aggregators that read nothing but their ``column`` (``count()``: no column)."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,26 @@ def window_spec(node: WindowAggregateNode, key: str) -> W.WindowSpec:
     )
 
 
+def window_input_columns(spec: W.WindowSpec, payload: list[str], *, late_read: bool) -> list[str]:
+    """The payload columns (of ``payload``, in its order) a window with ``spec`` reads.
+
+    Every column when the late port is read (``late_read``: a late event keeps all its
+    columns), when callbacks see whole events (``spec.needs_events``), or when an
+    aggregation takes whole events (a user aggregator without ``column``) or is not a
+    known built-in. Otherwise the key and the aggregations' input columns.
+    """
+    if late_read or spec.needs_events:
+        return list(payload)
+    read = {spec.key}
+    for _, agg in spec.aggregations:
+        if type(agg) in _ONE_COLUMN or (type(agg) is UserAggregator and agg.column is not None):
+            if agg.column is not None:
+                read.add(agg.column)
+        else:
+            return list(payload)
+    return [c for c in payload if c in read]
+
+
 def compile_window(
     df: DataFrame,
     node: WindowAggregateNode,
@@ -238,12 +268,16 @@ def compile_window(
     key_groups: int,
     channels: tuple[str, ...],
     from_source: bool,
+    late_read: bool = True,
 ) -> DataFrame:
     """Append the window aggregation ``node`` to the envelope DataFrame ``df``.
 
     Output payload columns: the key column (absent for an unkeyed stream),
     ``window_start``, ``window_end`` (timestamps, UTC), the aggregations, ``emit``.
-    Late events leave as side rows of port ``<step>.late``.
+    Late events leave as side rows of port ``<step>.late``, with every payload column
+    of ``df`` when ``late_read`` (a sink reads the late port); otherwise the window's
+    input is first projected to the columns it reads (:func:`window_input_columns`)
+    and late events, which nobody reads, carry only those.
 
     Raises
     ------
@@ -263,6 +297,12 @@ def compile_window(
         result = W.result_schema(spec, with_times)
     except ConfigError as e:
         raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
+    read = window_input_columns(spec, payload.names, late_read=late_read)
+    if len(read) < len(payload.names):
+        envelope = [F.col(c) for c in df.columns if c in ENVELOPE_COLUMNS]
+        df = df.select(*[F.col(f"`{c}`") for c in read], *envelope)
+        payload = pa.schema([payload.field(c) for c in read])
+        with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
     stage = WindowStage(
         step=node.step,
         spec=spec,

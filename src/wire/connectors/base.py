@@ -11,6 +11,13 @@ A source connector is a frozen dataclass (it sits in the immutable plan) with:
   ``max_events_per_epoch`` (admission per epoch) and ``control_file`` (pause / stop,
   :mod:`wire.runtime.control`).
 
+A source that can produce fewer columns declares a ``columns`` parameter in
+``read_stream``: a tuple of payload column names (None = all). It then produces those
+payload columns only, in schema order (always followed by the envelope), while still
+validating, computing event times and routing malformed records exactly as with every
+column. The compiler passes ``columns`` only to such sources, and only the columns the
+flow reads (:mod:`wire.compiler.pruning`), always with the event-time and key columns.
+
 The data source computes the watermark while planning an epoch and records it in
 the epoch's end offset, so that a replay sees the same watermark; it ends each epoch
 with one watermark row per key group. ``commit(end)`` of the Spark stream reader
@@ -73,6 +80,31 @@ def check_event_time_column(step: str, schema: pa.Schema, column: str) -> None:
     ):
         accepted = "a column of int64 ms, timestamp, date or ISO-8601 strings"
         raise ConfigError("event_time", f"{column} ({typ})", accepted, step=step)
+
+
+def check_columns(step: str | None, schema: pa.Schema, columns: Any) -> tuple[str, ...] | None:
+    """Return ``columns`` as a tuple of payload column names (None = all); ConfigError if invalid.
+
+    Accepted: None, or a list or tuple of distinct names of ``schema``'s columns.
+    """
+    if columns is None:
+        return None
+    names = schema.names
+    if (
+        not isinstance(columns, list | tuple)
+        or not all(isinstance(c, str) and c in names for c in columns)
+        or len(set(columns)) != len(columns)
+    ):
+        raise ConfigError("columns", columns, f"None or distinct payload columns of {names}", step=step)
+    return tuple(columns)
+
+
+def select_columns(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
+    """``schema`` restricted to ``columns`` (None: all), in ``schema``'s order."""
+    if columns is None:
+        return schema
+    keep = set(columns)
+    return pa.schema([f for f in schema if f.name in keep])
 
 
 def check_admission(step: str, *, max_delay_ms: int, max_events_per_epoch: int, key_groups: int) -> None:

@@ -13,6 +13,13 @@ Pure pyarrow/numpy functions, no Spark. A file parses into a :class:`ParsedFile`
 Malformed records (wrong column count, values that do not convert to the schema's
 type, invalid JSON, missing or unparseable event time) are kept aside with a reason
 and their raw text; they never raise.
+
+A :class:`ParseSpec` may name the payload columns a flow reads (``columns``). The
+parsed table then holds only those, but which records are malformed, and why, does
+not change: CSV and JSON Lines records are still converted and checked in every
+column; Parquet skips reading a column only when the file stores it with exactly the
+schema's type (no value of it can fail to convert), and a malformed row's raw text
+still shows the whole row.
 """
 
 from __future__ import annotations
@@ -53,6 +60,14 @@ class ParseSpec:
     event_time: str
     delimiter: str = ","
     null_values: tuple[str, ...] = ("", "NA", "null")
+    columns: tuple[str, ...] | None = None
+    """The payload columns kept in :attr:`ParsedFile.table` (None: all)."""
+
+    @property
+    def output_names(self) -> list[str]:
+        """The names of the columns kept, in payload order."""
+        names = self.payload_schema.names
+        return names if self.columns is None else [n for n in names if n in self.columns]
 
 
 @dataclass(frozen=True)
@@ -69,7 +84,8 @@ class Malformed:
 class ParsedFile:
     """One parsed file: the valid records' payload and event times, and the malformed ones.
 
-    ``table`` holds the valid records in file order (typed as the payload schema);
+    ``table`` holds the valid records in file order (typed as the payload schema,
+    restricted to the parse spec's ``columns``);
     ``valid[i]`` is the record index of ``table`` row ``i`` and ``event_times[i]`` its
     event time in ms. ``records`` counts valid and malformed records.
     """
@@ -441,16 +457,38 @@ def _parse_parquet(path: str, spec: ParseSpec) -> _Rows:
 
     try:
         pf = pq.ParquetFile(path)
-        source = pf.read(columns=[n for n in spec.payload_schema.names if n in pf.schema_arrow.names])
+        stored = pf.schema_arrow
+        names = [n for n in spec.payload_schema.names if n in stored.names]
+        skipped = _unread_parquet_columns(spec, stored, names)
+        source = pf.read(columns=[n for n in names if n not in skipped])
     except (OSError, *_ARROW_ERRORS) as e:
         bad = [(0, f"parquet: cannot read file: {e}")]
         return _Rows(1, {}, np.zeros(0, np.int64), bad, lambda _r: (path, ""), reason)
+    whole: list[pa.Table] = [] if skipped else [source]
 
     def locate(record: int) -> tuple[str, str]:
-        return f"{path}:{record}", json.dumps(source.slice(record, 1).to_pylist()[0], default=str)
+        if not whole:  # a malformed row shows all its columns, also those not read above
+            whole.append(pq.ParquetFile(path).read(columns=names))
+        return f"{path}:{record}", json.dumps(whole[0].slice(record, 1).to_pylist()[0], default=str)
 
     columns = {name: source[name].combine_chunks() for name in source.column_names}
+    for name in skipped:  # never converted (the types match) and dropped after parsing
+        columns[name] = pa.nulls(source.num_rows, spec.payload_schema.field(name).type)
     return _Rows(source.num_rows, columns, np.arange(source.num_rows), [], locate, reason)
+
+
+def _unread_parquet_columns(spec: ParseSpec, stored: pa.Schema, present: list[str]) -> set[str]:
+    """Columns of ``present`` a Parquet read can skip: not kept, and stored with the schema's type.
+
+    Such a column cannot make a record malformed, so reading it would change nothing.
+    The event-time column is always read; if every present column could be skipped,
+    none is (a read of no column would not count the rows).
+    """
+    if spec.columns is None:
+        return set()
+    keep = {*spec.columns, spec.event_time}
+    skip = {n for n in present if n not in keep and stored.field(n).type == spec.payload_schema.field(n).type}
+    return skip if len(skip) < len(present) else set()
 
 
 def _convert(parsed: _Rows, spec: ParseSpec, fmt: str) -> tuple[pa.Table, dict[int, str]]:
@@ -496,12 +534,15 @@ def parse_file(path: str, spec: ParseSpec) -> ParsedFile:
     for record, reason in bad:
         location, raw = parsed.locate(record)
         malformed.append(Malformed(record, location, reason, raw))
+    rows = table.num_rows
+    if spec.columns is not None:
+        table = table.select(spec.output_names)
     return ParsedFile(
         path=path,
         records=parsed.records,
-        table=table.filter(pa.array(keep)) if table.num_rows else table,
+        table=table.filter(pa.array(keep)) if rows else table,
         valid=parsed.rows[keep].astype(np.int64),
-        event_times=et[keep] if table.num_rows else et,
+        event_times=et[keep] if rows else et,
         malformed=tuple(malformed),
     )
 

@@ -147,7 +147,7 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
         self._clock = clock or wall_clock_ms
         self._spec = binding.parse_spec()
-        self._row_schema = spark_row_schema(binding.payload_schema)
+        self._row_schema = spark_row_schema(binding.output_schema)
         self._index_cache = ParseCache(capacity=64)
         self._counts: dict[FileStamp, int] = {}
         self._snapshot: dict[str, list[str]] | None = None

@@ -38,9 +38,11 @@ from pyspark.sql.types import StructType
 from wire.api.time import Duration, to_millis
 from wire.connectors.base import (
     check_admission,
+    check_columns,
     check_event_time_column,
     schema_from_b64,
     schema_to_b64,
+    select_columns,
 )
 from wire.connectors.file_listing import (
     EXTENSIONS,
@@ -279,12 +281,18 @@ class SourceBinding:
     key_groups: int
     control_file: str | None = None
     """The flow's control file (:mod:`wire.runtime.control`): pause / graceful stop."""
+    columns: tuple[str, ...] | None = None
+    """The payload columns the source produces (None: all). Records are still parsed and
+    validated with every column of ``payload_schema`` (CSV, JSON Lines; Parquet reads a
+    column it does not produce only if its values could fail to convert), so the same
+    records are malformed, with the same reasons and raw text."""
 
     def __post_init__(self) -> None:
         step = self.step
         if not isinstance(step, str) or not step:
             raise ConfigError("step", step, "a non-empty step id")
         check_event_time_column(step, self.payload_schema, self.event_time)
+        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
         check_admission(
             step, max_delay_ms=self.max_delay_ms,
             max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
@@ -295,10 +303,17 @@ class SourceBinding:
             accepted = f"Spark-compatible column types and no '__' envelope names ({e})"
             raise ConfigError("schema", str(self.payload_schema), accepted, step=step) from e
 
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The payload columns the source produces: ``payload_schema`` restricted to ``columns``."""
+        return select_columns(self.payload_schema, self.columns)
+
     def parse_spec(self) -> ParseSpec:
         """Return how to parse this source's files."""
         src = self.source
-        return ParseSpec(src.format, self.payload_schema, self.event_time, src.delimiter, src.null_values)
+        return ParseSpec(
+            src.format, self.payload_schema, self.event_time, src.delimiter, src.null_values, self.columns
+        )
 
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
@@ -324,8 +339,8 @@ class WireFileDataSource(DataSource):
         return DATA_SOURCE_NAME
 
     def schema(self) -> StructType:
-        """Return the row schema: the payload columns followed by the envelope columns."""
-        return spark_struct(SourceBinding.from_json(self.options["binding"]).payload_schema)
+        """Return the row schema: the produced payload columns followed by the envelope columns."""
+        return spark_struct(SourceBinding.from_json(self.options["binding"]).output_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
-from wire.connectors.base import SchemaDataclassDict, check_admission
+from wire.connectors.base import SchemaDataclassDict, check_admission, check_columns, select_columns
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.file_stream import spark_row_schema, spark_struct, wall_clock_ms
 from wire.connectors.http_ingest_server import (
@@ -152,11 +152,16 @@ class HttpIngestSource(SchemaDataclassDict):
         max_delay_ms: int,
         max_events_per_epoch: int,
         control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
         **_: Any,
     ) -> DataFrame:
-        """Return the envelope DataFrame of this source (see the module docstring)."""
+        """Return the envelope DataFrame of this source (see the module docstring).
+
+        ``columns`` (None: all): the payload columns produced. Records are still parsed
+        and checked against the whole schema (the same records become dead letters).
+        """
         binding = IngestBinding(step, self, event_time, max_delay_ms, max_events_per_epoch,
-                                key_groups, control_file)
+                                key_groups, control_file, columns)
         spark.dataSource.register(HttpIngestDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
 
@@ -238,6 +243,8 @@ class IngestBinding:
     max_events_per_epoch: int
     key_groups: int
     control_file: str | None = None
+    columns: tuple[str, ...] | None = None
+    """The payload columns produced (None: all); records are parsed with every column."""
 
     def __post_init__(self) -> None:
         if self.event_time not in self.source.schema.names:
@@ -247,6 +254,12 @@ class IngestBinding:
             self.step, max_delay_ms=self.max_delay_ms,
             max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
         )
+        object.__setattr__(self, "columns", check_columns(self.step, self.source.schema, self.columns))
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The payload columns produced: the source's schema restricted to ``columns``."""
+        return select_columns(self.source.schema, self.columns)
 
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
@@ -366,7 +379,7 @@ class HttpIngestReader(DataSourceStreamReader):
         src = binding.source
         self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
         self._clock = clock or wall_clock_ms
-        self._row_schema = spark_row_schema(src.schema)
+        self._row_schema = spark_row_schema(binding.output_schema)
         self._wal: WriteAheadLog | None = None
         self._server: _Server | None = None
         self._started: int | None = None
@@ -486,7 +499,7 @@ class HttpIngestReader(DataSourceStreamReader):
         n = parsed.table.num_rows
         if n:
             cols = {name: parsed.table[name].combine_chunks().cast(schema.field(name).type)
-                    for name in parsed.table.column_names}
+                    for name in b.output_schema.names}
             cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
             cols[envelope.ET] = pa.array(parsed.event_times, pa.int64())
             cols[envelope.WM] = pa.array(np.full(n, partition.start_watermark, np.int64))
@@ -525,7 +538,7 @@ class HttpIngestDataSource(DataSource):
 
     def schema(self) -> StructType:
         """Return the row schema: the payload columns followed by the envelope columns."""
-        return spark_struct(IngestBinding.from_json(self.options["binding"]).source.schema)
+        return spark_struct(IngestBinding.from_json(self.options["binding"]).output_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""

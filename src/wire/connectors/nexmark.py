@@ -32,15 +32,18 @@ Simplifications of the reference generator (documented, deliberate):
   channels and ``url`` is fixed per channel; ``extra`` / ``description`` are omitted.
 
 All kinds share one flat schema (:data:`SCHEMA`): ``kind`` and ``date_time`` are always
-set; the other columns are null unless they belong to the row's kind.
+set; the other columns are null unless they belong to the row's kind. A flow that reads
+few columns gets only those: the source's ``columns`` (set by the compiler's column
+pruning) limits what is generated, so no time goes into the others.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -57,6 +60,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wire.compiler.arrow_types import spark_round_trip, spark_schema
+from wire.connectors.base import check_columns, select_columns
 from wire.errors import ConfigError
 from wire.runtime import envelope
 from wire.runtime.control import is_paused
@@ -171,95 +175,144 @@ def _pick(words: list[str], idx: np.ndarray, mask: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(mask), picked, pa.scalar(None, pa.string()))
 
 
+_NULL_STRING = pa.scalar(None, pa.string())
+
+
+class _Events:
+    """The values shared by several columns of events ``start..stop-1``, each computed once, on use."""
+
+    def __init__(self, start: int, stop: int, seed: int, first_event_rate: int, out_of_order_ms: int) -> None:
+        self.start, self.stop = start, stop
+        self.seed, self.first_event_rate, self.out_of_order_ms = seed, first_event_rate, out_of_order_ms
+        self.ids = np.arange(start, stop, dtype=np.int64)
+        self.r = _Rand(self.ids, seed)
+        self.off = self.ids % PROPORTION_DENOMINATOR
+        self.epoch = self.ids // PROPORTION_DENOMINATOR
+        self.last_person = self.epoch  # base-0 id of the newest person (it opens each epoch)
+        self.is_person = self.off < PERSON_PROPORTION
+        self.is_auction = (self.off >= PERSON_PROPORTION) & (
+            self.off < PERSON_PROPORTION + AUCTION_PROPORTION)
+        self.is_bid = ~(self.is_person | self.is_auction)
+
+    @cached_property
+    def dt(self) -> np.ndarray:
+        return event_times(self.start, self.stop, seed=self.seed, first_event_rate=self.first_event_rate,
+                           out_of_order_ms=self.out_of_order_ms)
+
+    @cached_property
+    def names(self) -> tuple[pa.Array, pa.Array]:
+        """First and last names of every id."""
+        fn = pa.array(FIRST_NAMES, pa.string()).take(pa.array(self.r.below(2, len(FIRST_NAMES))))
+        ln = pa.array(LAST_NAMES, pa.string()).take(pa.array(self.r.below(3, len(LAST_NAMES))))
+        return fn, ln
+
+    @cached_property
+    def lo_p(self) -> np.ndarray:
+        return np.maximum(self.last_person - RECENT_PERSONS + 1, 0)
+
+    @cached_property
+    def auction_id(self) -> np.ndarray:
+        """The auction's own id (auctions) or the bid's auction (bids), unmasked."""
+        own_auction = self.epoch * AUCTION_PROPORTION + (self.off - PERSON_PROPORTION)
+        last_auction = self.epoch * AUCTION_PROPORTION + AUCTION_PROPORTION - 1
+        hot_auction = (last_auction // HOT_ROUNDING) * HOT_ROUNDING
+        lo_a = np.maximum(last_auction - RECENT_AUCTIONS + 1, 0)
+        recent_auction = lo_a + self.r.below(12, last_auction - lo_a + 1)
+        bid_auction = np.where(self.r.below(13, HOT_AUCTION_RATIO) > 0, hot_auction, recent_auction)
+        return np.where(self.is_auction, own_auction, bid_auction) + FIRST_AUCTION_ID
+
+    @cached_property
+    def initial_bid(self) -> np.ndarray:
+        return _price(self.r, 9)
+
+    @cached_property
+    def chan(self) -> np.ndarray:
+        return self.r.below(17, len(CHANNELS))
+
+
+def _kind(e: _Events) -> pa.Array:
+    kind = np.where(e.is_person, 0, np.where(e.is_auction, 1, 2))
+    return pa.array(["person", "auction", "bid"], pa.string()).take(pa.array(kind))
+
+
+def _name(e: _Events) -> pa.Array:
+    fn, ln = e.names
+    return pc.if_else(pa.array(e.is_person), pc.binary_join_element_wise(fn, ln, " "), _NULL_STRING)
+
+
+def _email(e: _Events) -> pa.Array:
+    fn, ln = e.names
+    mail = pc.binary_join_element_wise(
+        pc.binary_join_element_wise(pc.utf8_lower(fn), pc.utf8_lower(ln), "."),
+        pa.scalar("nexmark.example"), "@")
+    return pc.if_else(pa.array(e.is_person), mail, _NULL_STRING)
+
+
+def _seller(e: _Events) -> pa.Array:
+    hot_seller = (e.last_person // HOT_ROUNDING) * HOT_ROUNDING
+    recent_seller = e.lo_p + e.r.below(6, e.last_person - e.lo_p + 1)
+    seller = np.where(e.r.below(7, HOT_SELLER_RATIO) > 0, hot_seller, recent_seller) + FIRST_PERSON_ID
+    return _masked(seller, e.is_auction)
+
+
+def _item_name(e: _Events) -> pa.Array:
+    item = pc.binary_join_element_wise(pa.scalar("item"), pc.cast(pa.array(e.auction_id), pa.string()), "-")
+    return pc.if_else(pa.array(e.is_auction), item, _NULL_STRING)
+
+
+def _bidder(e: _Events) -> pa.Array:
+    hot_bidder = np.minimum((e.last_person // HOT_ROUNDING) * HOT_ROUNDING + 1, e.last_person)
+    recent_bidder = e.lo_p + e.r.below(14, e.last_person - e.lo_p + 1)
+    bidder = np.where(e.r.below(15, HOT_BIDDER_RATIO) > 0, hot_bidder, recent_bidder) + FIRST_PERSON_ID
+    return _masked(bidder, e.is_bid)
+
+
+_COLUMNS: dict[str, Callable[[_Events], pa.Array]] = {
+    "kind": _kind,
+    "date_time": lambda e: pa.array(e.dt, pa.int64()),
+    "person_id": lambda e: _masked(e.last_person + FIRST_PERSON_ID, e.is_person),
+    "name": _name,
+    "email": _email,
+    "city": lambda e: _pick(US_CITIES, e.r.below(4, len(US_CITIES)), e.is_person),
+    "state": lambda e: _pick(US_STATES, e.r.below(5, len(US_STATES)), e.is_person),
+    "auction_id": lambda e: _masked(e.auction_id, e.is_auction | e.is_bid),
+    "item_name": _item_name,
+    "seller": _seller,
+    "category": lambda e: _masked(FIRST_CATEGORY_ID + e.r.below(8, NUM_CATEGORIES), e.is_auction),
+    "initial_bid": lambda e: _masked(e.initial_bid, e.is_auction),
+    "reserve": lambda e: _masked(e.initial_bid + _price(e.r, 10), e.is_auction),
+    "expires": lambda e: _masked(e.dt + 2_000 + e.r.below(11, 18_000), e.is_auction),
+    "bidder": _bidder,
+    "price": lambda e: _masked(_price(e.r, 16), e.is_bid),
+    "channel": lambda e: _pick(CHANNELS, e.chan, e.is_bid),
+    "url": lambda e: _pick(CHANNEL_URLS, e.chan, e.is_bid),
+}
+"""How each column of :data:`SCHEMA` is computed."""
+
+
 def generate(
-    start: int, stop: int, *, seed: int = 1, first_event_rate: int = 10_000, out_of_order_ms: int = 0
+    start: int, stop: int, *, seed: int = 1, first_event_rate: int = 10_000, out_of_order_ms: int = 0,
+    columns: tuple[str, ...] | list[str] | None = None,
 ) -> pa.Table:
     """Return events ``start..stop-1`` (in id order) as a table in :data:`SCHEMA`.
 
     Pure and deterministic: the same id gives the same event for the same ``seed``,
     ``first_event_rate`` and ``out_of_order_ms``, whatever range it is generated in.
+    ``columns`` (None: all) restricts the table to those columns of :data:`SCHEMA`, in
+    its order; only they are computed, with the same values as in the full table.
+
+    Raises
+    ------
+    ConfigError
+        On an invalid range or rate, or a name in ``columns`` that is not a column.
     """
     if not 0 <= start <= stop:
         raise ConfigError("range", (start, stop), "0 <= start <= stop")
     if first_event_rate <= 0:
         raise ConfigError("first_event_rate", first_event_rate, "a positive int")
-    ids = np.arange(start, stop, dtype=np.int64)
-    r = _Rand(ids, seed)
-    off = ids % PROPORTION_DENOMINATOR
-    epoch = ids // PROPORTION_DENOMINATOR
-    is_person = off < PERSON_PROPORTION
-    is_auction = (off >= PERSON_PROPORTION) & (off < PERSON_PROPORTION + AUCTION_PROPORTION)
-    is_bid = ~(is_person | is_auction)
-    dt = event_times(start, stop, seed=seed, first_event_rate=first_event_rate,
-                     out_of_order_ms=out_of_order_ms)
-    last_person = epoch  # base-0 id of the newest person (it opens each epoch)
-
-    kind = np.where(is_person, 0, np.where(is_auction, 1, 2))
-    kinds = pa.array(["person", "auction", "bid"], pa.string()).take(pa.array(kind))
-
-    # persons
-    first = r.below(2, len(FIRST_NAMES))
-    last = r.below(3, len(LAST_NAMES))
-    fn = pa.array(FIRST_NAMES, pa.string()).take(pa.array(first))
-    ln = pa.array(LAST_NAMES, pa.string()).take(pa.array(last))
-    full = pc.binary_join_element_wise(fn, ln, " ")
-    mail = pc.binary_join_element_wise(
-        pc.binary_join_element_wise(pc.utf8_lower(fn), pc.utf8_lower(ln), "."),
-        pa.scalar("nexmark.example"), "@")
-    null_s = pa.scalar(None, pa.string())
-    pmask = pa.array(is_person)
-    name = pc.if_else(pmask, full, null_s)
-    email = pc.if_else(pmask, mail, null_s)
-    city = _pick(US_CITIES, r.below(4, len(US_CITIES)), is_person)
-    state = _pick(US_STATES, r.below(5, len(US_STATES)), is_person)
-
-    # auctions
-    own_auction = epoch * AUCTION_PROPORTION + (off - PERSON_PROPORTION)
-    hot_seller = (last_person // HOT_ROUNDING) * HOT_ROUNDING
-    lo_p = np.maximum(last_person - RECENT_PERSONS + 1, 0)
-    recent_seller = lo_p + r.below(6, last_person - lo_p + 1)
-    seller = np.where(r.below(7, HOT_SELLER_RATIO) > 0, hot_seller, recent_seller) + FIRST_PERSON_ID
-    category = FIRST_CATEGORY_ID + r.below(8, NUM_CATEGORIES)
-    initial_bid = _price(r, 9)
-    reserve = initial_bid + _price(r, 10)
-    expires = dt + 2_000 + r.below(11, 18_000)
-
-    # bids
-    last_auction = epoch * AUCTION_PROPORTION + AUCTION_PROPORTION - 1
-    hot_auction = (last_auction // HOT_ROUNDING) * HOT_ROUNDING
-    lo_a = np.maximum(last_auction - RECENT_AUCTIONS + 1, 0)
-    recent_auction = lo_a + r.below(12, last_auction - lo_a + 1)
-    bid_auction = np.where(r.below(13, HOT_AUCTION_RATIO) > 0, hot_auction, recent_auction)
-    hot_bidder = np.minimum((last_person // HOT_ROUNDING) * HOT_ROUNDING + 1, last_person)
-    recent_bidder = lo_p + r.below(14, last_person - lo_p + 1)
-    bidder = np.where(r.below(15, HOT_BIDDER_RATIO) > 0, hot_bidder, recent_bidder) + FIRST_PERSON_ID
-    price = _price(r, 16)
-    chan = r.below(17, len(CHANNELS))
-
-    auction_id = np.where(is_auction, own_auction, bid_auction) + FIRST_AUCTION_ID
-    item = pc.binary_join_element_wise(
-        pa.scalar("item"), pc.cast(pa.array(auction_id), pa.string()), "-")
-    cols = {
-        "kind": kinds,
-        "date_time": pa.array(dt, pa.int64()),
-        "person_id": _masked(last_person + FIRST_PERSON_ID, is_person),
-        "name": name,
-        "email": email,
-        "city": city,
-        "state": state,
-        "auction_id": _masked(auction_id, is_auction | is_bid),
-        "item_name": pc.if_else(pa.array(is_auction), item, null_s),
-        "seller": _masked(seller, is_auction),
-        "category": _masked(category, is_auction),
-        "initial_bid": _masked(initial_bid, is_auction),
-        "reserve": _masked(reserve, is_auction),
-        "expires": _masked(expires, is_auction),
-        "bidder": _masked(bidder, is_bid),
-        "price": _masked(price, is_bid),
-        "channel": _pick(CHANNELS, chan, is_bid),
-        "url": _pick(CHANNEL_URLS, chan, is_bid),
-    }
-    return pa.Table.from_arrays([cols[f.name] for f in SCHEMA], schema=SCHEMA)
+    schema = select_columns(SCHEMA, check_columns(None, SCHEMA, columns))
+    events = _Events(start, stop, seed, first_event_rate, out_of_order_ms)
+    return pa.Table.from_arrays([_COLUMNS[f.name](events) for f in schema], schema=schema)
 
 
 # ---------------------------------------------------------------------------- connector
@@ -288,10 +341,13 @@ class NexmarkSource:
         """The flat Nexmark schema :data:`SCHEMA`."""
         return SCHEMA
 
-    def generate(self, start: int = 0, stop: int | None = None) -> pa.Table:
-        """Return this source's events ``start..stop-1`` (default: all)."""
+    def generate(
+        self, start: int = 0, stop: int | None = None, columns: tuple[str, ...] | None = None
+    ) -> pa.Table:
+        """Return this source's events ``start..stop-1`` (default: all); ``columns`` as :func:`generate`."""
         return generate(start, self.events if stop is None else stop, seed=self.seed,
-                        first_event_rate=self.first_event_rate, out_of_order_ms=self.out_of_order_ms)
+                        first_event_rate=self.first_event_rate, out_of_order_ms=self.out_of_order_ms,
+                        columns=columns)
 
     def to_json(self, **binding: Any) -> str:
         """Serialize for the data source's options."""
@@ -316,15 +372,26 @@ class NexmarkSource:
         max_delay_ms: int = 0,
         max_events_per_epoch: int = 100_000,
         control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
         **_: Any,
     ) -> DataFrame:
-        """The envelope DataFrame of the generated events."""
-        spark.dataSource.register(NexmarkDataSource)
+        """The envelope DataFrame of the generated events.
+
+        ``columns`` (None: all): the payload columns to produce, in :data:`SCHEMA` order;
+        only those are generated (plus the event-time column, for ``__et``).
+
+        Raises
+        ------
+        ConfigError
+            When ``columns`` names a column that :data:`SCHEMA` does not have.
+        """
         options = self.to_json(
             step=step, event_time=event_time, key_groups=key_groups, max_delay_ms=max_delay_ms,
             max_events_per_epoch=max_events_per_epoch,
             control_file=None if control_file is None else str(control_file),
+            columns=check_columns(step, SCHEMA, columns),
         )
+        spark.dataSource.register(NexmarkDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("config", options).load()
 
 
@@ -359,8 +426,12 @@ class _Config:
         self.max_delay_ms: int = d["max_delay_ms"]
         self.max_events_per_epoch: int = d["max_events_per_epoch"]
         self.control_file: str | None = d["control_file"]
+        columns = d.get("columns")
+        self.columns: tuple[str, ...] | None = None if columns is None else tuple(columns)
+        self.payload = select_columns(SCHEMA, self.columns)
+        """The payload columns produced."""
         self.row_schema = spark_round_trip(
-            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in SCHEMA]))
+            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload]))
         )
 
 
@@ -449,11 +520,12 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, _Range)
         c, p, schema = self.c, partition, self.c.row_schema
         if p.hi > p.lo:
-            events = c.source.generate(p.lo, p.hi)
+            wanted = None if c.columns is None else tuple({*c.columns, c.event_time})
+            events = c.source.generate(p.lo, p.hi, wanted)
             n = events.num_rows
             cols: dict[str, pa.Array] = {
                 f.name: events.column(f.name).combine_chunks().cast(schema.field(f.name).type)
-                for f in SCHEMA
+                for f in c.payload
             }
             cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
             cols[envelope.ET] = events.column(c.event_time).combine_chunks().cast(pa.int64())

@@ -23,7 +23,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from wire.compiler.arrow_types import spark_round_trip
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.watermarks import (
     NO_WATERMARK,
@@ -231,9 +230,7 @@ class RedisStreamReader(DataSourceStreamReader):
         src = binding.source
         self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
         self._clock = clock or wall_clock_ms
-        self._row_schema = spark_round_trip(
-            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in binding.payload_schema]))
-        )
+        self._row_schema = binding.row_schema()
         self._client: redis.Redis | None = None
         self._delivered: str | None = None  # the group's last delivered id, as last seen
         self._caught_up = False
@@ -480,7 +477,7 @@ class RedisStreamReader(DataSourceStreamReader):
         if n:
             cols: dict[str, pa.Array] = {
                 f.name: decoded.table.column(f.name).combine_chunks().cast(schema.field(f.name).type)
-                for f in b.payload_schema
+                for f in b.output_schema
             }
             cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
             cols[envelope.ET] = pa.array(decoded.event_times, pa.int64())

@@ -23,9 +23,11 @@ from wire.compiler.arrow_types import spark_round_trip, spark_schema
 from wire.connectors.base import (
     SchemaDataclassDict,
     check_admission,
+    check_columns,
     check_event_time_column,
     schema_from_b64,
     schema_to_b64,
+    select_columns,
 )
 from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
 from wire.connectors.sinks import Sink, jsonl_lines
@@ -111,9 +113,13 @@ class RedisStreamSource(SchemaDataclassDict):
         max_delay_ms: int,
         max_events_per_epoch: int,
         control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
         **_: Any,
     ) -> DataFrame:
         """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
+
+        ``columns`` (None: all): the payload columns produced. Entries are still decoded
+        and checked against the whole schema (the same entries become dead letters).
 
         Raises
         ------
@@ -129,6 +135,7 @@ class RedisStreamSource(SchemaDataclassDict):
             max_events_per_epoch=max_events_per_epoch,
             key_groups=key_groups,
             control_file=control_file,
+            columns=columns,
         )
         spark.dataSource.register(RedisStreamDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
@@ -243,6 +250,8 @@ class RedisBinding:
     max_events_per_epoch: int
     key_groups: int
     control_file: str | None = None
+    columns: tuple[str, ...] | None = None
+    """The payload columns produced (None: all); entries are decoded with every column."""
 
     def __post_init__(self) -> None:
         step = self.step
@@ -251,11 +260,17 @@ class RedisBinding:
             step, max_delay_ms=self.max_delay_ms,
             max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
         )
+        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The payload columns produced: ``payload_schema`` restricted to ``columns``."""
+        return select_columns(self.payload_schema, self.columns)
 
     def row_schema(self) -> pa.Schema:
         """The Arrow schema of the source's rows as Spark hands them back."""
         return spark_round_trip(
-            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload_schema]))
+            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.output_schema]))
         )
 
     def to_json(self) -> str:

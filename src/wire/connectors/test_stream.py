@@ -8,6 +8,8 @@ Offsets are ``{"step": n}`` (steps done); each epoch admits exactly one step.
 Data rows carry ``__wm`` = the watermark before the step (in force while its
 events arrive) and ``__seq`` = the event's position over all steps; the epoch
 ends with one watermark row per key group carrying the watermark after the step.
+With ``columns`` (set by the compiler's column pruning) only those payload columns
+are produced.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from wire.compiler.arrow_types import spark_round_trip, spark_schema
-from wire.connectors.base import schema_from_b64, schema_to_b64
+from wire.connectors.base import check_columns, schema_from_b64, schema_to_b64, select_columns
 from wire.runtime import envelope
 
 DATA_SOURCE_NAME = "wire_test_stream"
@@ -52,13 +54,16 @@ class TestStreamSource:
         """The payload schema."""
         return self.schema
 
-    def to_json(self, *, step: str, event_time: str, key_groups: int) -> str:
+    def to_json(
+        self, *, step: str, event_time: str, key_groups: int, columns: tuple[str, ...] | None = None
+    ) -> str:
         """Serialize for the data source's options."""
         return json.dumps(
             {
                 "step": step,
                 "event_time": event_time,
                 "key_groups": key_groups,
+                "columns": check_columns(step, self.schema, columns),
                 "schema": schema_to_b64(self.schema),
                 "steps": [
                     [None if ev is None else base64.b64encode(ev).decode(), wm]
@@ -68,15 +73,22 @@ class TestStreamSource:
         )
 
     def read_stream(
-        self, spark: SparkSession, *, step: str, event_time: str, key_groups: int, **_: Any
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        columns: tuple[str, ...] | None = None,
+        **_: Any,
     ) -> DataFrame:
-        """The envelope DataFrame of this scripted stream (watermarks come from the script)."""
+        """The envelope DataFrame of this scripted stream (watermarks come from the script).
+
+        ``columns`` (None: all): the payload columns produced, in schema order.
+        """
         spark.dataSource.register(TestStreamDataSource)
-        return (
-            spark.readStream.format(DATA_SOURCE_NAME)
-            .option("script", self.to_json(step=step, event_time=event_time, key_groups=key_groups))
-            .load()
-        )
+        script = self.to_json(step=step, event_time=event_time, key_groups=key_groups, columns=columns)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("script", script).load()
 
 
 class _Script:
@@ -85,7 +97,10 @@ class _Script:
         self.step: str = d["step"]
         self.event_time: str = d["event_time"]
         self.key_groups: int = d["key_groups"]
-        self.payload = schema_from_b64(d["schema"])
+        columns = d.get("columns")
+        columns = None if columns is None else tuple(columns)
+        self.payload = select_columns(schema_from_b64(d["schema"]), columns)
+        """The payload columns produced."""
         self.steps: list[tuple[str | None, int]] = [tuple(s) for s in d["steps"]]
         self.row_schema = spark_round_trip(
             envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload]))
