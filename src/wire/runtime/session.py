@@ -20,12 +20,16 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.streaming.metricsEnabled": "false",
 }
 """Defaults: few shuffle partitions (a local machine), no UI, UTC session time zone,
-the RocksDB state store (needed by transformWithState, SPEC §10)."""
+the RocksDB state store (needed by transformWithState, SPEC §10) with changelog
+checkpointing: an epoch's commit writes the state changes, not a zipped snapshot of the
+whole store (snapshots are taken in the background), which took ~100 ms per state
+partition per epoch on this machine."""
 
 
 def check_java() -> None:
