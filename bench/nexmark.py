@@ -445,8 +445,8 @@ def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]],
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--events", type=int, default=2_000_000)
-    p.add_argument("--epoch-size", type=int, default=250_000)
+    p.add_argument("--events", type=int, default=4_000_000)
+    p.add_argument("--epoch-size", type=int, default=500_000)
     p.add_argument("--queries", default=",".join(ORDER))
     p.add_argument("--out", type=Path, default=Path("bench/results/nexmark.md"))
     args = p.parse_args()

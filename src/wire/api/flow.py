@@ -178,7 +178,7 @@ class Flow:
         master: str = "local[*]",
         spark_conf: Mapping[str, str] | None = None,
         spark: SparkSession | None = None,
-        key_groups: int = 16,
+        key_groups: int | None = None,
         max_epochs: int | None = None,
         progress: bool = False,
         max_restarts: int = 0,
@@ -201,7 +201,9 @@ class Flow:
             An existing SparkSession to use instead.
         key_groups:
             Keyed state is partitioned into this many key groups (hash of key mod
-            ``key_groups``); fixed for the life of a checkpoint.
+            ``key_groups``); fixed for the life of a checkpoint. ``None``: the
+            checkpoint's recorded value, or 8 for a new checkpoint
+            (:data:`wire.runtime.checkpoint.DEFAULT_KEY_GROUPS`).
         max_epochs:
             Stop after this many epochs have completed in this run (the next epoch,
             already planned, is replayed on restart). For tests and demos.
@@ -244,7 +246,7 @@ class Flow:
         master: str = "local[*]",
         spark_conf: Mapping[str, str] | None = None,
         spark: SparkSession | None = None,
-        key_groups: int = 16,
+        key_groups: int | None = None,
         max_epochs: int | None = None,
         progress: bool = False,
     ) -> RunningFlow:

@@ -31,10 +31,23 @@ def spark_checkpoint(checkpoint: str | os.PathLike[str]) -> str:
     return str(Path(checkpoint) / "spark")
 
 
+DEFAULT_KEY_GROUPS = 8
+"""Key groups of a new checkpoint when the flow does not choose (``key_groups=None``).
+
+Each key group costs a few Python↔JVM state calls per stateful operator and epoch, so
+fewer groups lower the fixed cost of an epoch (measured on Nexmark q5/q7/q11 with epochs
+of 500k events: 8 groups ~25% faster than 16); more groups than Spark shuffle
+partitions spread keyed state evenly over them. Raise it for a cluster with many cores.
+"""
+
+
 def open_checkpoint(
-    checkpoint: str | os.PathLike[str], *, flow_id: str, key_groups: int
+    checkpoint: str | os.PathLike[str], *, flow_id: str, key_groups: int | None
 ) -> CheckpointMeta:
     """Create or verify ``<checkpoint>/wire.json``.
+
+    ``key_groups=None`` takes the checkpoint's recorded number of key groups, or
+    :data:`DEFAULT_KEY_GROUPS` for a new checkpoint.
 
     Raises
     ------
@@ -51,6 +64,8 @@ def open_checkpoint(
             raise CheckpointError(
                 f"checkpoint {str(root)!r} belongs to flow {meta['flow_id']!r}, not {flow_id!r}"
             )
+        if key_groups is None:
+            key_groups = int(meta["key_groups"])
         if meta["key_groups"] != key_groups:
             raise CheckpointError(
                 f"checkpoint {str(root)!r} was created with key_groups={meta['key_groups']}; "
@@ -58,6 +73,8 @@ def open_checkpoint(
                 "or a new checkpoint)"
             )
         return CheckpointMeta(flow_id, key_groups, meta["checkpoint_id"])
+    if key_groups is None:
+        key_groups = DEFAULT_KEY_GROUPS
     meta = CheckpointMeta(flow_id, key_groups, uuid.uuid4().hex)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(

@@ -326,20 +326,22 @@ def start_plan(
     master: str,
     spark_conf: dict[str, str],
     spark: SparkSession | None,
-    key_groups: int,
+    key_groups: int | None,
     max_epochs: int | None,
     progress: bool,
 ) -> RunningFlow:
     """Compile ``plan`` and start its query; see :meth:`wire.Flow.start`."""
-    if isinstance(key_groups, bool) or not isinstance(key_groups, int) or not 1 <= key_groups <= 4096:
-        raise ConfigError("key_groups", key_groups, "an int between 1 and 4096")
+    if key_groups is not None and (
+        isinstance(key_groups, bool) or not isinstance(key_groups, int) or not 1 <= key_groups <= 4096
+    ):
+        raise ConfigError("key_groups", key_groups, "None or an int between 1 and 4096")
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
     meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups)
     control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")
-    compiled = compile_plan(plan, spark, key_groups, control)
+    compiled = compile_plan(plan, spark, meta.key_groups, control)
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
