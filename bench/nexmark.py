@@ -366,8 +366,12 @@ def machine() -> list[str]:
     except (OSError, IndexError):
         java = "unknown"
     try:
-        rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              check=False).stdout.strip() or "unknown"
+        # changed tracked files, not counting this benchmark's own results (rewritten as it runs)
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  ":!bench/results"], capture_output=True, text=True, check=False).stdout
+        rev += "-dirty" if changed.strip() else ""
     except OSError:
         rev = "unknown"
     return [f"CPU: {cpu}, {os.cpu_count()} cores; RAM {ram}; load average (1 min) at the start "
