@@ -129,7 +129,7 @@ def compare(a: Path, b: Path, dsn_a: str, dsn_b: str) -> int:
     return rows
 
 
-def _fault_run(tmp_path: Path, pg: PostgresServer, kills: int, seed: int, limit: int) -> dict:
+def _fault_run(tmp_path: Path, pg: PostgresServer, kills: int, seed: int, limit: int | None) -> dict:
     prepare_flights(tmp_path / "in", rows_per_file=2_500, limit=limit)
     glob = str(tmp_path / "in" / "*.parquet")
     ref, crashed = tmp_path / "ref", tmp_path / "crashed"
@@ -152,5 +152,7 @@ def test_kill_dash_nine_bounded(tmp_path, pg):
 
 @pytest.mark.slow
 def test_kill_dash_nine_many(tmp_path, pg):
-    stats = _fault_run(tmp_path, pg, kills=24, seed=2026, limit=80_000)
+    # all 336,776 flights (135 epochs), so that the flow is still running at the 24th
+    # kill: each life commits about five epochs between Spark's start-up and its kill
+    stats = _fault_run(tmp_path, pg, kills=24, seed=2026, limit=None)
     assert stats["kills"] == 24
