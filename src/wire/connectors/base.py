@@ -33,8 +33,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
 
 from wire.errors import ConfigError
+from wire.runtime import envelope
 
 
 @runtime_checkable
@@ -105,6 +108,16 @@ def select_columns(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Sch
         return schema
     keep = set(columns)
     return pa.schema([f for f in schema if f.name in keep])
+
+
+def spark_struct(payload: pa.Schema) -> StructType:
+    """Return the Spark schema of a source's rows: the payload (nullable), then the envelope."""
+    return from_arrow_schema(envelope.with_envelope(pa.schema([f.with_nullable(True) for f in payload])))
+
+
+def spark_row_schema(payload: pa.Schema) -> pa.Schema:
+    """Return the Arrow schema that a source's ``read()`` batches must have (Spark's own round trip)."""
+    return to_arrow_schema(spark_struct(payload), timezone="UTC")
 
 
 def check_admission(step: str, *, max_delay_ms: int, max_events_per_epoch: int, key_groups: int) -> None:

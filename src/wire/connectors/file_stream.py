@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
 
+from wire.connectors.base import spark_row_schema
 from wire.connectors.file_listing import FileStamp
 from wire.connectors.file_readers import ParseCache, ParsedFile
 from wire.connectors.watermarks import (
@@ -49,20 +48,6 @@ if TYPE_CHECKING:
 
 _EXECUTOR_CACHE = ParseCache(capacity=8)
 """Parsed files kept by an executor's Python worker across epochs (workers are reused)."""
-
-
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f.with_nullable(True) for f in schema])
-
-
-def spark_struct(payload: pa.Schema) -> StructType:
-    """Return the Spark schema of the source's rows: nullable payload, then the envelope."""
-    return from_arrow_schema(envelope.with_envelope(_nullable(payload)))
-
-
-def spark_row_schema(payload: pa.Schema) -> pa.Schema:
-    """Return the Arrow schema that ``read()`` batches must have (Spark's own round trip)."""
-    return to_arrow_schema(spark_struct(payload), timezone="UTC")
 
 
 # ---------------------------------------------------------------------------- Spark source

@@ -43,6 +43,8 @@ from wire.connectors.base import (
     schema_from_b64,
     schema_to_b64,
     select_columns,
+    spark_row_schema,
+    spark_struct,
 )
 from wire.connectors.file_listing import (
     EXTENSIONS,
@@ -55,8 +57,6 @@ from wire.connectors.file_readers import ParseSpec, infer_schema
 from wire.connectors.file_stream import (
     FileEpoch,
     WireFileStreamReader,
-    spark_row_schema,
-    spark_struct,
     wall_clock_ms,
 )
 from wire.connectors.watermarks import NO_WATERMARK

@@ -45,9 +45,16 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
-from wire.connectors.base import SchemaDataclassDict, check_admission, check_columns, select_columns
+from wire.connectors.base import (
+    SchemaDataclassDict,
+    check_admission,
+    check_columns,
+    select_columns,
+    spark_row_schema,
+    spark_struct,
+)
 from wire.connectors.file_readers import _array_from_values, event_times_ms
-from wire.connectors.file_stream import spark_row_schema, spark_struct, wall_clock_ms
+from wire.connectors.file_stream import wall_clock_ms
 from wire.connectors.http_ingest_server import (
     MAX_BODY_BYTES,
     PAUSED_RETRY_AFTER_S,

@@ -59,8 +59,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from wire.compiler.arrow_types import spark_round_trip, spark_schema
-from wire.connectors.base import check_columns, select_columns
+from wire.compiler.arrow_types import spark_schema
+from wire.connectors.base import check_columns, select_columns, spark_row_schema
 from wire.errors import ConfigError
 from wire.runtime import envelope
 from wire.runtime.control import is_paused
@@ -430,9 +430,7 @@ class _Config:
         self.columns: tuple[str, ...] | None = None if columns is None else tuple(columns)
         self.payload = select_columns(SCHEMA, self.columns)
         """The payload columns produced."""
-        self.row_schema = spark_round_trip(
-            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload]))
-        )
+        self.row_schema = spark_row_schema(self.payload)
 
 
 class NexmarkDataSource(DataSource):

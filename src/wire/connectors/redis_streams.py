@@ -19,7 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from wire.api.time import Duration, to_millis
-from wire.compiler.arrow_types import spark_round_trip, spark_schema
+from wire.compiler.arrow_types import spark_schema
 from wire.connectors.base import (
     SchemaDataclassDict,
     check_admission,
@@ -28,11 +28,11 @@ from wire.connectors.base import (
     schema_from_b64,
     schema_to_b64,
     select_columns,
+    spark_row_schema,
 )
 from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
 from wire.connectors.sinks import Sink, jsonl_lines
 from wire.errors import ConfigError, WireError
-from wire.runtime import envelope
 
 if TYPE_CHECKING:
     import redis
@@ -269,9 +269,7 @@ class RedisBinding:
 
     def row_schema(self) -> pa.Schema:
         """The Arrow schema of the source's rows as Spark hands them back."""
-        return spark_round_trip(
-            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.output_schema]))
-        )
+        return spark_row_schema(self.output_schema)
 
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark source)."""

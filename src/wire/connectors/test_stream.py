@@ -27,8 +27,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from wire.compiler.arrow_types import spark_round_trip, spark_schema
-from wire.connectors.base import check_columns, schema_from_b64, schema_to_b64, select_columns
+from wire.compiler.arrow_types import spark_schema
+from wire.connectors.base import (
+    check_columns,
+    schema_from_b64,
+    schema_to_b64,
+    select_columns,
+    spark_row_schema,
+)
 from wire.runtime import envelope
 
 DATA_SOURCE_NAME = "wire_test_stream"
@@ -102,9 +108,7 @@ class _Script:
         self.payload = select_columns(schema_from_b64(d["schema"]), columns)
         """The payload columns produced."""
         self.steps: list[tuple[str | None, int]] = [tuple(s) for s in d["steps"]]
-        self.row_schema = spark_round_trip(
-            envelope.with_envelope(pa.schema([f.with_nullable(True) for f in self.payload]))
-        )
+        self.row_schema = spark_row_schema(self.payload)
 
     def events(self, i: int) -> pa.Table | None:
         blob = self.steps[i][0]
