@@ -104,7 +104,7 @@ def commits(out: Path) -> int:
 
 
 def rows(out: Path, name: str) -> list[tuple]:
-    files = sorted((out / name).glob("*.parquet"))
+    files = sorted((out / name).glob("*/*.parquet"))
     if not files:
         return []
     return sorted(duckdb.sql(f"SELECT * FROM read_parquet({[str(f) for f in files]!r})").fetchall(),

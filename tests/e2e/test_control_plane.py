@@ -90,7 +90,7 @@ def test_pause_and_resume_over_rest_lose_and_repeat_nothing(spark, tmp_path):
             plane.stop()
 
     assert summary.input_events == len(first) + len(second) and summary.total("late") == 0
-    rows = pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*.parquet"))]).to_pylist()
+    rows = pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*/*.parquet"))]).to_pylist()
     last: dict[tuple[str, object], tuple[int, int]] = {}
     for r in rows:  # emit="update": a window's latest row carries its count so far
         key = (r["k"], r["window_start"])

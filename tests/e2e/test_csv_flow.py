@@ -57,7 +57,7 @@ def run(tmp_path, spark):
 
 def read(path):
     rows = []
-    for f in sorted(path.glob("*.jsonl")):
+    for f in sorted(path.glob("*/*.jsonl")):
         rows += [json.loads(line) for line in f.read_text().splitlines()]
     return rows
 
@@ -91,7 +91,7 @@ def test_transcript(spark, tmp_path):
     assert summary.input_events == 8
     # every well-formed event is in exactly one place: last result per window, or late
     last = duckdb.sql(
-        f"""SELECT sum(n) FROM (SELECT n FROM read_json('{tmp_path}/out/*.jsonl')
+        f"""SELECT sum(n) FROM (SELECT n FROM read_json('{tmp_path}/out/*/*.jsonl')
             QUALIFY row_number() OVER (PARTITION BY "user", window_start ORDER BY epoch DESC) = 1)"""
     ).fetchall()[0][0]
     assert last + len(late) == 8

@@ -109,7 +109,7 @@ def _sorted(t: pa.Table) -> pa.Table:
 
 
 def _parquet(d: Path) -> pa.Table:
-    files = sorted(d.glob("*.parquet"))
+    files = sorted(d.glob("*/*.parquet"))
     return pa.concat_tables([pq.read_table(f) for f in files])
 
 

@@ -35,7 +35,7 @@ def oracle(glob: str) -> dict[tuple[str, int], tuple[int, float, float]]:
 def last_results(out: Path) -> dict[tuple[str, int], tuple[int, float, float]]:
     rows = duckdb.sql(
         f"""SELECT origin, epoch_ms(window_start), departures, mean_dep_delay, max_dep_delay
-            FROM read_parquet('{out}/windows/*.parquet')
+            FROM read_parquet('{out}/windows/*/*.parquet')
             QUALIFY row_number() OVER (PARTITION BY origin, window_start ORDER BY epoch DESC) = 1"""
     ).fetchall()
     return {(o, ws): (n, mean, mx) for o, ws, n, mean, mx in rows}
@@ -66,7 +66,7 @@ def test_large_delay_matches_batch_oracle(spark, flights_input, tmp_path):
     assert summary.total("late") == 0
     # with a delay above every lag each window is emitted exactly once, as final
     emits = duckdb.sql(
-        f"SELECT emit, count(*) FROM read_parquet('{tmp_path}/windows/*.parquet') GROUP BY 1"
+        f"SELECT emit, count(*) FROM read_parquet('{tmp_path}/windows/*/*.parquet') GROUP BY 1"
     ).fetchall()
     assert dict(emits) == {"final": len(expected)}
 
@@ -83,7 +83,7 @@ def test_small_delay_accounts_for_every_event(spark, flights_input, tmp_path):
         f"""SELECT origin, (sched_dep_ms // {HOUR}) * {HOUR} AS ws, count(*) AS n,
                    min(watermark - ((sched_dep_ms // {HOUR}) * {HOUR} + {HOUR})) AS margin,
                    bool_and(event_time = sched_dep_ms) AS et_ok
-            FROM read_parquet('{tmp_path}/late/*.parquet') GROUP BY ALL"""
+            FROM read_parquet('{tmp_path}/late/*/*.parquet') GROUP BY ALL"""
     ).fetchall()
     late_n = {(o, ws): n for o, ws, n, _, _ in late}
     assert sum(late_n.values()) > 0, "a 5-minute delay must make some flights late"
@@ -97,7 +97,7 @@ def test_small_delay_accounts_for_every_event(spark, flights_input, tmp_path):
     rows = duckdb.sql(
         f"""SELECT epoch, emit, epoch_ms(window_end), count(*) OVER
                    (PARTITION BY origin, window_start, emit)
-            FROM read_parquet('{tmp_path}/windows/*.parquet')"""
+            FROM read_parquet('{tmp_path}/windows/*/*.parquet')"""
     ).fetchall()
     assert any(e == "update" for _, e, _, _ in rows)
     for epoch, emit, we, per_window in rows:
@@ -120,7 +120,7 @@ def test_restart_equals_uninterrupted_run(spark, flights_input, tmp_path):
     assert first.stopped_early and first.epochs == 2
     flights_flow(glob, split, **kwargs).run(checkpoint=str(split / "ck"), spark=spark)
     for port in ("windows", "late"):
-        q = "SELECT * EXCLUDE (filename) FROM read_parquet('{}/{}/*.parquet', filename=true) ORDER BY ALL"
+        q = "SELECT * EXCLUDE (filename) FROM read_parquet('{}/{}/*/*.parquet', filename=true) ORDER BY ALL"
         a = duckdb.sql(q.format(whole, port)).fetchall()
         b = duckdb.sql(q.format(split, port)).fetchall()
         assert a == b and len(a) > 0, port

@@ -74,7 +74,7 @@ def oracle(sent: list[dict]) -> pd.DataFrame:
 
 def counted(out) -> pd.DataFrame:
     """The window counts written so far: (k, window_start in ms, n)."""
-    files = sorted(out.glob("*.parquet"))
+    files = sorted(out.glob("*/*.parquet"))
     if not files:
         return pd.DataFrame({"k": [], "window_start": [], "n": []})
     table = pa.concat_tables([pq.read_table(f) for f in files])
@@ -118,7 +118,7 @@ def test_posted_events_are_counted_exactly_and_the_log_is_truncated(spark, tmp_p
         wait_until_counted(running, tmp_path / "out", oracle(sent))
     finally:
         running.stop()
-    assert not list((tmp_path / "late").glob("*.parquet"))
+    assert not list((tmp_path / "late").glob("*/*.parquet"))
     wal = WriteAheadLog(tmp_path / "wal" / "wal.sqlite")
     try:
         assert wal.max_seq() == 500
@@ -167,7 +167,7 @@ def test_crash_while_events_are_in_flight_loses_nothing_and_duplicates_nothing(s
     result = counted(tmp_path / "out")
     assert not result.duplicated(["k", "window_start"]).any()
     assert same(result, oracle(sent))
-    assert not list((tmp_path / "late").glob("*.parquet"))
+    assert not list((tmp_path / "late").glob("*/*.parquet"))
     wal = WriteAheadLog(tmp_path / "wal" / "wal.sqlite")
     try:
         assert committed_seq(checkpoint) == 600 and wal.count() == 0

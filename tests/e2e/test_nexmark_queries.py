@@ -34,7 +34,7 @@ def run(spark, tmp_path, query: str) -> str:
     # the join queries read the events twice, one Nexmark source per side
     assert summary.input_events == EVENTS * (2 if query in TWO_INPUTS else 1)
     assert summary.total("late") == 0  # disorder 2 s < watermark delay 5 s
-    return f"read_parquet('{tmp_path}/out/*.parquet')"
+    return f"read_parquet('{tmp_path}/out/*/*.parquet')"
 
 
 def rows(con, sql: str) -> list[tuple]:

@@ -60,7 +60,7 @@ def build(tmp_path, out, sink_wrapper=None):
 
 
 def read(out):
-    return pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*.parquet"))])
+    return pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*/*.parquet"))])
 
 
 def test_sink_failure_is_retried_without_skipping_the_epoch(spark, tmp_path):

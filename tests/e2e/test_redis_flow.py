@@ -70,7 +70,7 @@ def build(server, out, dead=None):
 
 
 def read(out) -> pa.Table | None:
-    files = sorted(out.glob("*.parquet"))
+    files = sorted(out.glob("*/*.parquet"))
     return pa.concat_tables([pq.read_table(f) for f in files]) if files else None
 
 

@@ -287,7 +287,7 @@ def test_replay_after_stop_gives_identical_outputs(spark, tmp_path):
     assert first.stopped_early
     flow_for(split).run(str(split / "ck"), spark=spark, key_groups=2)
     def read(root, port):
-        files = sorted((root / port).glob("*.parquet"))
+        files = sorted((root / port).glob("*/*.parquet"))
         return pa.concat_tables([pq.read_table(f) for f in files]) if files else None
 
     assert read(whole, "main").num_rows > 0

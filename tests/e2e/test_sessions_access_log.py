@@ -59,14 +59,14 @@ def test_sessions_per_ip_equal_gaps_and_islands(spark, tmp_path):
     assert summary.total("late") == 0  # the log's disorder is at most 59 s
     got = duckdb.sql(
         f"""SELECT ip, epoch_ms(window_start), epoch_ms(window_end), hits
-            FROM read_parquet('{tmp_path}/out/*.parquet') WHERE emit = 'final' ORDER BY ALL"""
+            FROM read_parquet('{tmp_path}/out/*/*.parquet') WHERE emit = 'final' ORDER BY ALL"""
     ).fetchall()
     expected = oracle(src / "access.jsonl")
     assert len(expected) > 100
     assert got == expected
     # first/last follow event time (ties: arrival order), checked against DuckDB too
     firsts = duckdb.sql(
-        f"""SELECT count(*) FROM read_parquet('{tmp_path}/out/*.parquet') o
+        f"""SELECT count(*) FROM read_parquet('{tmp_path}/out/*/*.parquet') o
             JOIN read_json('{src}/access.jsonl') e ON e.line = o.first_line
             WHERE e.ts <> epoch_ms(o.window_start)"""
     ).fetchall()[0][0]

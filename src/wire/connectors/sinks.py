@@ -1,16 +1,38 @@
 """Sinks: where a flow's ports end.
 
-The runtime calls every sink **on the Spark driver**, in the user's driver process:
+Two kinds of sink, both committed inside the epoch (SPEC §6):
+
+**Executor sinks** (:class:`ExecutorSink`: Parquet, JSON Lines, Delta, PostgreSQL,
+SQLite) follow the two-phase form: *executors stage, the driver commits*. Per epoch
+the runtime calls, in the user's driver process:
+
+1. :meth:`ExecutorSink.prepare_epoch` on the driver, which returns a small, picklable
+   :class:`EpochStager` (paths, names, an attempt token; never a connection);
+2. :meth:`EpochStager.stage` **on the executors**, once per Spark task (partition)
+   that has rows for the sink, with that partition's rows as one ``pyarrow.Table``.
+   It writes them to a staging location and returns a small JSON-able receipt;
+3. :meth:`ExecutorSink.commit_epoch` on the driver, with the receipts of the tasks
+   that succeeded, which publishes the epoch atomically with its epoch id or, for a
+   replayed epoch that was already published, publishes nothing and discards what
+   was staged.
+
+So no data row of an executor sink passes through the driver: only receipts do.
+
+**Driver sinks** (console, webhook, Redis stream, the test memory sink, and the
+wrappers ``guarded`` and ``round_robin``) receive the epoch's rows on the driver:
 
 1. :meth:`Sink.open` once at run start, before the first epoch (after a restart
    too, before the replayed epoch).
 2. :meth:`Sink.write_epoch` once per epoch (Spark micro-batch id) with all of the
-   epoch's rows for the sink's port as one ``pyarrow.Table`` (possibly empty).
+   epoch's rows for the sink's port as one ``pyarrow.Table``.
    All sinks of a flow are written inside the epoch, **before** Spark marks the epoch
    complete in the flow's checkpoint (SPEC §6). If the run crashes before that mark,
    the restarted run calls ``write_epoch`` again with the same epoch id and the
    same rows.
 3. :meth:`Sink.close` once when the run ends (normally or not).
+
+An executor sink also accepts ``write_epoch`` (stage and commit in the calling
+process), which is how the wrappers use it.
 
 Each sink declares its ``guarantee`` for such a replay:
 
@@ -29,13 +51,13 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from wire.delivery.epoch_files import EpochFiles, SinkOwner
+from wire.delivery.epoch_files import EpochFiles, SinkOwner, fsync_file, part_file_name
 from wire.errors import ConfigError, WireError
 
 GUARANTEES = ("exactly_once", "idempotent", "at_least_once")
@@ -74,6 +96,73 @@ class Sink(ABC):
         return f"{type(self).__name__} ({self.guarantee})"
 
 
+@dataclass(frozen=True)
+class StagedPart:
+    """What one executor task staged for one sink in one epoch (travels to the driver).
+
+    ``rows`` and ``bytes`` are the rows and bytes the task staged; ``receipt`` is the
+    sink's own JSON-able description of where (file names, staging table, sizes).
+    """
+
+    partition: int
+    rows: int
+    bytes: int
+    receipt: dict[str, Any]
+
+
+class EpochStager(ABC):
+    """The executor-side half of an :class:`ExecutorSink` for one epoch.
+
+    Built on the driver by :meth:`ExecutorSink.prepare_epoch`, pickled to the
+    executors, and called there once per task that has rows. It must hold only
+    plain, picklable values (paths, names, tokens): connections are opened inside
+    :meth:`stage`.
+    """
+
+    @abstractmethod
+    def stage(self, partition: int, table: pa.Table) -> StagedPart:
+        """Stage one task's rows (``table.num_rows > 0``, ``epoch`` column included).
+
+        Runs on an executor. The staged data must be durable when this returns, and
+        invisible to readers of the sink until the driver commits it. A retried task
+        stages again under a new name; the driver publishes only what the receipts
+        of the successful attempts name.
+        """
+
+
+class ExecutorSink(Sink):
+    """A sink written by the executors and committed by the driver (module docstring)."""
+
+    @abstractmethod
+    def prepare_epoch(self, epoch: int) -> EpochStager:
+        """Driver, before the epoch's Spark job: return the stager the executors call.
+
+        Must not be expensive: it runs once per epoch on the driver.
+        """
+
+    @abstractmethod
+    def commit_epoch(self, epoch: int, parts: list[StagedPart]) -> None:
+        """Driver, after every task staged: publish ``parts`` atomically, or skip a replay.
+
+        Called once per epoch, also when no task had rows (``parts`` empty), so that
+        the sink can discard leftovers of the attempt. A replayed epoch that an
+        earlier attempt already published publishes nothing and removes what the
+        replay staged. Raises when the epoch cannot be committed: the epoch then
+        fails and is replayed.
+        """
+
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        """Stage ``table`` as one part and commit it, in the calling process.
+
+        The driver-side form of the protocol, used by sink wrappers
+        (``guarded``, ``round_robin``) and tests; the runtime itself stages on the
+        executors.
+        """
+        stager = self.prepare_epoch(epoch)
+        parts = [stager.stage(0, table)] if table.num_rows else []
+        self.commit_epoch(epoch, parts)
+
+
 def _check_path(path: object) -> str:
     accepted = "a non-empty directory path (str or os.PathLike)"
     if not isinstance(path, str | os.PathLike):
@@ -85,8 +174,38 @@ def _check_path(path: object) -> str:
 
 
 @dataclass(frozen=True)
-class _EpochFileSink(Sink):
-    """A directory with one file per epoch, published by :mod:`wire.delivery.epoch_files`."""
+class _FileStager(EpochStager):
+    """Executor side of a file sink: one file per task into the attempt's staging directory."""
+
+    attempt: str
+    ext: str
+
+    def stage(self, partition: int, table: pa.Table) -> StagedPart:
+        """Write the task's rows as ``part-<partition>-<random>.<ext>``, fsync it, return its name."""
+        directory = Path(self.attempt)
+        directory.mkdir(parents=True, exist_ok=True)
+        name = part_file_name(partition, self.ext)
+        path = directory / name
+        try:
+            if self.ext == "parquet":
+                pq.write_table(table, path)
+            else:
+                with open(path, "w", encoding="utf-8", newline="\n") as out:
+                    for line in jsonl_lines(table):
+                        out.write(line)
+                        out.write("\n")
+            fsync_file(path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return StagedPart(
+            partition, table.num_rows, path.stat().st_size, {"attempt": self.attempt, "file": name}
+        )
+
+
+@dataclass(frozen=True)
+class _EpochFileSink(ExecutorSink):
+    """A directory with one sub-directory per epoch, published by :mod:`wire.delivery.epoch_files`."""
 
     guarantee: ClassVar[str] = "exactly_once"
     ext: ClassVar[str]
@@ -99,28 +218,35 @@ class _EpochFileSink(Sink):
         object.__setattr__(self, "path", _check_path(self.path))
 
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Claim the directory (ownership marker) and delete temp files of a crashed run.
+        """Claim the directory (ownership marker) and delete what a crashed run staged.
+
+        The path is made absolute here, on the driver, so that executors whose
+        working directory differs write to the same place.
 
         Raises
         ------
         CheckpointError
             When the directory belongs to another flow, sink or checkpoint.
         """
-        files = EpochFiles(self.path, self.ext)
+        files = EpochFiles(os.path.abspath(self.path), self.ext)
         files.open(SinkOwner(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id))
         object.__setattr__(self, "_files", files)
 
-    def write_epoch(self, epoch: int, table: pa.Table) -> None:
-        """Publish the epoch as ``part-<epoch:010d>.<ext>``; skip it if already there.
+    def prepare_epoch(self, epoch: int) -> EpochStager:
+        """Mint the epoch attempt's staging directory (created by the first executor)."""
+        return _FileStager(str(self._opened().attempt_dir(epoch)), self.ext)
 
-        An empty table writes nothing. The file is complete and durable when this
-        returns, i.e. before the epoch commits; a replay finds it and writes nothing.
+    def commit_epoch(self, epoch: int, parts: list[StagedPart]) -> None:
+        """Publish the staged files as ``epoch-<epoch>/``; a replayed epoch publishes nothing.
+
+        Files staged by an earlier attempt of this epoch (a crashed run) were deleted
+        at ``open``; files of a failed task attempt are deleted here.
         """
-        if self._files is None:
-            raise WireError(f"{self.describe()}: write_epoch before open")
-        if table.num_rows == 0:
-            return
-        self._files.publish(epoch, lambda tmp: self._write_file(table, tmp))
+        files = self._opened()
+        attempts = {p.receipt["attempt"] for p in parts}
+        for attempt in attempts:
+            names = [p.receipt["file"] for p in parts if p.receipt["attempt"] == attempt]
+            files.publish_staged(epoch, Path(attempt), names)
 
     def close(self) -> None:
         """Forget the run's state; every published epoch is already durable."""
@@ -130,31 +256,24 @@ class _EpochFileSink(Sink):
         """E.g. ``"parquet out/x (exactly_once)"``."""
         return f"{self.ext} {self.path} ({self.guarantee})"
 
-    def _write_file(self, table: pa.Table, path: Path) -> None:
-        raise NotImplementedError
+    def _opened(self) -> EpochFiles:
+        if self._files is None:
+            raise WireError(f"{self.describe()}: epoch written before open")
+        return self._files
 
 
 @dataclass(frozen=True)
 class ParquetSink(_EpochFileSink):
-    """Exactly-once Parquet files, one per epoch; built by :func:`parquet`."""
+    """Exactly-once Parquet files, one directory per epoch; built by :func:`parquet`."""
 
     ext: ClassVar[str] = "parquet"
-
-    def _write_file(self, table: pa.Table, path: Path) -> None:
-        pq.write_table(table, path)
 
 
 @dataclass(frozen=True)
 class JsonlSink(_EpochFileSink):
-    """Exactly-once JSON Lines files, one per epoch; built by :func:`jsonl`."""
+    """Exactly-once JSON Lines files, one directory per epoch; built by :func:`jsonl`."""
 
     ext: ClassVar[str] = "jsonl"
-
-    def _write_file(self, table: pa.Table, path: Path) -> None:
-        with open(path, "w", encoding="utf-8", newline="\n") as out:
-            for line in jsonl_lines(table):
-                out.write(line)
-                out.write("\n")
 
 
 @dataclass(frozen=True)
@@ -188,19 +307,25 @@ class ConsoleSink(Sink):
 
 
 def parquet(path: str | os.PathLike[str]) -> Sink:
-    """Write each epoch's rows to one Parquet file, exactly once.
+    """Write each epoch's rows as Parquet files, exactly once, from the executors.
 
-    Layout: ``<path>/part-<epoch:010d>.parquet`` per epoch with rows (epochs without
-    rows have no file), plus ``<path>/_wire_sink.json`` (ownership marker) and
-    ``<path>/_staging/`` (files being written). Read it with e.g.
-    ``duckdb.read_parquet("<path>/*.parquet")`` or ``pyarrow.dataset.dataset(path)``.
-    The table's schema is kept as is (a UTC timestamp stays a UTC timestamp).
+    Layout: ``<path>/epoch-<epoch:010d>/part-<partition:05d>-<random>.parquet``, one
+    directory per epoch with rows (epochs without rows have none) and in it one file
+    per Spark task that had rows, plus ``<path>/_wire_sink.json`` (ownership marker)
+    and ``<path>/_staging/`` (epochs being written). Read it with e.g.
+    ``duckdb.read_parquet("<path>/*/*.parquet")``, ``pyarrow.dataset.dataset(path)``
+    or ``spark.read.parquet(path)``. Every row has an ``epoch`` column (int64). The
+    table's schema is kept as is (a UTC timestamp stays a UTC timestamp).
 
-    Guarantee: ``exactly_once``. ``open`` (run start, driver) claims the directory
-    for the flow, sink and checkpoint and deletes temp files of a crashed run;
-    ``write_epoch`` (driver, once per epoch, before the epoch commits) publishes the
-    epoch's file atomically, or skips it if a previous attempt of the same epoch
-    already published it; ``close`` does nothing durable. See
+    Guarantee: ``exactly_once``, two-phase (SPEC §6). ``open`` (run start, driver)
+    claims the directory for the flow, sink and checkpoint and deletes what a
+    crashed run staged. Per epoch, each executor task writes and fsyncs its file
+    under ``_staging/``; after the epoch's Spark job the driver renames the
+    epoch's staging directory to ``epoch-<epoch>`` (atomic: readers see all of an
+    epoch or none of it), or, if an earlier attempt already published the epoch,
+    deletes what the replay staged. No data row passes through the driver. The
+    directory must be visible at the same path to the driver and every executor
+    (local disk in local mode, a shared mount on a cluster). See
     :mod:`wire.delivery.epoch_files`.
 
     Parameters
@@ -223,9 +348,10 @@ def parquet(path: str | os.PathLike[str]) -> Sink:
 
 
 def jsonl(path: str | os.PathLike[str]) -> Sink:
-    """Write each epoch's rows to one JSON Lines file, exactly once.
+    """Write each epoch's rows as JSON Lines files, exactly once, from the executors.
 
-    Layout and protocol as :func:`parquet`, with files ``part-<epoch:010d>.jsonl``.
+    Layout and protocol as :func:`parquet`, with files
+    ``<path>/epoch-<epoch:010d>/part-<partition:05d>-<random>.jsonl``.
     One JSON object per row, keys in column order. Encoding: integers exact (int64
     included); floats as JSON numbers, NaN and ±inf as ``null``; timestamps as
     ISO-8601 strings at the column's precision, ending in ``Z`` when the column has a
@@ -257,7 +383,8 @@ def jsonl(path: str | os.PathLike[str]) -> Sink:
 def console(*, max_rows: int = 20) -> Sink:
     """Print each epoch: its id, its row count and its first ``max_rows`` rows.
 
-    For development. Guarantee: ``at_least_once`` — ``write_epoch`` (driver, once per
+    For development. A driver sink: the epoch's rows are brought to the driver to
+    be printed (not written by the executors). Guarantee: ``at_least_once`` — ``write_epoch`` (driver, once per
     epoch, before the epoch commits) prints immediately, so a replayed epoch is
     printed again. ``open`` and ``close`` do nothing.
 

@@ -1,29 +1,40 @@
-"""Exactly-once per-epoch files: the commit protocol shared by Wire's file sinks.
+"""Exactly-once per-epoch directories: the commit protocol shared by Wire's file sinks.
 
-A file sink writes each epoch (Spark micro-batch) that has rows as exactly **one**
-file, published atomically, so that a replayed epoch is recognised and skipped and a
-reader never sees part of an epoch (SPEC §6). Layout of a sink directory::
+A file sink publishes each epoch (Spark micro-batch) that has rows as exactly **one**
+directory holding one file per Spark task that had rows, made visible atomically, so
+that a replayed epoch is recognised and skipped and a reader never sees part of an
+epoch (SPEC §6, two-phase: executors stage, the driver commits). Layout::
 
-    <dir>/_wire_sink.json               ownership marker {"flow", "sink", "checkpoint"}
-    <dir>/part-0000000000.<ext>         epoch 0
-    <dir>/part-0000000007.<ext>         epoch 7 (epochs without rows have no file)
-    <dir>/_staging/<name>.<random>.tmp  an epoch being written (never read)
+    <dir>/_wire_sink.json                          ownership marker {"flow", "sink", "checkpoint"}
+    <dir>/epoch-0000000000/part-00000-<token>.<ext>   epoch 0, Spark partition 0
+    <dir>/epoch-0000000000/part-00003-<token>.<ext>   epoch 0, Spark partition 3
+    <dir>/epoch-0000000007/part-00000-<token>.<ext>   epoch 7 (epochs without rows have none)
+    <dir>/_staging/epoch-0000000009.<attempt>/...      an epoch being staged (never read)
 
-Protocol for one epoch, run on the Spark driver before the epoch is marked complete
-in the checkpoint:
+Protocol for one epoch:
 
-1. If ``part-<epoch>.<ext>`` exists, the epoch was published by an earlier attempt
-   (a replay after a crash carries the same epoch id and the same rows): skip it.
-2. Otherwise write ``_staging/part-<epoch>.<ext>.<random>.tmp``, fsync it,
-   ``os.replace`` it to ``part-<epoch>.<ext>`` (atomic on POSIX within one file
-   system) and fsync the directory so that the rename is durable.
+1. Driver, before the epoch's Spark job: mint a random attempt token
+   (:meth:`EpochFiles.attempt_dir`).
+2. Executors, one per task with rows: write ``part-<partition>-<random>.<ext>`` into
+   ``_staging/epoch-<epoch>.<attempt>/``, fsync it, and report its name.
+3. Driver, after the job (:meth:`EpochFiles.publish_staged`): if
+   ``epoch-<epoch>`` already exists, an earlier attempt published the epoch (a
+   replay carries the same epoch id and the same rows): delete the attempt's
+   staging directory and stop. Otherwise delete every file in the staging
+   directory that no successful task reported (a failed or retried task's), fsync
+   it, ``os.replace`` it to ``epoch-<epoch>`` (one atomic rename of a directory on
+   POSIX within one file system) and fsync the sink directory.
 
-A crash before step 2's rename leaves only a temp file under ``_staging``; nothing
-is visible and :meth:`EpochFiles.open` deletes it at the next run, whose replay of
-the epoch writes the file. A crash after the rename leaves the whole file, and the
-replay skips it. Readers that list ``<dir>/*.<ext>`` (DuckDB globs,
-``pyarrow.dataset``, Spark, which also ignore names starting with ``_`` or ``.``)
-only ever see whole epochs. File names are zero-padded, so they sort in epoch order.
+A crash before step 3's rename leaves only a staging directory; nothing is visible,
+and :meth:`EpochFiles.open` deletes it at the next run, whose replay of the epoch
+stages again. A crash after the rename leaves the whole epoch, and the replay skips
+it. Readers that list ``<dir>/*/*.<ext>`` (DuckDB globs, ``pyarrow.dataset``, Spark,
+which also ignore names starting with ``_`` or ``.``) only ever see whole epochs.
+Directory names are zero-padded, so they sort in epoch order.
+
+The sink directory must be on a file system that the driver and every executor see
+at the same path (a local disk in local mode; a shared mount such as NFS on a
+cluster): the rename is what makes the epoch visible.
 
 The ownership marker binds the directory to one (flow, sink, checkpoint): a second
 flow, another sink or a fresh checkpoint would restart epoch ids at 0 and skip or
@@ -34,6 +45,7 @@ overwrite the epochs already there, so :meth:`EpochFiles.open` refuses with a
 from __future__ import annotations
 
 import contextlib
+import shutil
 import json
 import os
 import re
@@ -65,18 +77,23 @@ class SinkOwner:
         return {"flow": self.flow, "sink": self.sink, "checkpoint": self.checkpoint}
 
 
-def epoch_file_name(epoch: int, ext: str) -> str:
-    """Return the published file name of ``epoch``: ``part-<epoch:010d>.<ext>``."""
-    return f"part-{epoch:010d}.{ext}"
+def epoch_dir_name(epoch: int) -> str:
+    """Return the published directory name of ``epoch``: ``epoch-<epoch:010d>``."""
+    return f"epoch-{epoch:010d}"
 
 
-def published_epochs(directory: str | os.PathLike[str], ext: str) -> list[int]:
-    """List the epoch ids that have a published file in ``directory``, ascending."""
-    pattern = re.compile(rf"^part-(\d{{10}})\.{re.escape(ext)}$")
+def part_file_name(partition: int, ext: str) -> str:
+    """Return a new, unique staged file name for a task of Spark partition ``partition``."""
+    return f"part-{partition:05d}-{secrets.token_hex(6)}.{ext}"
+
+
+def published_epochs(directory: str | os.PathLike[str]) -> list[int]:
+    """List the epoch ids that have a published directory in ``directory``, ascending."""
+    pattern = re.compile(r"^epoch-(\d{10})$")
     root = Path(directory)
     if not root.is_dir():
         return []
-    return sorted(int(m.group(1)) for p in root.iterdir() if (m := pattern.match(p.name)))
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := pattern.match(p.name)) and p.is_dir())
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -100,8 +117,9 @@ def fsync_file(path: str | os.PathLike[str]) -> None:
 class EpochFiles:
     """One sink directory following the per-epoch file protocol (see the module docstring).
 
-    Runtime-only, driver-side object: a sink creates it in its ``open`` and calls
-    :meth:`publish` from ``write_epoch``.
+    Runtime-only, driver-side object: a sink creates it in its ``open``, asks
+    :meth:`attempt_dir` for each epoch's staging directory and calls
+    :meth:`publish_staged` once the executors have staged their files.
 
     Parameters
     ----------
@@ -153,49 +171,69 @@ class EpochFiles:
                 MARKER_NAME, lambda p: p.write_text(json.dumps(owner.to_json(), indent=1) + "\n")
             )
         for leftover in self.staging.iterdir():
-            if leftover.is_file() and leftover.name.endswith(".tmp"):
-                leftover.unlink()
+            _remove_tree(leftover)
         fsync_dir(self.staging)
         self.owner = owner
 
     def path_of(self, epoch: int) -> Path:
-        """Return the published path of ``epoch``."""
-        return self.directory / epoch_file_name(epoch, self.ext)
+        """Return the published directory of ``epoch``."""
+        return self.directory / epoch_dir_name(epoch)
 
     def is_published(self, epoch: int) -> bool:
-        """Whether ``epoch`` already has its file (a replay must then skip it)."""
-        return self.path_of(epoch).exists()
+        """Whether ``epoch`` already has its directory (a replay must then skip it)."""
+        return self.path_of(epoch).is_dir()
 
-    def publish(self, epoch: int, write: Callable[[Path], None]) -> bool:
-        """Write ``epoch``'s file once, atomically.
+    def attempt_dir(self, epoch: int) -> Path:
+        """Driver: return a new staging directory path for one attempt of ``epoch``.
 
-        Parameters
-        ----------
-        epoch:
-            The epoch (Spark batch) id, 0 ≤ epoch ≤ :data:`MAX_EPOCH`.
-        write:
-            Writes the whole file at the path it is given (a temp path under
-            ``_staging``) and closes it; it is not called for a replayed epoch.
-
-        Returns
-        -------
-        bool
-            True if the file was written, False if the epoch was already published.
+        Nothing is created: executors create it when they stage their first file.
 
         Raises
         ------
         WireError
             When called before :meth:`open`.
         ConfigError
-            When ``epoch`` is not an int in range.
+            When ``epoch`` is not an int in ``[0, MAX_EPOCH]``.
         """
         if self.owner is None:
-            raise WireError(f"sink directory {str(self.directory)!r}: publish before open")
+            raise WireError(f"sink directory {str(self.directory)!r}: staging before open")
         if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
             raise ConfigError("epoch", epoch, f"an int in [0, {MAX_EPOCH}]")
-        if self.is_published(epoch):
+        return self.staging / f"{epoch_dir_name(epoch)}.{secrets.token_hex(8)}"
+
+    def publish_staged(self, epoch: int, attempt: Path, files: list[str]) -> bool:
+        """Driver: publish the ``files`` staged under ``attempt`` as epoch ``epoch``.
+
+        Files in ``attempt`` that ``files`` does not name (written by a failed task
+        attempt) are deleted first. With no files, nothing is published.
+
+        Returns
+        -------
+        bool
+            True if the epoch was published now; False if an earlier attempt already
+            published it (the replay's staged files are deleted) or ``files`` is empty.
+
+        Raises
+        ------
+        WireError
+            When a named file is missing from ``attempt``.
+        """
+        if self.is_published(epoch) or not files:
+            _remove_tree(attempt)
             return False
-        self._write_atomic(epoch_file_name(epoch, self.ext), write)
+        keep = set(files)
+        present = {p.name for p in attempt.iterdir()} if attempt.is_dir() else set()
+        missing = keep - present
+        if missing:
+            raise WireError(
+                f"sink directory {str(self.directory)!r}: epoch {epoch} staged files "
+                f"{sorted(missing)} are missing from {str(attempt)!r}"
+            )
+        for name in present - keep:
+            (attempt / name).unlink()
+        fsync_dir(attempt)
+        os.replace(attempt, self.path_of(epoch))
+        fsync_dir(self.directory)
         return True
 
     def _write_atomic(self, name: str, write: Callable[[Path], None]) -> None:
@@ -224,3 +262,12 @@ class EpochFiles:
                 f"{marker.name}: {recorded!r}"
             )
         return recorded
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete a staging file or directory if it exists."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

@@ -1,9 +1,11 @@
 """Run a compiled flow as one Spark streaming query with one checkpoint (SPEC §6).
 
 Per epoch (Spark micro-batch) the driver's ``foreachBatch`` handler
-(:class:`EpochDispatcher`) collects the epoch's rows once as Arrow, splits them by
-port, and calls each sink's ``write_epoch(epoch, table)``; only after it returns
-does Spark mark the epoch complete in its commit log. A crash before that
+(:class:`EpochDispatcher`) runs one Spark job over the epoch's rows in which the
+executors split them by port and stage every executor sink's rows
+(:mod:`wire.runtime.dataplane`); the driver then commits each executor sink with
+the tasks' receipts and writes each driver sink; only after it returns does Spark
+mark the epoch complete in its commit log. A crash before that
 replays the epoch with the same offsets, watermarks and state version, so
 exactly-once sinks (which skip an epoch they already published) write nothing
 twice.
@@ -23,13 +25,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
-from wire.connectors.sinks import Sink
+from wire.connectors.sinks import ExecutorSink, Sink
 from wire.errors import ConfigError, FlowFailed
-from wire.plan.nodes import ALL_STEPS, OUT, Plan, PortRef, SinkNode
+from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
 from wire.runtime.control import control_path, set_breaker, set_stopping, write_control
-from wire.runtime.envelope import ET, KG, SEQ, WM
-from wire.runtime.ports import split_ports
+from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.session import spark_session
 
 
@@ -50,6 +51,13 @@ class RunSummary:
     rows_written: Counter[str] = field(default_factory=Counter)
     emitted: Counter[str] = field(default_factory=Counter)
     epoch_wall_seconds: list[float] = field(default_factory=list)
+    driver_rows: list[int] = field(default_factory=list)
+    """Per epoch, the data rows that reached the driver: zero when every sink is an
+    executor sink (Parquet, JSON Lines, Delta, PostgreSQL, SQLite); driver sinks
+    (console, webhook, Redis stream, memory, guarded, round_robin) receive theirs there."""
+    driver_bytes: list[int] = field(default_factory=list)
+    """Per epoch, the bytes of the epoch job's result that reached the driver:
+    receipts, metric records and the rows of driver sinks."""
     stopped_early: bool = False
     source_steps: tuple[str, ...] = ()
     restarts: int = 0
@@ -93,6 +101,8 @@ class RunSummary:
         self.rows_written.update(later.rows_written)
         self.emitted.update(later.emitted)
         self.epoch_wall_seconds += later.epoch_wall_seconds
+        self.driver_rows += later.driver_rows
+        self.driver_bytes += later.driver_bytes
         self.gauges.update(later.gauges)
         self.stopped_early = later.stopped_early
         return self
@@ -128,9 +138,6 @@ class StopRequested(Exception):
     """Raised inside ``foreachBatch`` to stop a run before an epoch writes anything."""
 
 
-_EXECUTOR_ONLY = frozenset({ET, WM, KG, SEQ})
-
-
 class EpochDispatcher:
     """The ``foreachBatch`` handler: route one epoch's ports to their sinks."""
 
@@ -153,47 +160,55 @@ class EpochDispatcher:
         """Why the last epoch failed on the driver (a sink's exception), if it did."""
         self._last = time.perf_counter()
 
-    def _rows_for(self, ref: PortRef, ports: dict[str, pa.Table]) -> pa.Table | None:
-        if ref.step == ALL_STEPS:
-            parts = [t for p, t in ports.items() if p.endswith("." + ref.port)]
-            return pa.concat_tables(parts, promote_options="permissive") if parts else None
-        return ports.get(ref.port_id())
-
     def __call__(self, batch: DataFrame, epoch: int) -> None:
-        """Handle epoch ``epoch`` (Spark's batch id)."""
+        """Handle epoch ``epoch`` (Spark's batch id): stage on the executors, commit here."""
         if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
             self.stop_requested = True
             raise StopRequested(f"stopping before epoch {epoch} (max_epochs={self.max_epochs})")
-        # the driver needs the payload and the port columns only: the per-row event time,
-        # watermark, key group and arrival order stay on the executors (less to collect)
-        table = batch.select(*(f"`{c}`" for c in batch.columns if c not in _EXECUTOR_ONLY)).toArrow()
-        ports, metrics = split_ports(table, self.main_port)
+        routes = [
+            Route(node.step, node.source,
+                  node.sink.prepare_epoch(epoch) if isinstance(node.sink, ExecutorSink) else None)
+            for node in self.sinks
+        ]
+        writer = PartitionWriter(epoch, self.main_port, routes)
+        result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_DDL).toArrow())
         for node in self.sinks:
-            rows = self._rows_for(node.source, ports)
-            if rows is None or rows.num_rows == 0:
-                continue
-            rows = rows.append_column("epoch", pa.array([epoch] * rows.num_rows, pa.int64()))
             try:
-                node.sink.write_epoch(epoch, rows)
+                if isinstance(node.sink, ExecutorSink):
+                    parts = result.staged.get(node.step, [])
+                    node.sink.commit_epoch(epoch, parts)
+                    written = sum(p.rows for p in parts)
+                else:
+                    rows = result.driver_rows.get(node.source.port_id())
+                    if rows is None or rows.num_rows == 0:
+                        continue
+                    node.sink.write_epoch(epoch, with_epoch(rows, epoch))
+                    written = rows.num_rows
             except Exception as e:
                 self.last_error = f"epoch {epoch}: sink {node.step!r} raised {e!r}"
                 raise
-            self.summary.rows_written[node.step] += rows.num_rows
-        main = ports[self.main_port]
-        if "emit" in main.column_names:
-            for value, n in Counter(main.column("emit").to_pylist()).items():
-                self.summary.emitted[str(value)] += n
-        if metrics is not None:
-            self.summary.add_metrics(metrics)
+            self.summary.rows_written[node.step] += written
+        self.summary.emitted.update(result.emitted)
+        self.summary.driver_rows.append(result.received_rows)
+        self.summary.driver_bytes.append(result.received_bytes)
+        if result.metrics is not None:
+            self.summary.add_metrics(result.metrics)
         self.summary.epochs += 1
         now = time.perf_counter()
         self.summary.epoch_wall_seconds.append(now - self._last)
         self._last = now
         if self.progress:
-            n_main = main.num_rows
-            late = int(pc.sum(pc.equal(metrics.column("name"), "late")).as_py() or 0) if (
-                metrics is not None) else 0
+            n_main = sum(result.emitted.values())
+            late = self.summary_late(result.metrics)
             print(f"epoch {epoch}: {n_main} results, {late} late records", flush=True)
+
+    @staticmethod
+    def summary_late(metrics: pa.Table | None) -> int:
+        """Late records counted in one epoch's metric records."""
+        if metrics is None:
+            return 0
+        late = pc.equal(metrics.column("name"), "late")
+        return int(pc.sum(pc.if_else(late, metrics.column("value"), 0)).as_py() or 0)
 
 
 class RunningFlow:

@@ -154,7 +154,7 @@ CSV_SCHEMA = pa.schema([("ts", pa.int64()), ("user", pa.string()), ("amount", pa
 
 
 def read_jsonl(path) -> list[dict]:
-    return [json.loads(line) for f in sorted(path.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    return [json.loads(line) for f in sorted(path.glob("*/*.jsonl")) for line in f.read_text().splitlines()]
 
 
 def run_file_flow(spark, tmp_path, source, *, prune: bool, monkeypatch) -> tuple[dict, dict]:
