@@ -43,6 +43,8 @@ __all__ = ["MemorySink", "TestStream", "TestStreamResult"]
 class MemorySink(Sink):
     """Collects every epoch's rows in memory (driver process); at-least-once.
 
+    A driver sink: the epoch's rows are brought to the driver.
+
     ``tables`` holds ``(epoch, table)`` in the order the epochs were written.
     """
 

@@ -416,6 +416,9 @@ class RedisStreamSink(Sink):
 def redis_stream_sink(url: str, stream: str, *, maxlen: int | None = None) -> Sink:
     """Append each epoch's rows to a Redis stream, exactly once in effect.
 
+    A driver sink: the epoch's rows are brought to the driver, because entry ids
+    must be appended in increasing order, which parallel writers cannot keep.
+
     Each row becomes one entry whose ``data`` field holds the row as a JSON object
     (keys in column order, values encoded as :func:`wire.sinks.jsonl` does). Entry ids
     are ``<epoch + 1>-<row index>``: increasing over epochs and rows, and the same for

@@ -322,6 +322,10 @@ def guarded(
 ) -> GuardedSink:
     """Put ``sink`` behind a circuit breaker: retry each epoch until accepted, never drop.
 
+    A driver sink: the epoch's rows are brought to the driver, which writes them
+    through the inner sink (an executor sink such as Parquet then stages and
+    commits on the driver), so that the breaker sees every attempt.
+
     Input: the epoch's rows for the sink's port, unchanged. State: the breaker
     (:class:`~wire.delivery.breaker.CircuitBreaker`), kept for the life of the sink
     object, never checkpointed (after a process restart it starts closed). Timing: the
@@ -392,6 +396,8 @@ def round_robin(
     clock: Callable[[], float] = time.monotonic,
 ) -> RoundRobinSink:
     """Spread each epoch's rows over ``sinks``; fail over a failing one; never drop.
+
+    A driver sink: the epoch's rows are brought to the driver to be sliced.
 
     Input: the epoch's rows for the sink's port, cut into ``len(sinks)`` contiguous
     slices whose assignment rotates with the epoch (:meth:`RoundRobinSink.write_epoch`).

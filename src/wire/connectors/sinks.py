@@ -384,9 +384,9 @@ def console(*, max_rows: int = 20) -> Sink:
     """Print each epoch: its id, its row count and its first ``max_rows`` rows.
 
     For development. A driver sink: the epoch's rows are brought to the driver to
-    be printed (not written by the executors). Guarantee: ``at_least_once`` — ``write_epoch`` (driver, once per
-    epoch, before the epoch commits) prints immediately, so a replayed epoch is
-    printed again. ``open`` and ``close`` do nothing.
+    be printed (not written by the executors). Guarantee: ``at_least_once`` —
+    ``write_epoch`` (driver, once per epoch, before the epoch commits) prints
+    immediately, so a replayed epoch is printed again. ``open`` and ``close`` do nothing.
 
     Parameters
     ----------

@@ -142,6 +142,9 @@ def webhook(
 ) -> Sink:
     """POST each epoch's rows to an HTTP endpoint as JSON, at least once.
 
+    A driver sink: the epoch's rows are brought to the driver, which posts them
+    (one HTTP client per run; batches keep their order).
+
     Each request's body is a JSON array of row objects (``Content-Type:
     application/json``), at most ``batch_size`` rows, keys in column order, values
     encoded as the ``jsonl`` sink does (timestamps ISO-8601, converted to UTC and

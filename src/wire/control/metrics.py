@@ -9,6 +9,8 @@ Every sample carries a ``flow`` label. Counters are for the current run of each 
 ``wire_malformed_events_total{flow,step}``     records sent to a step's dead-letter port
 ``wire_step_events_total{flow,step,counter}``  every per-step counter (events, records, late, ...)
 ``wire_rows_written_total{flow,sink}``         rows written per sink step
+``wire_driver_rows_total{flow}``               data rows that reached the driver (0: executors write)
+``wire_driver_bytes_total{flow}``              bytes of the epochs' job results that reached the driver
 ``wire_windows_emitted_total{flow,emit}``      window results by emission (early, final, update)
 ``wire_restarts_total{flow}``                  supervisor restarts
 ``wire_watermark_ms{flow,step,kind}``          latest watermarks (``-Inf``: none yet, ``+Inf``: end)
@@ -79,6 +81,10 @@ class FlowCollector(Collector):
         step_events = CounterMetricFamily("wire_step_events", "Per-step counters.",
                                           labels=["flow", "step", "counter"])
         written = CounterMetricFamily("wire_rows_written", "Rows written per sink.", labels=["flow", "sink"])
+        driver_rows = CounterMetricFamily("wire_driver_rows", "Data rows that reached the driver.",
+                                          labels=["flow"])
+        driver_bytes = CounterMetricFamily("wire_driver_bytes", "Bytes of epoch results that reached "
+                                           "the driver.", labels=["flow"])
         emitted = CounterMetricFamily("wire_windows_emitted", "Window results by emission.",
                                       labels=["flow", "emit"])
         restarts = CounterMetricFamily("wire_restarts", "Supervisor restarts.", labels=["flow"])
@@ -111,6 +117,8 @@ class FlowCollector(Collector):
                     malformed.add_metric([fid, step], value)
             for sink, n in sorted(c.rows_written.items()):
                 written.add_metric([fid, sink], n)
+            driver_rows.add_metric([fid], sum(c.driver_rows))
+            driver_bytes.add_metric([fid], sum(c.driver_bytes))
             for emit, n in sorted(c.emitted.items()):
                 emitted.add_metric([fid, emit], n)
             restarts.add_metric([fid], int(getattr(flow.summary, "restarts", 0)))
@@ -132,5 +140,6 @@ class FlowCollector(Collector):
             for sink, state in sorted(breakers_of(flow).items()):
                 for s in sorted({*BREAKER_STATES, state}):
                     breakers.add_metric([fid, sink, s], 1.0 if s == state else 0.0)
-        yield from (epochs, inputs, late, malformed, step_events, written, emitted, restarts,
+        yield from (epochs, inputs, late, malformed, step_events, written, driver_rows, driver_bytes,
+                    emitted, restarts,
                     watermark, gauges, paused, conn_paused, status, lag, breakers)

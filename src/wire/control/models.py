@@ -55,6 +55,21 @@ class FlowSummary(BaseModel):
     input_events: int = Field(description="well-formed events admitted by the sources in this run")
 
 
+class DriverTraffic(BaseModel):
+    """What of the flow's output reached the Spark driver (SPEC §6: executors write)."""
+
+    rows_last_epoch: int | None = Field(
+        description="data rows of the last epoch that reached the driver: 0 when every sink is "
+        "written by the executors; null before the first epoch"
+    )
+    bytes_last_epoch: int | None = Field(
+        description="bytes of the last epoch's job result that reached the driver (receipts, "
+        "metric records, rows of driver sinks)"
+    )
+    rows_total: int = Field(description="data rows that reached the driver in this run")
+    bytes_total: int = Field(description="bytes that reached the driver in this run")
+
+
 class FlowStatus(FlowSummary):
     """``GET /v1/flows/{id}``: the flow's state, throughput, watermarks and counters."""
 
@@ -68,6 +83,7 @@ class FlowStatus(FlowSummary):
     late: dict[str, int] = Field(description="per step, events dropped to its late port")
     malformed: dict[str, int] = Field(description="per step, records sent to the dead-letter port")
     rows_written: dict[str, int] = Field(description="per sink step, rows written")
+    driver: DriverTraffic
     sources: dict[str, SourceStatus]
     breakers: dict[str, str] = Field(description="per sink, its circuit breaker's state")
     error: str | None = Field(description="why the flow is failing, if it is")

@@ -16,7 +16,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from wire.control.models import FlowState, FlowStatus, FlowSummary, SourceStatus, SparkProgress
+from wire.control.models import (
+    DriverTraffic,
+    FlowState,
+    FlowStatus,
+    FlowSummary,
+    SourceStatus,
+    SparkProgress,
+)
 from wire.plan.nodes import SourceNode
 from wire.runtime.control import read_control
 
@@ -59,6 +66,10 @@ class Counters:
     rows_written: dict[str, int]
     emitted: dict[str, int]
     source_steps: tuple[str, ...]
+    driver_rows: tuple[int, ...] = ()
+    """Per epoch, data rows that reached the driver (0 when every sink is an executor sink)."""
+    driver_bytes: tuple[int, ...] = ()
+    """Per epoch, bytes of the epoch job's result that reached the driver."""
 
     def per_step(self, counter: str) -> dict[str, int]:
         """``{step: value}`` of one counter, e.g. ``"late"``."""
@@ -89,6 +100,8 @@ def counters_of(summary: Any, *, attempts: int = 5) -> Counters:
                 rows_written=dict(summary.rows_written),
                 emitted=dict(summary.emitted),
                 source_steps=tuple(summary.source_steps),
+                driver_rows=tuple(getattr(summary, "driver_rows", ())),
+                driver_bytes=tuple(getattr(summary, "driver_bytes", ())),
             )
         except RuntimeError:  # "dictionary changed size during iteration"
             if attempt == attempts - 1:
@@ -242,6 +255,12 @@ def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
         late=counters.per_step("late"),
         malformed=counters.per_step("malformed"),
         rows_written=dict(sorted(counters.rows_written.items())),
+        driver=DriverTraffic(
+            rows_last_epoch=counters.driver_rows[-1] if counters.driver_rows else None,
+            bytes_last_epoch=counters.driver_bytes[-1] if counters.driver_bytes else None,
+            rows_total=sum(counters.driver_rows),
+            bytes_total=sum(counters.driver_bytes),
+        ),
         sources=sources,
         breakers=breakers_of(flow),
         error=error,

@@ -45,11 +45,11 @@ overwrite the epochs already there, so :meth:`EpochFiles.open` refuses with a
 from __future__ import annotations
 
 import contextlib
-import shutil
 import json
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path

@@ -189,7 +189,9 @@ class EpochResult:
                 emitted.update(json.loads(rec["receipt"]))
         return EpochResult(
             staged=staged,
-            driver_rows={p: pa.concat_tables(ts, promote_options="permissive") for p, ts in row_parts.items()},
+            driver_rows={
+                p: pa.concat_tables(ts, promote_options="permissive") for p, ts in row_parts.items()
+            },
             metrics=pa.concat_tables(metric_parts) if metric_parts else None,
             emitted=emitted,
             received_rows=received_rows,

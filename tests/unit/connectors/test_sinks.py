@@ -2,6 +2,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import pickle
 
 import duckdb
 import pyarrow as pa
@@ -54,11 +55,46 @@ def test_file_sinks_are_frozen_exactly_once_and_describe_themselves(tmp_path, ma
 
 
 @pytest.mark.parametrize("make", [parquet, jsonl])
-def test_one_file_per_epoch_with_rows(tmp_path, make):
+def test_one_directory_per_epoch_with_rows(tmp_path, make):
     write_two_epochs(make(tmp_path / "out"), sample())
     ext = "parquet" if make is parquet else "jsonl"
-    names = sorted(p.name for p in (tmp_path / "out").glob(f"*.{ext}"))
-    assert names == [f"part-0000000000.{ext}", f"part-0000000002.{ext}"]
+    names = sorted(p.parent.name for p in (tmp_path / "out").glob(f"*/*.{ext}"))
+    assert names == ["epoch-0000000000", "epoch-0000000002"]
+    assert list((tmp_path / "out" / STAGING_NAME).iterdir()) == []
+
+
+@pytest.mark.parametrize("make", [parquet, jsonl])
+def test_two_phase_tasks_stage_and_the_driver_publishes_the_epoch_whole(tmp_path, make):
+    """Executors stage (stagers pickled as Spark ships them); the driver commits."""
+    table = sample().append_column("epoch", pa.array([5] * 4, pa.int64()))
+    sink = make(tmp_path / "out")
+    sink.open(**OPEN)
+    ext = "parquet" if make is parquet else "jsonl"
+    reader = "read_parquet" if make is parquet else "read_json"
+
+    def visible() -> list[int]:
+        if not list((tmp_path / "out").glob(f"*/*.{ext}")):
+            return []
+        got = read_back(f"select id from {reader}('{tmp_path}/out/*/*.{ext}') order by id")
+        return got["id"].to_pylist()
+
+    def run_epoch(already: list[int]) -> list:
+        stager = sink.prepare_epoch(5)
+        on_executor = [pickle.loads(pickle.dumps(stager)) for _ in range(3)]
+        on_executor[1].stage(1, table.slice(0, 1))  # this attempt fails after writing
+        parts = [on_executor[2].stage(2, table.slice(1, 3)), on_executor[0].stage(0, table.slice(0, 1))]
+        assert visible() == already  # nothing staged is visible before the driver commits
+        return parts
+
+    parts = run_epoch([])
+    assert sorted(p.partition for p in parts) == [0, 2]
+    assert sum(p.rows for p in parts) == 4 and all(p.bytes > 0 for p in parts)
+    sink.commit_epoch(5, parts)
+    assert visible() == sorted(table.column("id").to_pylist())
+    assert len(list((tmp_path / "out").glob(f"*/*.{ext}"))) == 2  # the failed attempt's file is gone
+
+    sink.commit_epoch(5, run_epoch(visible()))  # a replay of the epoch publishes nothing twice
+    assert visible() == sorted(table.column("id").to_pylist())
     assert list((tmp_path / "out" / STAGING_NAME).iterdir()) == []
 
 
@@ -66,7 +102,7 @@ def test_parquet_read_back_by_duckdb_equals_input(tmp_path):
     table = sample()
     write_two_epochs(parquet(tmp_path / "out"), table)
     got = read_back(
-        f"select * exclude (filename) from read_parquet('{tmp_path}/out/*.parquet', "
+        f"select * exclude (filename) from read_parquet('{tmp_path}/out/*/*.parquet', "
         "filename=true) order by filename"
     )
     assert got.cast(table.schema).equals(table)
@@ -75,7 +111,8 @@ def test_parquet_read_back_by_duckdb_equals_input(tmp_path):
 def test_parquet_keeps_the_schema_including_utc(tmp_path):
     table = sample()
     write_two_epochs(parquet(tmp_path / "out"), table)
-    written = pq.read_table(tmp_path / "out" / "part-0000000000.parquet")
+    [path] = (tmp_path / "out" / "epoch-0000000000").glob("*.parquet")
+    written = pq.read_table(path)
     assert written.schema.equals(table.schema)
     assert written.schema.field("ts").type == pa.timestamp("ms", "UTC")
     assert written.equals(table.slice(0, 2))
@@ -85,7 +122,7 @@ def test_jsonl_read_back_by_duckdb_equals_input(tmp_path):
     table = sample()
     write_two_epochs(jsonl(tmp_path / "out"), table)
     got = read_back(
-        f"select * exclude (filename) from read_json('{tmp_path}/out/*.jsonl', "
+        f"select * exclude (filename) from read_json('{tmp_path}/out/*/*.jsonl', "
         "format='newline_delimited', filename=true) order by filename"
     )
     assert got.cast(table.schema).equals(table)
@@ -108,7 +145,8 @@ def test_jsonl_encoding(tmp_path):
     sink = jsonl(tmp_path / "out")
     sink.open(**OPEN)
     sink.write_epoch(4, table)
-    text = (tmp_path / "out" / "part-0000000004.jsonl").read_text()
+    [path] = (tmp_path / "out" / "epoch-0000000004").glob("*.jsonl")
+    text = path.read_text()
     assert text.endswith("\n") and text.count("\n") == 1
     assert "9223372036854775807" in text  # exact, not 9.223372036854776e18
     assert json.loads(text) == {
@@ -136,7 +174,7 @@ def test_replayed_epoch_is_skipped(tmp_path, make):
     sink = make(tmp_path / "out")
     sink.open(**OPEN)
     sink.write_epoch(7, table)
-    [path] = (tmp_path / "out").glob("part-*")
+    [path] = (tmp_path / "out").glob("epoch-*/part-*")
     content, mtime = path.read_bytes(), path.stat().st_mtime_ns
     sink.write_epoch(7, table)  # replay in the same run
     sink.close()
@@ -144,7 +182,7 @@ def test_replayed_epoch_is_skipped(tmp_path, make):
     restarted = make(tmp_path / "out")  # replay after a crash and restart
     restarted.open(**OPEN)
     restarted.write_epoch(7, table)
-    assert [p.name for p in (tmp_path / "out").glob("part-*")] == [path.name]
+    assert list((tmp_path / "out").glob("epoch-*/part-*")) == [path]
     assert path.read_bytes() == content
     assert path.stat().st_mtime_ns == mtime
 
@@ -156,13 +194,14 @@ def test_crash_between_staging_and_publish(tmp_path, make):
     sink.open(**OPEN)
     sink.write_epoch(0, table.slice(0, 1))
     ext = "parquet" if make is parquet else "jsonl"
-    # The crashed attempt of epoch 1 left its half-written temp file behind.
-    leftover = tmp_path / "out" / STAGING_NAME / f"part-0000000001.{ext}.deadbeef.tmp"
+    # The crashed attempt of epoch 1 left its half-written staged file behind.
+    leftover = tmp_path / "out" / STAGING_NAME / "epoch-0000000001.deadbeef" / f"part-00000-ab.{ext}"
+    leftover.parent.mkdir()
     leftover.write_bytes(b"PAR1 half")
     reader = "read_parquet" if make is parquet else "read_json"
 
     def visible_rows() -> int:
-        counted = read_back(f"select count(*) n from {reader}('{tmp_path}/out/*.{ext}')")
+        counted = read_back(f"select count(*) n from {reader}('{tmp_path}/out/*/*.{ext}')")
         return counted["n"][0].as_py()
 
     assert visible_rows() == 1

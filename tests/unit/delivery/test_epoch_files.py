@@ -9,19 +9,13 @@ from wire.delivery.epoch_files import (
     STAGING_NAME,
     EpochFiles,
     SinkOwner,
-    epoch_file_name,
+    epoch_dir_name,
+    part_file_name,
     published_epochs,
 )
 from wire.errors import CheckpointError, ConfigError, WireError
 
 OWNER = SinkOwner(flow="flow-a", sink="out", checkpoint="ckpt-1")
-
-
-def writer(text: str):
-    def write(path: Path) -> None:
-        path.write_text(text)
-
-    return write
 
 
 def opened(tmp_path: Path, owner: SinkOwner = OWNER) -> EpochFiles:
@@ -30,10 +24,26 @@ def opened(tmp_path: Path, owner: SinkOwner = OWNER) -> EpochFiles:
     return files
 
 
-def test_file_names_are_zero_padded_and_sort_in_epoch_order():
-    assert epoch_file_name(7, "parquet") == "part-0000000007.parquet"
-    names = [epoch_file_name(e, "x") for e in (10, 9, 100, 0)]
-    assert sorted(names) == [epoch_file_name(e, "x") for e in (0, 9, 10, 100)]
+def stage(attempt: Path, partition: int, text: str) -> str:
+    """What an executor task does: write one file into the attempt directory."""
+    attempt.mkdir(parents=True, exist_ok=True)
+    name = part_file_name(partition, "txt")
+    (attempt / name).write_text(text)
+    return name
+
+
+def published(tmp_path: Path, epoch: int) -> list[str]:
+    """The texts of one published epoch, in partition order."""
+    return [p.read_text() for p in sorted((tmp_path / "out" / epoch_dir_name(epoch)).iterdir())]
+
+
+def test_names_are_zero_padded_and_sort_in_epoch_and_partition_order():
+    assert epoch_dir_name(7) == "epoch-0000000007"
+    names = [epoch_dir_name(e) for e in (10, 9, 100, 0)]
+    assert sorted(names) == [epoch_dir_name(e) for e in (0, 9, 10, 100)]
+    parts = [part_file_name(p, "x") for p in (10, 2, 0)]
+    assert [n[:10] for n in sorted(parts)] == ["part-00000", "part-00002", "part-00010"]
+    assert part_file_name(1, "x") != part_file_name(1, "x")  # a retried task never overwrites
 
 
 def test_open_creates_directory_marker_and_staging(tmp_path):
@@ -45,78 +55,91 @@ def test_open_creates_directory_marker_and_staging(tmp_path):
     assert files.owner == OWNER
 
 
-def test_publish_writes_one_file_then_skips_a_replay(tmp_path):
+def test_publish_moves_all_parts_at_once_then_skips_a_replay(tmp_path):
     files = opened(tmp_path)
-    assert files.publish(3, writer("first")) is True
-    path = tmp_path / "out" / "part-0000000003.txt"
-    before = path.stat().st_mtime_ns
+    attempt = files.attempt_dir(3)
+    assert not attempt.exists()  # the driver only names it; executors create it
+    names = [stage(attempt, 1, "p1"), stage(attempt, 0, "p0")]
+    assert published_epochs(tmp_path / "out") == []  # staged is invisible
+    assert files.publish_staged(3, attempt, names) is True
+    assert published(tmp_path, 3) == ["p0", "p1"]
+    before = (tmp_path / "out" / epoch_dir_name(3)).stat().st_mtime_ns
 
-    called = []
-    assert files.publish(3, lambda p: called.append(p)) is False
-    assert called == []  # the writer is not even called for a replay
-    assert path.read_text() == "first"
-    assert path.stat().st_mtime_ns == before
-    assert published_epochs(tmp_path / "out", "txt") == [3]
-    assert list((tmp_path / "out" / STAGING_NAME).iterdir()) == []
+    replay = files.attempt_dir(3)
+    assert replay != attempt
+    again = [stage(replay, 0, "replayed")]
+    assert files.publish_staged(3, replay, again) is False
+    assert published(tmp_path, 3) == ["p0", "p1"]
+    assert (tmp_path / "out" / epoch_dir_name(3)).stat().st_mtime_ns == before
+    assert published_epochs(tmp_path / "out") == [3]
+    assert list((tmp_path / "out" / STAGING_NAME).iterdir()) == []  # the replay's files are gone
+
+
+def test_files_of_a_failed_task_attempt_are_not_published(tmp_path):
+    files = opened(tmp_path)
+    attempt = files.attempt_dir(0)
+    stage(attempt, 1, "half written by a task that then failed")
+    names = [stage(attempt, 0, "p0"), stage(attempt, 1, "p1 retried")]
+    assert files.publish_staged(0, attempt, names) is True
+    assert published(tmp_path, 0) == ["p0", "p1 retried"]
+
+
+def test_a_staged_file_that_went_missing_fails_the_epoch(tmp_path):
+    files = opened(tmp_path)
+    attempt = files.attempt_dir(0)
+    name = stage(attempt, 0, "p0")
+    with pytest.raises(WireError, match="missing"):
+        files.publish_staged(0, attempt, [name, "part-00001-gone.txt"])
+    assert published_epochs(tmp_path / "out") == []
+
+
+def test_no_parts_publishes_nothing(tmp_path):
+    files = opened(tmp_path)
+    assert files.publish_staged(0, files.attempt_dir(0), []) is False
+    assert published_epochs(tmp_path / "out") == []
 
 
 def test_replay_after_restart_is_skipped(tmp_path):
-    opened(tmp_path).publish(0, writer("epoch 0"))
+    files = opened(tmp_path)
+    attempt = files.attempt_dir(0)
+    files.publish_staged(0, attempt, [stage(attempt, 0, "epoch 0")])
     again = opened(tmp_path)  # same owner: a restart of the same flow and checkpoint
-    assert again.publish(0, writer("epoch 0 replayed")) is False
-    assert (tmp_path / "out" / "part-0000000000.txt").read_text() == "epoch 0"
+    replay = again.attempt_dir(0)
+    assert again.publish_staged(0, replay, [stage(replay, 0, "epoch 0 replayed")]) is False
+    assert published(tmp_path, 0) == ["epoch 0"]
 
 
 def test_crash_before_publish_leaves_nothing_visible_and_is_cleaned_at_open(tmp_path):
     files = opened(tmp_path)
-    files.publish(0, writer("whole epoch 0"))
-    # A crash between staging and publish: the temp file of epoch 1 stays behind.
-    leftover = tmp_path / "out" / STAGING_NAME / "part-0000000001.txt.0123abcd.tmp"
-    leftover.write_text("half of epoch")
-    visible = sorted(p.name for p in (tmp_path / "out").glob("*.txt"))
-    assert visible == ["part-0000000000.txt"]
-    assert published_epochs(tmp_path / "out", "txt") == [0]
+    first = files.attempt_dir(0)
+    files.publish_staged(0, first, [stage(first, 0, "whole epoch 0")])
+    # A crash between staging and publish: epoch 1's staging directory stays behind.
+    crashed = files.attempt_dir(1)
+    stage(crashed, 0, "half of epoch 1")
+    (tmp_path / "out" / STAGING_NAME / "old-single-file.tmp").write_text("older layout")
+    assert published_epochs(tmp_path / "out") == [0]
 
     restarted = opened(tmp_path)
-    assert not leftover.exists()
-    assert restarted.publish(1, writer("whole epoch 1")) is True
-    assert (tmp_path / "out" / "part-0000000001.txt").read_text() == "whole epoch 1"
-
-
-def test_open_keeps_non_temp_files_in_staging(tmp_path):
-    opened(tmp_path)
-    keep = tmp_path / "out" / STAGING_NAME / "README"
-    keep.write_text("not ours")
-    opened(tmp_path)
-    assert keep.exists()
-
-
-def test_failing_writer_publishes_nothing_and_leaves_no_temp(tmp_path):
-    files = opened(tmp_path)
-
-    def broken(path: Path) -> None:
-        path.write_text("partial")
-        raise OSError("disk full")
-
-    with pytest.raises(OSError, match="disk full"):
-        files.publish(2, broken)
-    assert published_epochs(tmp_path / "out", "txt") == []
     assert list((tmp_path / "out" / STAGING_NAME).iterdir()) == []
-    assert files.publish(2, writer("retried")) is True
+    attempt = restarted.attempt_dir(1)
+    assert restarted.publish_staged(1, attempt, [stage(attempt, 0, "whole epoch 1")]) is True
+    assert published(tmp_path, 1) == ["whole epoch 1"]
 
 
 def test_failed_rename_publishes_nothing(tmp_path, monkeypatch):
     files = opened(tmp_path)
+    attempt = files.attempt_dir(5)
+    names = [stage(attempt, 0, "x")]
 
     def no_replace(src, dst):
         raise OSError("rename failed")
 
     monkeypatch.setattr(os, "replace", no_replace)
     with pytest.raises(OSError, match="rename failed"):
-        files.publish(5, writer("x"))
+        files.publish_staged(5, attempt, names)
     monkeypatch.undo()
     assert not files.is_published(5)
-    assert files.publish(5, writer("x")) is True
+    assert files.publish_staged(5, attempt, names) is True
 
 
 @pytest.mark.parametrize(
@@ -128,9 +151,9 @@ def test_failed_rename_publishes_nothing(tmp_path, monkeypatch):
     ],
 )
 def test_ownership_mismatch_raises_naming_directory_and_both_owners(tmp_path, other):
-    opened(tmp_path).publish(0, writer("a's epoch"))
-    leftover = tmp_path / "out" / STAGING_NAME / "part-0000000001.txt.ff.tmp"
-    leftover.write_text("a's temp")
+    files = opened(tmp_path)
+    leftover = files.attempt_dir(1)
+    stage(leftover, 0, "a's staged part")
     with pytest.raises(CheckpointError) as info:
         opened(tmp_path, other)
     message = str(info.value)
@@ -158,16 +181,16 @@ def test_path_that_is_a_file_raises_config_error(tmp_path):
     assert info.value.parameter == "path"
 
 
-def test_publish_before_open_raises(tmp_path):
+def test_staging_before_open_raises(tmp_path):
     with pytest.raises(WireError, match="before open"):
-        EpochFiles(tmp_path / "out", "txt").publish(0, writer("x"))
+        EpochFiles(tmp_path / "out", "txt").attempt_dir(0)
 
 
 @pytest.mark.parametrize("epoch", [-1, 10**10, True, 1.0, "3"])
 def test_bad_epoch_raises_config_error(tmp_path, epoch):
     files = opened(tmp_path)
     with pytest.raises(ConfigError) as info:
-        files.publish(epoch, writer("x"))
+        files.attempt_dir(epoch)
     assert info.value.parameter == "epoch"
 
 
@@ -179,4 +202,4 @@ def test_bad_extension_raises_config_error(tmp_path, ext):
 
 
 def test_published_epochs_of_missing_directory_is_empty(tmp_path):
-    assert published_epochs(tmp_path / "nope", "txt") == []
+    assert published_epochs(tmp_path / "nope") == []
