@@ -56,6 +56,7 @@ JOB = textwrap.dedent(
                                    (t.get("errorMessage") or "").splitlines()[0][:160]])
     print(json.dumps({"startup_s": started, "run_s": summary.elapsed_s, "epochs": summary.epochs,
                       "events": summary.input_events, "restarts": summary.restarts,
+                      "driver_rows": summary.driver_rows, "rows_written": dict(summary.rows_written),
                       "executors": executors, "failed_tasks": failed}))
     spark.stop()
     """
@@ -181,6 +182,9 @@ def test_killed_worker_is_rescheduled_and_outputs_match_local(tmp_path):
           f"{killed_at}), total {cluster_total:.1f} s\nexecutors {result['executors']}\n"
           f"failed tasks {result['failed_tasks']}")
     assert result["restarts"] == 0  # no query restart: Spark rescheduled the tasks
+    # executors wrote every sink (parquet), the driver only committed: no data row reached it
+    assert result["driver_rows"] == [0] * result["epochs"]
+    assert result["rows_written"]["windows"] > 3_000
     assert commits(cluster_out) > killed_at
     assert result["events"] == data.events
     assert "Lost executor" in (cluster_out / "spark.log").read_text(errors="replace")

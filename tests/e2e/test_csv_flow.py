@@ -95,3 +95,6 @@ def test_transcript(spark, tmp_path):
             QUALIFY row_number() OVER (PARTITION BY "user", window_start ORDER BY epoch DESC) = 1)"""
     ).fetchall()[0][0]
     assert last + len(late) == 8
+    # executors wrote all three sinks; only receipts and metric records reached the driver
+    assert summary.driver_rows == [0] * summary.epochs
+    assert summary.rows_written == {"sink_1": 6, "sink_2": 1, "sink_3": 2}

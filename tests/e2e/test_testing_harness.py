@@ -47,6 +47,8 @@ def test_tumbling_transcript(spark):
     # epoch 4: t=7 for b: [0,10) ended at 10, 10 + 10 <= 25: late port
     assert rows(out["late"], "t", "k", "event_time", "watermark", "epoch") == [(7, "b", 7, 25, 4)]
     assert out["dead_letter"] == []
+    # the memory sinks are driver sinks: exactly their rows reached the driver, per epoch
+    assert out.summary.driver_rows == [0, 2, 1, 1, 2, 0]
 
 
 def test_stateless_operators(spark):
