@@ -1,7 +1,8 @@
-"""SQLite sink: upserts each epoch's rows by a key, one transaction per epoch (stdlib ``sqlite3``).
+"""SQLite sink: executor tasks upsert their rows by a key, one transaction per task (stdlib ``sqlite3``).
 
 The sink is idempotent rather than transactional: a replayed epoch rewrites the
-same rows under the same keys, which leaves the table as it was (SPEC §6).
+same rows under the same keys, which leaves the table as it was (SPEC §6). The
+driver commits nothing.
 """
 
 from __future__ import annotations
@@ -19,74 +20,56 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.connectors.arrow_kinds import is_binary
-from wire.connectors.sinks import Sink, _to_json_array
+from wire.connectors.sinks import EpochStager, ExecutorSink, Sink, StagedPart, _to_json_array
 from wire.errors import ConfigError, WireError
 
 _MAX_INT64 = 2**63 - 1
 
 
-@dataclass(frozen=True)
-class SqliteSink(Sink):
-    """Idempotent SQLite table, upserted by key once per epoch; built by :func:`sqlite`."""
+_BUSY_TIMEOUT_S = 60.0
+"""How long a task waits for another task's write transaction on the same database file."""
 
-    guarantee: ClassVar[str] = "idempotent"
+
+@dataclass(frozen=True)
+class _SqliteStager(EpochStager):
+    """Executor side of :class:`SqliteSink`: upsert one task's rows in one SQLite transaction."""
 
     path: str
     table: str
     key: tuple[str, ...]
-    _opened: bool = field(default=False, init=False, repr=False, compare=False)
+    where: str
+    epoch: int
 
-    def __post_init__(self) -> None:
-        """Validate the configuration at flow-build time."""
-        object.__setattr__(self, "path", _check_path(self.path))
-        object.__setattr__(self, "table", _check_table(self.table))
-        object.__setattr__(self, "key", _check_key(self.key))
+    def stage(self, partition: int, table: pa.Table) -> StagedPart:
+        """Upsert the task's rows by key in one ``BEGIN IMMEDIATE`` transaction; commit; receipt ``{}``.
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Create the database file's directory; called once at run start on the driver.
-
-        The table itself is created by the first epoch with rows.
-        """
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        object.__setattr__(self, "_opened", True)
-
-    def write_epoch(self, epoch: int, table: pa.Table) -> None:
-        """Upsert the epoch's rows by key in one SQLite transaction.
-
-        Called on the driver once per epoch, before the epoch commits. Creates the
-        table and its unique key index if missing, then ``INSERT ... ON CONFLICT(key)
-        DO UPDATE`` every row in row order, and commits; on any error the transaction
-        is rolled back and nothing of the epoch is visible. Rows with a key already in
-        the table replace its other columns; of several rows of the epoch with the same
-        key the last one wins. A replayed epoch rewrites the same values. An empty
-        table writes nothing.
+        Creates the table and its unique key index if missing, then ``INSERT ...
+        ON CONFLICT(key) DO UPDATE`` every row in row order, and commits; on any error
+        the transaction is rolled back. Tasks writing the same file at once wait for
+        each other (SQLite allows one writer; busy timeout 60 s), so the first one
+        creates the table and the others find it.
 
         Raises
         ------
         ConfigError
             When a key column is not among the rows' columns.
         WireError
-            Before :meth:`open`; when a key value is null; when the existing table lacks
-            one of the rows' columns; when a column type has no SQLite encoding; when
-            SQLite fails.
+            When a key value is null; when the existing table lacks one of the rows'
+            columns; when a column type has no SQLite encoding; when SQLite fails.
         """
-        if not self._opened:
-            raise WireError(f"{self.describe()}: write_epoch before open")
-        if table.num_rows == 0:
-            return
         names = table.column_names
         if len(set(names)) != len(names):
-            raise WireError(f"{self.describe()}: duplicate column names in {names}")
+            raise WireError(f"{self.where}: duplicate column names in {names}")
         missing = [k for k in self.key if k not in names]
         if missing:
             raise ConfigError("key", self.key, f"column names of the sink's rows {names}")
         for k in self.key:
             if table.column(k).null_count:
-                raise WireError(f"{self.describe()}: epoch {epoch} has null values in key column {k!r}")
-        columns = [_to_sqlite(table.column(n).combine_chunks(), n, self.describe()) for n in names]
+                raise WireError(f"{self.where}: epoch {self.epoch} has null values in key column {k!r}")
+        columns = [_to_sqlite(table.column(n).combine_chunks(), n, self.where) for n in names]
         decls = [_declared_type(table.schema.field(n).type) for n in names]
         try:
-            with closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
+            with closing(sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_S)) as conn:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     self._ensure_table(conn, names, decls)
@@ -97,27 +80,20 @@ class SqliteSink(Sink):
                         conn.execute("ROLLBACK")
                     raise
         except sqlite3.Error as exc:
-            raise WireError(f"{self.describe()}: epoch {epoch} failed: {exc}") from exc
-
-    def close(self) -> None:
-        """Forget the run; every written epoch is already committed."""
-        object.__setattr__(self, "_opened", False)
-
-    def describe(self) -> str:
-        """E.g. ``"sqlite out.db table=counts key=(origin, window_start) (idempotent)"``."""
-        return f"sqlite {self.path} table={self.table} key=({', '.join(self.key)}) ({self.guarantee})"
+            raise WireError(f"{self.where}: epoch {self.epoch} failed: {exc}") from exc
+        return StagedPart(partition, table.num_rows, table.nbytes, {})
 
     def _ensure_table(self, conn: sqlite3.Connection, names: list[str], decls: list[str]) -> None:
         table = _quote(self.table)
         existing = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         if not existing:
             cols = ", ".join(f"{_quote(n)} {d}".rstrip() for n, d in zip(names, decls, strict=True))
-            conn.execute(f"CREATE TABLE {table} ({cols})")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
         else:
             absent = [n for n in names if n not in existing]
             if absent:
                 raise WireError(
-                    f"{self.describe()}: table {self.table!r} has no columns {absent} "
+                    f"{self.where}: table {self.table!r} has no columns {absent} "
                     f"(it has {existing}; schema evolution is not supported)"
                 )
         index = _quote(f"wire_{self.table}_key")
@@ -135,6 +111,57 @@ class SqliteSink(Sink):
             else "DO NOTHING"
         )
         return f"INSERT INTO {_quote(self.table)} ({cols}) VALUES ({marks}) ON CONFLICT ({keys}) {action}"
+
+
+@dataclass(frozen=True)
+class SqliteSink(ExecutorSink):
+    """Idempotent SQLite table, upserted by key by the executors; built by :func:`sqlite`."""
+
+    guarantee: ClassVar[str] = "idempotent"
+
+    path: str
+    table: str
+    key: tuple[str, ...]
+    _database: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Validate the configuration at flow-build time."""
+        object.__setattr__(self, "path", _check_path(self.path))
+        object.__setattr__(self, "table", _check_table(self.table))
+        object.__setattr__(self, "key", _check_key(self.key))
+
+    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Create the database file's directory; called once at run start on the driver.
+
+        The path is made absolute here, so that executors whose working directory
+        differs write the same file. The table itself is created by the first task
+        with rows.
+        """
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        object.__setattr__(self, "_database", os.path.abspath(self.path))
+
+    def prepare_epoch(self, epoch: int) -> EpochStager:
+        """Driver, before the epoch's job: the stager with which each task upserts its rows.
+
+        Raises
+        ------
+        WireError
+            Before :meth:`open`.
+        """
+        if self._database is None:
+            raise WireError(f"{self.describe()}: epoch written before open")
+        return _SqliteStager(self._database, self.table, self.key, self.describe(), epoch)
+
+    def commit_epoch(self, epoch: int, parts: list[StagedPart]) -> None:
+        """Driver: nothing to publish, every task committed its own upsert (idempotent)."""
+
+    def close(self) -> None:
+        """Forget the run; every written epoch is already committed."""
+        object.__setattr__(self, "_database", None)
+
+    def describe(self) -> str:
+        """E.g. ``"sqlite out.db table=counts key=(origin, window_start) (idempotent)"``."""
+        return f"sqlite {self.path} table={self.table} key=({', '.join(self.key)}) ({self.guarantee})"
 
 
 def sqlite(path: str | os.PathLike[str], *, table: str, key: str | Sequence[str]) -> Sink:
@@ -157,11 +184,19 @@ def sqlite(path: str | os.PathLike[str], *, table: str, key: str | Sequence[str]
     them); nulls → NULL.
 
     Guarantee: ``idempotent``. ``open`` (driver, run start) creates the file's
-    directory; ``write_epoch`` (driver, once per epoch, before the epoch commits) runs
-    one SQLite transaction that inserts each row or, when its key exists, updates the
-    row's other columns (``INSERT ... ON CONFLICT (key) DO UPDATE``); rows of one
-    epoch with the same key are applied in order, so the last one wins. A replayed
+    directory. Per epoch, **each executor task** with rows opens the database file
+    and runs one SQLite transaction (``BEGIN IMMEDIATE``) that creates the table if
+    missing, inserts each of its rows or, when its key exists, updates the row's
+    other columns (``INSERT ... ON CONFLICT (key) DO UPDATE``), and commits; the
+    driver's ``commit_epoch`` does nothing. A task's rows with the same key are
+    applied in order, so the last one wins; rows with the same key in different
+    Spark partitions of one epoch are applied in no defined order (a keyed window's
+    output never has them: it is partitioned by key group). Tasks writing at once
+    wait for each other (one SQLite writer at a time, busy timeout 60 s). A replayed
     epoch writes the same rows again, which changes nothing. ``close`` does nothing.
+    No data row passes through the driver; the database file must be reachable at
+    the same path from the driver and every executor (local mode, or a shared file
+    system with working locks).
 
     Parameters
     ----------
@@ -182,7 +217,7 @@ def sqlite(path: str | os.PathLike[str], *, table: str, key: str | Sequence[str]
     ------
     ConfigError
         When ``path`` or ``table`` is empty or ``key`` is not a non-empty sequence of
-        distinct column names; at ``write_epoch`` when a key column is not among the
+        distinct column names; on the executors when a key column is not among the
         rows' columns.
     """
     return SqliteSink(path=_check_path(path), table=_check_table(table), key=_check_key(key))
