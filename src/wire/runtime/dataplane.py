@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.connectors.sinks import EpochStager, StagedPart
+from wire.errors import WireError
 from wire.plan.nodes import ALL_STEPS, PortRef
 from wire.runtime.envelope import decode_table, encode_table
 from wire.runtime.ports import split_ports
@@ -57,6 +58,10 @@ IPC), ``"metrics"`` (``blob`` = metric records) or ``"emitted"`` (``receipt`` = 
 RESULT_DDL = (
     "kind string, target string, partition int, rows bigint, bytes bigint, receipt string, blob binary"
 )
+
+
+class StagingFailed(WireError):
+    """An executor sink's stager raised in a task; names the sink, epoch and partition."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,13 @@ class PartitionWriter:
             if rows is None or rows.num_rows == 0:
                 continue
             if route.stager is not None:
-                part = route.stager.stage(partition, with_epoch(rows, self.epoch))
+                try:
+                    part = route.stager.stage(partition, with_epoch(rows, self.epoch))
+                except Exception as e:
+                    raise StagingFailed(
+                        f"sink {route.sink!r}: staging epoch {self.epoch}, partition {partition} "
+                        f"failed: {e!r}"
+                    ) from e
                 records.append(_record(STAGED, route.sink, partition, part.rows, part.bytes,
                                        receipt=json.dumps(part.receipt)))
             elif route.port.port_id() not in returned:

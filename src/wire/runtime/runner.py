@@ -171,7 +171,11 @@ class EpochDispatcher:
             for node in self.sinks
         ]
         writer = PartitionWriter(epoch, self.main_port, routes)
-        result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_DDL).toArrow())
+        try:
+            result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_DDL).toArrow())
+        except Exception as e:
+            self.last_error = f"epoch {epoch}: {_staging_cause(e)}"
+            raise
         for node in self.sinks:
             try:
                 if isinstance(node.sink, ExecutorSink):
@@ -209,6 +213,16 @@ class EpochDispatcher:
             return 0
         late = pc.equal(metrics.column("name"), "late")
         return int(pc.sum(pc.if_else(late, metrics.column("value"), 0)).as_py() or 0)
+
+
+def _staging_cause(error: Exception) -> str:
+    """The stager's own message inside a failed epoch job, or the job's error's first line."""
+    text = str(error)
+    marker = "StagingFailed: "
+    if marker in text:
+        return text[text.index(marker) + len(marker):].splitlines()[0]
+    first = text.splitlines()[0] if text else repr(error)
+    return f"the epoch's Spark job failed: {first}"
 
 
 class RunningFlow:

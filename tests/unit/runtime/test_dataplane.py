@@ -7,7 +7,7 @@ import pytest
 
 from wire.connectors.sinks import EpochStager, StagedPart
 from wire.plan.nodes import ALL_STEPS, DEAD_LETTER, LATE, PortRef
-from wire.runtime.dataplane import RESULT_SCHEMA, EpochResult, PartitionWriter, Route
+from wire.runtime.dataplane import RESULT_SCHEMA, EpochResult, PartitionWriter, Route, StagingFailed
 from wire.runtime.envelope import (
     KIND,
     KIND_DATA,
@@ -18,6 +18,7 @@ from wire.runtime.envelope import (
     watermark_batch,
     with_envelope,
 )
+from wire.runtime.runner import _staging_cause
 
 PAYLOAD = pa.schema([("k", pa.string()), ("n", pa.int64()), ("emit", pa.string())])
 SCHEMA = with_envelope(PAYLOAD)
@@ -121,3 +122,20 @@ def test_receipts_of_all_tasks_are_grouped_by_sink_and_sorted_by_partition(n_tas
     result = EpochResult.from_table(pa.Table.from_pylist(records, schema=RESULT_SCHEMA))
     assert [p.partition for p in result.staged["out"]] == list(range(n_tasks))
     assert result.emitted == {"early": n_tasks}
+
+
+class Broken(EpochStager):
+    def stage(self, partition: int, table: pa.Table) -> StagedPart:
+        raise ValueError("column 'n' does not fit the table")
+
+
+def test_a_failing_stager_names_its_sink_epoch_and_partition():
+    writer = PartitionWriter(9, MAIN, [Route("pg_out", PortRef("totals"), Broken())])
+    with pytest.raises(StagingFailed) as info:
+        writer.process(2, partition_rows([{"k": "a", "n": 1, "emit": "final"}]))
+    assert str(info.value).startswith("sink 'pg_out': staging epoch 9, partition 2 failed: ValueError(")
+    # what the driver shows when the task's error comes back wrapped by Spark
+    wrapped = RuntimeError(f"[PYTHON_EXCEPTION] Traceback ...\nwire.runtime.dataplane.StagingFailed: "
+                           f"{info.value}\n\tat org.apache.spark...")
+    assert _staging_cause(wrapped) == str(info.value)
+    assert _staging_cause(RuntimeError("boom\nmore")) == "the epoch's Spark job failed: boom"
