@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -335,6 +336,11 @@ class NexmarkSource:
     seed: int = 1
     out_of_order_ms: int = 0
     partitions: int = 1
+    pace: int | None = None
+    """Events per second of processing time that become available (None: all at once).
+
+    Paced, event ``i`` becomes available ``i / pace`` seconds after the first epoch is
+    planned, and an epoch admits only available events (for latency benchmarks)."""
     bounded: bool = True
 
     def resolve_schema(self) -> pa.Schema:
@@ -358,6 +364,7 @@ class NexmarkSource:
                 "seed": self.seed,
                 "out_of_order_ms": self.out_of_order_ms,
                 "partitions": self.partitions,
+                "pace": self.pace,
                 **binding,
             }
         )
@@ -397,29 +404,36 @@ class NexmarkSource:
 
 def nexmark(
     *, events: int, first_event_rate: int = 10_000, seed: int = 1, out_of_order_ms: int = 0,
-    partitions: int = 1,
+    partitions: int = 1, pace: int | None = None,
 ) -> NexmarkSource:
     """Return a bounded Nexmark source of ``events`` events (see :mod:`wire.connectors.nexmark`).
+
+    ``pace`` (events per second of processing time, None: unpaced) makes event ``i``
+    available ``i / pace`` s after the first epoch is planned; the start time (ms since
+    the Unix epoch) is recorded in the offsets as ``started_at_ms``, so a replay admits
+    the same ranges.
 
     Raises
     ------
     ConfigError
-        On a negative count, non-positive rate or partitions, negative disorder.
+        On a negative count, non-positive rate, pace or partitions, negative disorder.
     """
+    if pace is not None and (isinstance(pace, bool) or not isinstance(pace, int) or pace < 1):
+        raise ConfigError("pace", pace, "None or an int >= 1 (events per second)")
     for name, value, low in (("events", events, 0), ("first_event_rate", first_event_rate, 1),
                              ("out_of_order_ms", out_of_order_ms, 0), ("partitions", partitions, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(name, value, f"an int >= {low}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError("seed", seed, "an int")
-    return NexmarkSource(events, first_event_rate, seed, out_of_order_ms, partitions)
+    return NexmarkSource(events, first_event_rate, seed, out_of_order_ms, partitions, pace)
 
 
 class _Config:
     def __init__(self, text: str) -> None:
         d = json.loads(text)
         self.source = NexmarkSource(d["events"], d["first_event_rate"], d["seed"],
-                                    d["out_of_order_ms"], d["partitions"])
+                                    d["out_of_order_ms"], d["partitions"], d.get("pace"))
         self.step: str = d["step"]
         self.event_time: str = d["event_time"]
         self.key_groups: int = d["key_groups"]
@@ -488,12 +502,20 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             budget = total - n
         hi = min(total, n + max(int(budget), 1))
         s = self.c.source
+        started = start.get("started_at_ms")
+        if s.pace is not None:
+            now_ms = int(time.time() * 1000)
+            started = now_ms if started is None else int(started)
+            hi = min(hi, (now_ms - started) * s.pace // 1000)
+            if hi <= n:
+                return dict(start, started_at_ms=started)
         seen = int(event_times(n, hi, seed=s.seed, first_event_rate=s.first_event_rate,
                                out_of_order_ms=s.out_of_order_ms).max())
         prev = start["max_event_time"]
         max_et = seen if prev is None else max(int(prev), seen)
         watermark = max(int(start["watermark"]), max_et - self.c.max_delay_ms)
-        return {"next": hi, "max_event_time": max_et, "watermark": watermark, "ended": False}
+        return {"next": hi, "max_event_time": max_et, "watermark": watermark, "ended": False,
+                "started_at_ms": started}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """Split ``(start, end]`` into at most ``partitions`` contiguous id ranges."""

@@ -170,3 +170,26 @@ def test_reader_partitions_and_rows():
     assert final.num_rows == 3
     assert set(final[envelope.WM].to_pylist()) == {envelope.MAX_WATERMARK}
     assert r.partitions(end, end) == []
+
+
+def test_paced_reader_admits_only_events_available_by_processing_time(monkeypatch):
+    import wire.connectors.nexmark as nx
+
+    src = nexmark(events=10_000, first_event_rate=100, pace=1000)  # 1,000 events/s
+    cfg = src.to_json(step="src", event_time="date_time", key_groups=1, max_delay_ms=0,
+                      max_events_per_epoch=5_000, control_file=None)
+    r = NexmarkStreamReader(_Config(cfg))
+    now = [1_000_000.0]
+    monkeypatch.setattr(nx.time, "time", lambda: now[0])
+    first = r.latestOffset(r.initialOffset(), r.getDefaultReadLimit())
+    assert first["next"] == 0 and first["started_at_ms"] == 1_000_000_000  # the clock starts
+    now[0] += 0.25
+    o1 = r.latestOffset(first, r.getDefaultReadLimit())
+    assert o1["next"] == 250 and o1["started_at_ms"] == first["started_at_ms"]
+    assert r.latestOffset(o1, r.getDefaultReadLimit()) == o1  # nothing new yet: no epoch
+    now[0] += 9.0  # 9,250 available, but an epoch admits at most 5,000
+    assert r.latestOffset(o1, r.getDefaultReadLimit())["next"] == 5_250
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ConfigError) as info:
+            nexmark(events=10, pace=bad)
+        assert info.value.parameter == "pace"
