@@ -56,8 +56,8 @@ def wire_offsets(checkpoint: Path) -> dict[int, dict]:
 
 
 def summarize(lat_s: np.ndarray, epochs: int) -> dict[str, float]:
-    return {"p50_ms": float(np.percentile(lat_s, 50) * 1000), "p99_ms": float(np.percentile(lat_s, 99) * 1000),
-            "max_ms": float(lat_s.max() * 1000), "events": int(lat_s.size), "epochs": epochs}
+    return {"p50_ms": float(np.percentile(lat_s, 50) * 1000),
+            "p99_ms": float(np.percentile(lat_s, 99) * 1000), "max_ms": float(lat_s.max() * 1000), "events": int(lat_s.size), "epochs": epochs}
 
 
 def run_wire(spark, rate: int, seconds: int) -> dict[str, float]:
@@ -102,7 +102,8 @@ def run_plain(spark, rate: int, seconds: int) -> dict[str, float]:
         deadline = time.time() + seconds + 120
         while time.time() < deadline:
             time.sleep(1)
-            if out.joinpath("out").exists() and ds.dataset(str(out / "out"), format="parquet").count_rows() >= n:
+            done = out / "out"
+            if done.exists() and ds.dataset(str(done), format="parquet").count_rows() >= n:
                 break
     finally:
         q.stop()
