@@ -57,7 +57,8 @@ def wire_offsets(checkpoint: Path) -> dict[int, dict]:
 
 def summarize(lat_s: np.ndarray, epochs: int) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(lat_s, 50) * 1000),
-            "p99_ms": float(np.percentile(lat_s, 99) * 1000), "max_ms": float(lat_s.max() * 1000), "events": int(lat_s.size), "epochs": epochs}
+            "p99_ms": float(np.percentile(lat_s, 99) * 1000), "max_ms": float(lat_s.max() * 1000),
+            "events": int(lat_s.size), "epochs": epochs}
 
 
 def run_wire(spark, rate: int, seconds: int) -> dict[str, float]:
