@@ -1,0 +1,55 @@
+"""The PySpark worker daemon for compiled flows: Wire imported once, before the forks.
+
+Spark starts one Python daemon per executor (``python -m <spark.python.daemon.module>``)
+and forks a worker from it for every Python task that finds no idle worker. The default
+daemon (``pyspark.daemon``) forks from a bare interpreter, so every worker imports on its
+own what it needs to unpickle a flow's Python stages (the file source's reader, the window
+pre-stage, the stateful processors, the epoch's partition writer): the ``wire`` package
+and with it pyarrow, pandas and every connector. That took 2.7 s of CPU per worker on the
+2-core development machine, and the first epoch of a stateful flow starts four to eight
+workers. This daemon imports all of it once, then runs ``pyspark.daemon``'s manager, so
+the forked workers start with the modules loaded (:data:`wire.runtime.session.DEFAULT_CONF`
+selects it with ``spark.python.daemon.module``).
+
+``pyspark.daemon`` imports the worker module only after the fork because pandas and
+pyarrow start threads when imported (jemalloc's background thread, the BLAS pool); both
+libraries register fork handlers and are routinely forked after import (multiprocessing's
+fork start method), and a forked worker uses neither thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+
+def preload() -> None:
+    """Import what the workers of a compiled flow unpickle and run."""
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pyspark.sql.pandas.serializers
+    import pyspark.sql.streaming.stateful_processor
+    import pyspark.sql.streaming.stateful_processor_api_client
+    import pyspark.worker  # noqa: F401
+
+    import wire  # the package imports the compiler, connectors and runtime
+    import wire.compiler.join_stage
+    import wire.compiler.keyed
+    import wire.compiler.throttle
+    import wire.compiler.window_stage
+    import wire.runtime.dataplane  # noqa: F401
+
+
+def main() -> None:
+    """Preload (a failure only costs the speed-up), then serve forks like ``pyspark.daemon``."""
+    with contextlib.suppress(Exception):  # workers then import on their own, as before
+        preload()
+    gc.collect()
+    gc.freeze()  # the preloaded objects stay shared with the forks (no copy on GC)
+    from pyspark import daemon
+
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()
