@@ -151,6 +151,33 @@ def test_window_of_windows_uses_the_watermark_hold(spark):
     assert marks["tens"]["input_watermark"] == marks["tens"]["output_watermark"] == 2**63 - 1
 
 
+def test_hold_without_open_windows_keeps_a_later_sliding_result_on_time(spark):
+    """Filtered events move the watermark while no window is open (issue 11's hold bug).
+
+    Epoch 0 has only events the filter drops; the watermark then goes to 100 with no
+    window open. An on-time event at 105 opens [80,110), [90,120), [100,130). The
+    first window's output watermark must have stayed at 80, the earliest start an
+    event at >= 100 can create, so the second window takes the [80,110) result on time.
+    """
+    ts = wire.testing.TestStream(schema=SCHEMA, event_time="t", key="k")
+    ts.add_events([{"t": 50, "k": "a", "v": 0}, {"t": 100, "k": "a", "v": 0}])  # epoch 0
+    ts.advance_watermark(100)                                                    # epoch 1
+    ts.add_events(ev(105))                                                       # epoch 2
+    ts.advance_watermark_to_infinity()                                           # epoch 3
+
+    def build(s):
+        counts = s.filter("v > 0").window(wire.Sliding(30, 10)).aggregate(n=wire.count(), name="c")
+        return counts.window(wire.Tumbling(20)).aggregate(best=wire.max("n"), windows=wire.count(),
+                                                          name="top")
+
+    out = ts.run(build, spark=spark)
+    assert out["late"] == []
+    assert main_rows(out, "best", "windows") == [
+        ("a", 80, 100, 1, 2, "final", 3),
+        ("a", 100, 120, 1, 1, "final", 3),
+    ]
+
+
 def test_union_takes_the_minimum_watermark(spark, tmp_path):
     fast, slow = tmp_path / "fast", tmp_path / "slow"
     fast.mkdir()

@@ -13,7 +13,8 @@
    It tracks the operator's watermarks (Beam rule, SPEC §2)::
 
        in'  = max(in,  min over input channels of their watermark)
-       out' = max(out, min(in', hold))      hold = earliest open window start
+       out' = max(out, min(in', hold))      hold = earliest start of an unfired window,
+                                            or of a window an on-time event could open
 
    and emits results by :func:`wire.state.windows.advance`. Results leave with
    event time = ``window_start`` and the operator's output watermark; watermark
@@ -197,9 +198,8 @@ class WindowProcessor(KeyedProcessor):
         else:
             merged = pa.concat_tables(partials) if partials else st.partial.empty_table()
             new_windows, results = W.advance(windows, merged, wm_in, new_in, st.spec)
-        hold = W.output_watermark_hold(new_windows, st.spec)
         old_out = op.wm_out
-        new_out = max(old_out, new_in if hold is None else min(new_in, hold))
+        new_out = W.output_watermark(old_out, new_in, new_windows, st.spec)
         op.wm_in, op.wm_out, op.tables = new_in, new_out, {"windows": new_windows}
 
         late_parts = [t for t in late_parts if t.num_rows]

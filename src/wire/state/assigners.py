@@ -128,3 +128,16 @@ def assign(event_time: np.ndarray, assigner: Assigner) -> tuple[np.ndarray, np.n
     keep = representable & (np.repeat(t, n_max) - start < np.int64(size))
     rows, start = rows[keep], start[keep]
     return rows, start, add_saturating(start, size)
+
+
+def earliest_start(event_time: int, assigner: Assigner) -> int:
+    """The earliest window start that an event at ``event_time`` **or later** is assigned to.
+
+    Window starts never decrease with the event time, so this is the earliest start of
+    ``event_time``'s own windows: ``floor(t / size) * size`` (tumbling), the earliest
+    ``k * slide`` with ``k * slide + size > t`` (sliding), ``t`` itself (sessions open
+    at their first event). It bounds an operator's output watermark (Beam hold rule,
+    SPEC §2): no on-time event can later produce a result with an earlier event time.
+    """
+    _, start, _ = assign(np.asarray([event_time], dtype=np.int64), assigner)
+    return int(start.min()) if len(start) else int(event_time)

@@ -64,6 +64,7 @@ from wire.state.assigners import (
     SlidingWindows,
     TumblingWindows,
     assign,
+    earliest_start,
 )
 from wire.state.emission import ORDER, callback_rows
 from wire.state.kernels import (
@@ -71,6 +72,7 @@ from wire.state.kernels import (
     EVENT_TIME,
     FIRED,
     INT64_MAX,
+    INT64_MIN,
     WINDOW_END,
     WINDOW_START,
     Groups,
@@ -105,6 +107,7 @@ __all__ = [
     "WindowSpec",
     "advance",
     "late_schema",
+    "output_watermark",
     "output_watermark_hold",
     "partial_schema",
     "preaggregate",
@@ -493,3 +496,28 @@ def output_watermark_hold(state: pa.Table, spec: WindowSpec) -> int | None:
     fired = state.column(FIRED).to_numpy(zero_copy_only=False).astype(bool)
     starts = state.column(WINDOW_START).to_numpy()[~fired]
     return int(starts.min()) if len(starts) else None
+
+
+def output_watermark(old_out: int, new_in: int, state: pa.Table | None, spec: WindowSpec) -> int:
+    """The window operator's new output watermark (ms), never behind ``old_out``.
+
+    Beam's watermark-hold rule (SPEC §2): ``max(old_out, min(new_in, hold))`` where the
+    hold is the earliest of
+
+    * the start of every window in ``state`` that has not fired yet
+      (:func:`output_watermark_hold`), and
+    * the earliest window start that an on-time input event (event time ≥
+      ``new_in``) could still create (:func:`wire.state.assigners.earliest_start`),
+      whether or not any window is open: a tumbling window rounds ``new_in`` down to
+      its start, a sliding window reaches back ``size - slide`` further, a session
+      starts at its first event.
+
+    Results carry their window start as event time, so downstream (a window of
+    windows) no on-time result is ever behind this watermark. At the end of input
+    (``new_in`` = int64 max) no new window can open and only open windows hold.
+    """
+    hold = output_watermark_hold(state, spec)
+    if INT64_MIN < new_in < INT64_MAX:  # no watermark yet / end of input: nothing to add
+        possible = earliest_start(new_in, spec.assigner)
+        hold = possible if hold is None else min(hold, possible)
+    return max(old_out, new_in if hold is None else min(new_in, hold))

@@ -1,0 +1,166 @@
+"""Watermark hold of chained windows (SPEC §2, Beam hold rule), on the pure kernels.
+
+A window whose results feed a second window must never let its output watermark pass
+the earliest window start an on-time input event could still create, whether or not
+a window is open. Metamorphic property: for every split of the same input into
+epochs, and every watermark delay under which no source event is late, the second
+window's results equal a pandas batch oracle and nothing goes to a late port.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wire.runtime.envelope import MAX_WATERMARK
+from wire.state import aggregations as agg
+from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows, earliest_start
+from wire.state.windows import WindowSpec, output_watermark, process_epoch
+
+NO_WM = -(2**63)
+SECOND = WindowSpec(TumblingWindows(20), 0, "k", (("best", agg.max("x")), ("windows", agg.count())))
+
+
+def events_table(rows: list[tuple[str, int, int]], seq0: int) -> pa.Table:
+    return pa.table({
+        "k": pa.array([r[0] for r in rows], pa.string()),
+        "x": pa.array([r[2] for r in rows], pa.int64()),
+        "__et": pa.array([r[1] for r in rows], pa.int64()),
+        "__seq": pa.array(range(seq0, seq0 + len(rows)), pa.int64()),
+    })
+
+
+def run_chain(events: list[tuple[str, int, bool]], cuts: list[int], delay: int, first: WindowSpec
+              ) -> tuple[list[tuple], int]:
+    """Source (watermark = max event time - delay) -> filter -> window 1 -> window 2, per epoch.
+
+    Returns window 2's results (key, start, best, windows) and the count of late rows.
+    """
+    bounds = [0, *sorted(set(cuts)), len(events)]
+    epochs = [events[a:b] for a, b in itertools.pairwise(bounds)] + [None]
+    s1 = s2 = None
+    in1 = out1 = in2 = out2 = NO_WM
+    max_et, seq, late, out = NO_WM, 0, 0, []
+    for chunk in epochs:
+        if chunk is None:
+            src_wm = MAX_WATERMARK  # end of input
+            chunk = []
+        else:
+            max_et = max([max_et, *(t for _, t, _ in chunk)])
+            src_wm = max(in1, max_et - delay)
+        counted = [(k, t, 1) for k, t, keep in chunk if keep]  # the filter before window 1
+        s1, r1, l1 = process_epoch(s1, events_table(counted, seq), in1, src_wm, first)
+        seq += len(counted)
+        new_out1 = output_watermark(out1, src_wm, s1, first)
+        finals = [r for r in r1.to_pylist() if r["emit"] == "final"]
+        feed = [(r["k"], r["window_start"], r["n"]) for r in finals]
+        s2, r2, l2 = process_epoch(s2, events_table(feed, seq), in2, new_out1, SECOND)
+        seq += len(feed)
+        out2 = output_watermark(out2, new_out1, s2, SECOND)
+        late += l1.num_rows + l2.num_rows
+        out += [(r["k"], r["window_start"], r["best"], r["windows"]) for r in r2.to_pylist()
+                if r["emit"] == "final"]
+        in1, out1, in2 = src_wm, new_out1, new_out1
+    return sorted(out), late
+
+
+def oracle(events: list[tuple[str, int, bool]], first: WindowSpec) -> list[tuple]:
+    """pandas: window 1 counts over the kept events, then max / count per 20 ms of window start."""
+    df = pd.DataFrame([(k, t) for k, t, keep in events if keep], columns=["k", "t"])
+    if df.empty:
+        return []
+    a = first.assigner
+    if isinstance(a, SessionWindows):
+        rows = []
+        for k, g in df.sort_values("t").groupby("k"):
+            start = end = None
+            n = 0
+            for t in g["t"]:
+                if start is not None and t < end:  # overlaps the open session: merge
+                    end, n = max(end, t + a.gap_ms), n + 1
+                else:
+                    if start is not None:
+                        rows.append((k, start, n))
+                    start, end, n = t, t + a.gap_ms, 1
+            rows.append((k, start, n))
+        w1 = pd.DataFrame(rows, columns=["k", "start", "n"])
+    else:
+        size = a.size_ms
+        slide = a.slide_ms if isinstance(a, SlidingWindows) else size
+        parts = []
+        for j in range(-(-size // slide)):
+            s = df["t"] - df["t"] % slide - j * slide
+            parts.append(pd.DataFrame({"k": df["k"], "start": s})[df["t"] - s < size])
+        w1 = pd.concat(parts).groupby(["k", "start"]).size().rename("n").reset_index()
+    w1["w2"] = w1["start"] - w1["start"] % 20
+    w2 = w1.groupby(["k", "w2"]).agg(best=("n", "max"), windows=("n", "size")).reset_index()
+    return sorted((r.k, int(r.w2), int(r.best), int(r.windows)) for r in w2.itertuples())
+
+
+FIRST_WINDOWS = [
+    WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),)),
+    WindowSpec(SlidingWindows(30, 10), 0, "k", (("n", agg.count()),)),
+    WindowSpec(SlidingWindows(25, 10), 0, "k", (("n", agg.count()),)),
+    WindowSpec(SessionWindows(7), 0, "k", (("n", agg.count()),)),
+]
+
+
+def test_filtered_gap_then_sliding_window_is_not_late_downstream():
+    """The bug: filtered events move the watermark while no window is open (hand transcript).
+
+    Epoch 0: only filtered events, the source watermark goes to 100. Epoch 1: an on-time
+    event at 105 opens sliding windows [80,110), [90,120) and [100,130). The first
+    window's output watermark must have stayed at 80 (the earliest start an event at
+    >= 100 can create), not 100: else window 2 routes the [80,110) result to late.
+    """
+    first = FIRST_WINDOWS[1]
+    events = [("a", 50, False), ("a", 100, False), ("a", 105, True)]
+    got, late = run_chain(events, [2], 0, first)
+    assert late == 0
+    assert got == [("a", 80, 1, 2), ("a", 100, 1, 1)] == oracle(events, first)
+
+
+@pytest.mark.parametrize("t, assigner, start", [
+    (105, TumblingWindows(10), 100), (-1, TumblingWindows(10), -10), (100, TumblingWindows(10), 100),
+    (105, SlidingWindows(30, 10), 80), (100, SlidingWindows(30, 10), 80), (99, SlidingWindows(25, 10), 80),
+    (105, SessionWindows(7), 105),
+])
+def test_earliest_start_by_hand(t, assigner, start):
+    assert earliest_start(t, assigner) == start
+
+
+def test_output_watermark_holds_without_open_windows_and_releases_at_end():
+    spec = FIRST_WINDOWS[1]
+    assert output_watermark(NO_WM, 100, None, spec) == 80
+    assert output_watermark(90, 100, None, spec) == 90  # never goes back
+    assert output_watermark(80, MAX_WATERMARK, None, spec) == MAX_WATERMARK
+    assert output_watermark(NO_WM, NO_WM, None, spec) == NO_WM
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.sampled_from([0, 1, 3, 7, 12, 25, 40]), st.sampled_from("ab"), st.booleans()),
+                   min_size=1,
+                   max_size=40),
+    disorder=st.integers(0, 6),
+    extra_delay=st.integers(0, 10),
+    cuts=st.lists(st.integers(0, 40), max_size=10),
+    which=st.integers(0, len(FIRST_WINDOWS) - 1),
+    data=st.data(),
+)
+def test_any_epoch_split_and_delay_gives_the_batch_result(steps, disorder, extra_delay, cuts, which, data):
+    """Events ``disorder`` ms out of order at most; delay >= disorder: no source event is late."""
+    t, events = 1000, []
+    for gap, k, keep in steps:
+        t += gap
+        shift = data.draw(st.integers(0, disorder))
+        events.append((k, t - shift, keep))
+    first = FIRST_WINDOWS[which]
+    got, late = run_chain(events, [c for c in cuts if c <= len(events)], disorder + extra_delay, first)
+    assert late == 0
+    assert got == oracle(events, first)
