@@ -8,12 +8,18 @@ flow reads its epochs from the log, and an epoch's events are deleted from it on
 after the epoch committed (``commit(end)``), so an acknowledged event is in a result,
 in the dead-letter output, or still in the log — across crashes and restarts too.
 
-Answers: ``400`` for a body that is not JSON or not an object / array of objects
-(nothing stored); ``401`` when a token is configured and the request lacks
-``Authorization: Bearer <token>``; ``413`` for a body over :data:`MAX_BODY_BYTES`;
-``503`` with ``Retry-After`` (seconds) while a sink's circuit breaker is open (until
-its next probe), while the flow or this source is paused or stopping (contraflow,
-SPEC §5, §7), or when the log cannot be written.
+Answers (nothing is stored unless 202): ``401`` when a token is configured and the
+request lacks ``Authorization: Bearer <token>``; ``503`` with ``Retry-After`` (seconds)
+only for a transient condition: a sink's circuit breaker is open (until its next
+probe), the flow or this source is paused or stopping (contraflow, SPEC §5, §7), or
+the log cannot be written now; ``413`` for a body over ``max_body_bytes``, refused
+from its ``Content-Length`` before it is read, or while a chunked body is read, before
+more than the limit is held; ``400`` for a permanently bad body (not UTF-8, not JSON,
+not an object / array of objects, a lone surrogate escape, a number out of range),
+naming every bad item once (see :mod:`wire.connectors.http_ingest_server`).
+
+A non-loopback ``host`` (e.g. ``0.0.0.0``) is refused unless ``allow_remote=True`` and
+a ``token`` are given: anyone who reaches the port could write events.
 
 The server (uvicorn in a daemon thread, once per process and address) runs in Spark's
 planner process on the driver host: it starts at the reader's first planner call and
@@ -75,7 +81,7 @@ from wire.connectors.watermarks import (
 )
 from wire.errors import ConfigError, WireError
 from wire.runtime import envelope
-from wire.runtime.control import is_paused
+from wire.runtime.control import check_bind, is_paused
 
 __all__ = [
     "DATA_SOURCE_NAME",
@@ -117,6 +123,8 @@ class HttpIngestSource(SchemaDataclassDict):
     token: str | None = field(default=None, repr=False)
     idle_timeout: int | None = None
     watermark_interval: int = 200
+    max_body_bytes: int = MAX_BODY_BYTES
+    allow_remote: bool = False
     bounded: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +142,10 @@ class HttpIngestSource(SchemaDataclassDict):
             raise ConfigError("schema", self.schema, "a non-empty pyarrow.Schema of the events' fields")
         if self.token is not None and (not isinstance(self.token, str) or not self.token):
             raise ConfigError("token", "<hidden>", "None or a non-empty string")
+        check_bind(self.host, token=self.token, allow_remote=self.allow_remote, server="HTTP ingest")
+        limit = self.max_body_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError("max_body_bytes", limit, "a positive int (bytes), e.g. 16 * 1024 * 1024")
         if self.idle_timeout is not None:
             idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
             object.__setattr__(self, "idle_timeout", idle)
@@ -183,6 +195,8 @@ def http_ingest(
     token: str | None = None,
     idle_timeout: Duration | None = None,
     watermark_interval: Duration = 200,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    allow_remote: bool = False,
 ) -> HttpIngestSource:
     """Receive events over HTTP (``POST``), stored in a write-ahead log before they are acknowledged.
 
@@ -194,7 +208,9 @@ def http_ingest(
     epoch, and deletes them from the log once their epoch committed. Events whose
     fields do not convert to the schema, or without a usable event time, go to the
     step's ``dead_letter`` port (location ``wal:<seq>``). While the flow is paused or
-    a sink's circuit breaker is open the endpoint answers ``503`` with ``Retry-After``.
+    a sink's circuit breaker is open the endpoint answers ``503`` with ``Retry-After``;
+    a permanently bad body (not UTF-8 JSON objects) is answered ``400`` naming each bad
+    item, a body over ``max_body_bytes`` ``413``, and nothing of either is stored.
     State: the log (``wal_dir``) holds the events not yet committed; the read position
     lives in the offsets. See :mod:`wire.connectors.http_ingest` for every answer.
 
@@ -208,16 +224,26 @@ def http_ingest(
     schema:
         The events' fields.
     host:
-        Address to bind; the default accepts local clients only.
+        Address to bind; the default accepts local clients only. A non-loopback
+        address (anything but ``localhost``, ``127.0.0.0/8`` and ``::1``, e.g.
+        ``0.0.0.0``) needs ``allow_remote=True`` and a ``token``.
     path:
         URL path of the endpoint.
     token:
         When set, requests need ``Authorization: Bearer <token>`` (else ``401``).
+        Required with a non-loopback ``host``.
     idle_timeout:
         Processing time without new events after which the watermark advances with
         processing time (so windows close without new data). None: only events move it.
     watermark_interval:
         Minimum processing time between two epochs that only advance the watermark.
+    max_body_bytes:
+        Largest request body accepted, in bytes (default 16 MiB). A larger one is
+        answered ``413`` before it is read (``Content-Length``) or as soon as a chunked
+        body passes it; the server never holds more than this of one body.
+    allow_remote:
+        Must be True to bind a non-loopback ``host`` (reachable from other machines);
+        with a ``token`` only.
 
     Returns
     -------
@@ -227,7 +253,9 @@ def http_ingest(
     Raises
     ------
     ConfigError
-        On an invalid port, host, path, directory, schema, token or duration.
+        On an invalid port, host, path, directory, schema, token, duration or
+        ``max_body_bytes``; on a non-loopback ``host`` without ``allow_remote=True``
+        (parameter ``allow_remote``) or without a token (parameter ``token``).
 
     Examples
     --------
@@ -236,7 +264,8 @@ def http_ingest(
     >>> src.bounded, src.path, src.host
     (False, '/events', '127.0.0.1')
     """
-    return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval)
+    return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval,
+                            max_body_bytes, allow_remote)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,25 @@
-"""The HTTP side of :mod:`wire.connectors.http_ingest`: the endpoint and its server thread.
+r"""The HTTP side of :mod:`wire.connectors.http_ingest`: the endpoint and its server thread.
 
 ``POST <path>`` appends the events to the write-ahead log and answers 202 once they
-are durable; 503 with ``Retry-After`` while the flow is paused or a sink's breaker is
-open (SPEC §7); 400 for a body that is not JSON objects; 401 without the token. One
-uvicorn server runs per planner process and address, in a daemon thread.
+are durable. Refusals, checked in this order, store nothing:
+
+* 401 without the token (when one is configured);
+* 503 with ``Retry-After`` while the flow is paused or stopping or a sink's breaker is
+  open (SPEC §7): transient, the client retries the same body;
+* 413 for a body over ``max_body_bytes``: from ``Content-Length`` before any of the
+  body is read, and for a chunked body as soon as the bytes read pass the limit (the
+  rest is not read; never more than the limit is held);
+* 400 for a permanently bad body: ``Content-Length`` not a number, not UTF-8, not JSON,
+  a number out of the float64 range, nesting too deep, not an object or an array of
+  objects, or a string holding a lone UTF-16 surrogate (``"\ud800"``, which no UTF-8
+  text can carry). The answer is ``{"error": ..., "errors": [{"item": i, "reason":
+  ...}]}`` with one entry per bad item of an array (``item`` null for the body as a
+  whole); a batch with a bad item is refused whole, the client resends it without;
+* 503 with ``Retry-After`` when the log cannot be written now (SQLite busy, disk full).
+
+Fields that do not fit the source's schema are not checked here: such an event is
+stored and becomes a dead letter of the flow (location ``wal:<seq>``). One uvicorn
+server runs per planner process and address, in a daemon thread.
 """
 
 from __future__ import annotations
@@ -13,6 +29,7 @@ import hmac
 import json
 import math
 import socket
+import sqlite3
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -30,7 +47,7 @@ if TYPE_CHECKING:
     from wire.connectors.http_ingest import IngestBinding
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-"""Largest accepted request body; a larger one is answered 413."""
+"""Default largest accepted request body (bytes, 16 MiB); a larger one is answered 413."""
 PAUSED_RETRY_AFTER_S = 5
 """``Retry-After`` (s) while the flow is paused or stopping, or the log cannot be written."""
 
@@ -63,25 +80,112 @@ class _Gate:
         return None
 
 
+class BodyError(ValueError):
+    """A request body that will never be accepted (answered 400).
+
+    ``errors`` lists ``(item, reason)``: the index of each bad item of an array, or
+    None when the body as a whole is bad.
+    """
+
+    def __init__(self, errors: list[tuple[int | None, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(reason if i is None else f"item {i}: {reason}" for i, reason in errors))
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:40]} out of range for a float64")
+    return value
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_body(body: bytes) -> list[str]:
-    """The events of a request body as compact JSON object texts.
+    """The events of a request body as compact JSON object texts (UTF-8 encodable).
+
+    The body must be UTF-8 (RFC 8259; a leading byte order mark is ignored) holding
+    one JSON object or an array of objects.
 
     Raises
     ------
-    ValueError
-        When the body is not JSON, or not an object or an array of objects.
+    BodyError
+        (a ValueError) When the body is not UTF-8 or not JSON, a number overflows a
+        float64, the nesting is too deep, or an item is not an object or holds a lone
+        surrogate escape; ``errors`` names every bad item once.
     """
-
-    def reject_constant(name: str) -> None:
-        raise ValueError(f"{name} is not valid JSON")
-
-    doc = json.loads(body, parse_constant=reject_constant)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BodyError([(None, f"not valid UTF-8 (byte {e.start}: {e.reason})")]) from e
+    try:
+        doc = json.loads(text.removeprefix("\ufeff"), parse_constant=_reject_constant,
+                         parse_float=_finite)
+    except RecursionError as e:
+        raise BodyError([(None, "JSON nested too deeply")]) from e
+    except ValueError as e:
+        raise BodyError([(None, f"not JSON: {e}")]) from e
     items = doc if isinstance(doc, list) else [doc]
+    events: list[str] = []
+    errors: list[tuple[int | None, str]] = []
     for i, item in enumerate(items):
+        where = i if isinstance(doc, list) else None
         if not isinstance(item, dict):
-            where = f"item {i}" if isinstance(doc, list) else "body"
-            raise ValueError(f"{where}: expected a JSON object, got {type(item).__name__}")
-    return [json.dumps(item, separators=(",", ":"), ensure_ascii=False) for item in items]
+            errors.append((where, f"expected a JSON object, got {type(item).__name__}"))
+            continue
+        try:
+            event = json.dumps(item, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            event.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = event[e.start:e.end].encode("unicode_escape").decode("ascii")
+            errors.append((where, f"lone surrogate {bad} in a string (not valid Unicode)"))
+            continue
+        except RecursionError:
+            errors.append((where, "JSON nested too deeply"))
+            continue
+        events.append(event)
+    if errors:
+        raise BodyError(errors)
+    return events
+
+
+class _Refusal(Exception):
+    """A request answered with ``status`` and nothing stored."""
+
+    def __init__(self, status: int, message: str, errors: list[tuple[int | None, str]] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.errors = status, message, errors
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (413) before it is read past ``limit`` bytes.
+
+    A ``Content-Length`` over the limit is refused before any byte is read; a body
+    without one (chunked) is read chunk by chunk and refused at the first chunk that
+    would take it over the limit, so at most ``limit`` bytes are ever held.
+    """
+    over = f"body over the limit of {limit} bytes (max_body_bytes)"
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise _Refusal(400, f"invalid Content-Length {declared[:40]!r}")
+        if int(declared) > limit:
+            raise _Refusal(413, f"{over}: Content-Length is {int(declared)}")
+    body = bytearray()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > limit:
+            raise _Refusal(413, over)
+        body += chunk
+    return bytes(body)
+
+
+def _answer(refusal: _Refusal, headers: dict[str, str] | None = None) -> JSONResponse:
+    doc: dict[str, object] = {"error": refusal.message}
+    if refusal.errors is not None:
+        doc["errors"] = [{"item": i, "reason": reason} for i, reason in refusal.errors]
+    return JSONResponse(doc, status_code=refusal.status, headers=headers)
 
 
 def create_app(gate: _Gate) -> FastAPI:
@@ -94,16 +198,17 @@ def create_app(gate: _Gate) -> FastAPI:
         if refused is not None:
             status, headers, message = refused
             return JSONResponse({"error": message}, status_code=status, headers=headers)
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return JSONResponse({"error": f"body over {MAX_BODY_BYTES} bytes"}, status_code=413)
         try:
-            events = parse_body(body)
-        except (ValueError, RecursionError) as e:
-            return JSONResponse({"error": f"invalid body: {e}"}, status_code=400)
+            body = await read_body(request, gate.binding.source.max_body_bytes)
+            try:
+                events = parse_body(body)
+            except BodyError as e:
+                raise _Refusal(400, f"invalid body: {e}", e.errors) from e
+        except _Refusal as refusal:
+            return _answer(refusal)
         try:
             first, last = await run_in_threadpool(gate.wal.append, events)
-        except Exception as e:  # nothing stored (rolled back): the client retries
+        except (sqlite3.Error, OSError) as e:  # nothing stored (rolled back): the client retries
             headers = {"Retry-After": str(PAUSED_RETRY_AFTER_S)}
             return JSONResponse({"error": f"write-ahead log: {e}"}, status_code=503, headers=headers)
         seq = [first, last] if events else None

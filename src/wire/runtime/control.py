@@ -14,14 +14,21 @@ epoch runs while the Spark query, its state and its checkpoint stay as they are
 the sources the same way (contraflow, SPEC §7) and is recorded under ``breakers``
 (kept apart from ``paused`` so that closing a breaker never resumes a flow a user
 paused). Writes are atomic (rename).
+
+:func:`check_bind` is the rule the two servers a flow may open (the HTTP ingest, the
+REST control plane) share: a loopback address needs nothing; any other address needs
+a token and an explicit ``allow_remote=True``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from wire.errors import ConfigError
 
 CONTROL_FILE = "control.json"
 
@@ -96,3 +103,46 @@ def set_breaker(
 def open_breakers(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     """The open circuit breakers: sink step → ``{"open": True, "retry_at": ...}``."""
     return dict(read_control(path).get("breakers", {}))
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is ``localhost`` or a loopback IP address (``127.0.0.0/8``, ``::1``).
+
+    Any other name, and the wildcard addresses ``0.0.0.0`` and ``::``, count as remote:
+    a name is not resolved (what it resolves to may change).
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def check_bind(host: str, *, token: str | None, allow_remote: bool, server: str) -> None:
+    """Refuse to bind ``server`` to a non-loopback ``host`` without a token and ``allow_remote``.
+
+    Raises
+    ------
+    ConfigError
+        On ``allow_remote`` not a bool; for a non-loopback ``host``: ``allow_remote``
+        not True, or ``token`` None (named in the error, with the accepted values).
+    """
+    if not isinstance(allow_remote, bool):
+        raise ConfigError("allow_remote", allow_remote, "True or False")
+    if is_loopback(host):
+        return
+    if not allow_remote:
+        raise ConfigError(
+            "allow_remote", allow_remote,
+            f"True, to bind the {server} to the non-loopback host {host!r} (reachable from other "
+            "machines; a token is required too), or a loopback host such as '127.0.0.1'",
+        )
+    if token is None:
+        raise ConfigError(
+            "token", token,
+            f"a non-empty string: the {server} bound to the non-loopback host {host!r} requires "
+            "'Authorization: Bearer <token>' on every request",
+        )

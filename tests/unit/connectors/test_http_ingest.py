@@ -1,3 +1,4 @@
+import contextlib
 import json
 import socket
 import time
@@ -342,3 +343,166 @@ def test_config_is_validated_and_serializable(tmp_path):
         IngestBinding("s", src, "nope", 0, 5, 2)
     with pytest.raises(ConfigError, match="max_events_per_epoch"):
         IngestBinding("s", src, "t", 0, 0, 2)
+
+
+# -- refusals: body limit, permanently bad bodies, transient failures, remote binds -------------
+
+
+def raw_exchange(reader, head: bytes, chunks=(), *, timeout=5.0) -> bytes:
+    """Send a request head, then ``chunks`` while the server has not answered; return the answer."""
+    src = reader._binding.source
+    with socket.create_connection((src.host, src.port), timeout=timeout) as s:
+        s.sendall(head)
+        s.settimeout(0.2)
+        answer = b""
+        for chunk in chunks:
+            with contextlib.suppress(TimeoutError):
+                answer = s.recv(65536)
+            if answer:
+                break
+            try:
+                s.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        s.settimeout(timeout)
+        while not complete(answer):
+            more = s.recv(65536)
+            if not more:
+                break
+            answer += more
+        return answer
+
+
+def complete(answer: bytes) -> bool:
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    length = [int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+              if line.startswith(b"content-length:")]
+    return bool(sep) and len(body) >= (length[0] if length else 0)
+
+
+def head(reader, extra: str) -> bytes:
+    src = reader._binding.source
+    return (f"POST {src.path} HTTP/1.1\r\nHost: {src.host}\r\nContent-Type: application/json\r\n"
+            f"{extra}\r\n").encode()
+
+
+def test_a_declared_body_over_the_limit_is_413_before_any_byte_is_read(open_reader):
+    from wire.connectors.http_ingest import MAX_BODY_BYTES
+
+    reader = open_reader()
+    reader.initialOffset()
+    # no body is ever sent: the answer can only come from the Content-Length header
+    answer = raw_exchange(reader, head(reader, f"Content-Length: {MAX_BODY_BYTES + 1}\r\n"))
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert f"over the limit of {MAX_BODY_BYTES} bytes".encode() in answer
+    assert reader.wal.max_seq() == 0
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(open_reader):
+    reader = open_reader(max_body_bytes=1000)
+    reader.initialOffset()
+    chunk = b"190\r\n" + b" " * 400 + b"\r\n"  # 400 bytes per chunk, forever
+    answer = raw_exchange(reader, head(reader, "Transfer-Encoding: chunked\r\n"), [chunk] * 10_000)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert b"over the limit of 1000 bytes" in answer
+    ok = post(reader, [{"t": 1, "k": "x" * 900}])  # 915 bytes: under the limit
+    assert ok.status_code == 202, ok.text
+
+
+def test_the_endpoint_stops_reading_a_streamed_body_at_the_limit(open_reader):
+    import asyncio
+
+    from wire.connectors.http_ingest_server import _Gate, create_app
+
+    reader = open_reader(max_body_bytes=1000)
+    app = create_app(_Gate(reader._binding, reader.wal))
+    pulled, sent = [], []
+
+    async def receive():
+        pulled.append(300)
+        return {"type": "http.request", "body": b" " * 300, "more_body": len(pulled) < 100}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/events", "raw_path": b"/events", "query_string": b"",
+             "root_path": "", "headers": [(b"transfer-encoding", b"chunked")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 413
+    assert sum(pulled) <= 1000 + 300  # it never held more than the limit: 4 messages, not 100
+    assert reader.wal.max_seq() == 0
+
+
+@pytest.mark.parametrize("body, reason", [
+    (rb'{"t": 1, "k": "\ud800"}', "lone surrogate"),
+    (rb'[{"t": 1}, {"k": "a\udfffb"}]', "item 1: lone surrogate"),
+    (b'{"t": 1, "k": "\xed\xa0\x80"}', "not valid UTF-8"),
+    (b'{"t": 1, "k": "\xff"}', "not valid UTF-8"),
+    ('{"t": 1}'.encode("utf-16"), "not valid UTF-8"),
+    (b'{"t": 1e999}', "out of range"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested"),
+])
+def test_a_permanently_bad_body_is_400_with_its_reason_never_503(open_reader, body, reason):
+    reader = open_reader()
+    reader.initialOffset()
+    r = post(reader, body)
+    assert r.status_code == 400, r.text
+    assert "Retry-After" not in r.headers
+    assert reason in r.json()["error"]
+    assert reader.wal.max_seq() == 0
+
+
+def test_every_bad_item_of_a_batch_is_reported_once_and_nothing_is_stored(open_reader):
+    reader = open_reader()
+    reader.initialOffset()
+    r = post(reader, rb'[{"t": 1}, 2, {"t": 3}, {"k": "\ud800"}, [5]]')
+    assert r.status_code == 400
+    errors = r.json()["errors"]
+    assert [e["item"] for e in errors] == [1, 3, 4]
+    assert "expected a JSON object, got int" in errors[0]["reason"]
+    assert "lone surrogate" in errors[1]["reason"]
+    assert reader.wal.max_seq() == 0
+
+
+def test_only_a_transient_log_failure_is_503(open_reader, monkeypatch):
+    import sqlite3
+
+    reader = open_reader()
+    reader.initialOffset()
+
+    def full(events):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(reader.wal, "append", full)
+    r = post(reader, {"t": 1})
+    assert r.status_code == 503 and r.headers["Retry-After"] == str(PAUSED_RETRY_AFTER_S)
+    assert "disk is full" in r.json()["error"]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "ingest.example.com"])
+def test_a_non_loopback_host_needs_a_token_and_allow_remote(tmp_path, host):
+    kw = {"port": 8080, "wal_dir": str(tmp_path), "schema": SCHEMA, "host": host}
+    with pytest.raises(ConfigError, match="allow_remote") as e:
+        http_ingest(**kw)
+    assert "True" in str(e.value) and host in str(e.value)
+    with pytest.raises(ConfigError, match="allow_remote"):
+        http_ingest(**kw, token="s3cret")
+    with pytest.raises(ConfigError, match="token"):
+        http_ingest(**kw, allow_remote=True)
+    src = http_ingest(**kw, token="s3cret", allow_remote=True)
+    assert src.host == host and src.allow_remote
+    assert HttpIngestSource.from_dict(json.loads(json.dumps(src.to_dict()))) == src
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.5", "::1", "localhost", "::ffff:127.0.0.1"])
+def test_a_loopback_host_needs_neither(tmp_path, host):
+    src = http_ingest(port=8080, wal_dir=str(tmp_path), schema=SCHEMA, host=host)
+    assert src.host == host and src.token is None
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "1MB"])
+def test_max_body_bytes_is_validated(tmp_path, value):
+    with pytest.raises(ConfigError, match="max_body_bytes"):
+        http_ingest(port=8080, wal_dir=str(tmp_path), schema=SCHEMA, max_body_bytes=value)
