@@ -41,16 +41,23 @@ def _request(
     )
 
 
-def status(url: str, flow_id: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+def status(
+    url: str, flow_id: str | None = None, *, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Any:
     """Every flow's summary (a list), or one flow's full status (a dict) when ``flow_id`` is given.
+
+    ``token`` is sent as ``Authorization: Bearer <token>`` when given: a control plane
+    bound to a non-loopback address requires it on reads too (on loopback it is not
+    needed).
 
     Raises
     ------
     ControlPlaneError
-        On no answer or an HTTP error (404: no such flow).
+        On no answer or an HTTP error (401: missing or wrong token on a remote plane,
+        404: no such flow).
     """
     path = "/v1/flows" if flow_id is None else "/v1/flows/" + _path(flow_id)
-    return _request("GET", url, path, timeout_s=timeout_s)
+    return _request("GET", url, path, token=token, timeout_s=timeout_s)
 
 
 def _set(url: str, token: str, flow_id: str, connector: str | None, value: str, timeout_s: float) -> Any:

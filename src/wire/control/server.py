@@ -24,9 +24,12 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
 * ``GET /metrics``: Prometheus text format (:mod:`wire.control.metrics`).
 
 Authentication: every state-changing call (``PATCH``) needs ``Authorization: Bearer
-<token>``; a missing or wrong token answers 401 and changes nothing. Reads (``GET``)
-are open: they reveal counters and watermarks, never data, and the server listens on
-the loopback interface unless told otherwise.
+<token>``; a missing or wrong token answers 401 and changes nothing. On the loopback
+interface (the default) reads (``GET /v1/...``, ``/metrics``) are open: they reveal
+counters and watermarks, never data. Binding any other address (e.g. ``0.0.0.0``)
+needs ``allow_remote=True`` and an explicit ``token``, and then every read needs the
+token too (Prometheus: ``authorization: {credentials: <token>}`` in the scrape config).
+The OpenAPI schema and the docs page stay open: they describe the routes, no flow.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from wire.control.metrics import FlowCollector
 from wire.control.models import ErrorBody, FlowStatus, FlowSummary, StatusChange
 from wire.control.status import FlowHandle, RateMeter, source_steps, status_of, summary_of
 from wire.errors import ConfigError, WireError
-from wire.runtime.control import set_paused
+from wire.runtime.control import check_bind, is_loopback, set_paused
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -71,17 +74,25 @@ class ControlPlane:
         Flows to register at once, by id (the id used in the URLs), e.g.
         ``{running.flow_id: running}``; more can be added with :meth:`add`.
     host:
-        Interface to bind; default the loopback ``127.0.0.1``.
+        Interface to bind; default the loopback ``127.0.0.1``. A non-loopback address
+        (anything but ``localhost``, ``127.0.0.0/8`` and ``::1``, e.g. ``0.0.0.0``)
+        needs ``allow_remote=True`` and an explicit ``token``; the ``GET`` routes then
+        need the token too.
     port:
         TCP port; ``0`` (default) picks a free one (see :attr:`url` after :meth:`start`).
     token:
-        Bearer token required by every ``PATCH``; ``None`` generates a random one
-        (``secrets.token_urlsafe(32)``), printed once by :meth:`start`.
+        Bearer token required by every ``PATCH`` (and, bound remotely, every ``GET``);
+        ``None`` generates a random one (``secrets.token_urlsafe(32)``), printed once by
+        :meth:`start` (loopback only).
+    allow_remote:
+        Must be True to bind a non-loopback ``host``; False (default) refuses it.
 
     Raises
     ------
     ConfigError
-        On an empty token or a port out of range.
+        On an empty host or token, a port out of range, ``allow_remote`` not a bool;
+        on a non-loopback ``host`` without ``allow_remote=True`` (parameter
+        ``allow_remote``) or without an explicit token (parameter ``token``).
     """
 
     def __init__(
@@ -91,13 +102,19 @@ class ControlPlane:
         host: str = DEFAULT_HOST,
         port: int = 0,
         token: str | None = None,
+        allow_remote: bool = False,
     ) -> None:
         if token is not None and (not isinstance(token, str) or not token.strip()):
-            raise ConfigError("token", token, "None (generate one) or a non-empty string")
+            raise ConfigError("token", "<hidden>", "None (generate one) or a non-empty string")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError("port", port, "an int between 0 and 65535")
+        if not isinstance(host, str) or not host:
+            raise ConfigError("host", host, "a host name or IP address, e.g. '127.0.0.1'")
+        check_bind(host, token=token, allow_remote=allow_remote, server="control plane")
         self.host = host
         self.port = port
+        self.remote = not is_loopback(host)
+        """True when bound to a non-loopback address: the ``GET`` routes need the token."""
         self._token_generated = token is None
         self.token: str = token if token is not None else secrets.token_urlsafe(32)
         self._flows: dict[str, FlowHandle] = {}
@@ -224,7 +241,9 @@ def create_app(plane: ControlPlane) -> FastAPI:
         title="Wire control plane",
         version="1",
         description="Status, pause / resume and metrics of running Wire flows. "
-        "PATCH calls need `Authorization: Bearer <token>`; GET calls are open.",
+        "PATCH calls need `Authorization: Bearer <token>`; "
+        + ("so do GET calls (the plane is bound to a non-loopback address)." if plane.remote
+           else "GET calls are open (the plane listens on loopback)."),
     )
 
     def authorized(
@@ -232,30 +251,37 @@ def create_app(plane: ControlPlane) -> FastAPI:
     ) -> None:
         plane.check_token(credentials)
 
+    reads = [Depends(authorized)] if plane.remote else []
+    read_errors: dict[int | str, dict[str, Any]] = (
+        {401: {"model": ErrorBody, "description": "missing or wrong bearer token"}} if plane.remote else {}
+    )
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         # FastAPI decodes a JSON body before it runs dependencies: answer 401, not 422,
         # to an unauthenticated state-changing call whatever its body.
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
+        if plane.remote or request.method not in ("GET", "HEAD", "OPTIONS"):
             try:
                 plane.check_token(await _bearer(request))
             except HTTPException as e:
                 return JSONResponse({"detail": e.detail}, status_code=e.status_code, headers=e.headers)
         return await request_validation_exception_handler(request, exc)
 
-    not_found: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}}
+    not_found: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, **read_errors}
     changes: dict[int | str, dict[str, Any]] = {
         401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
         404: {"model": ErrorBody},
         409: {"model": ErrorBody, "description": "the flow is stopped"},
     }
 
-    @app.get("/v1/flows", response_model=list[FlowSummary], tags=["flows"])
+    @app.get("/v1/flows", response_model=list[FlowSummary], responses=read_errors, tags=["flows"],
+             dependencies=reads)
     def list_flows() -> list[FlowSummary]:
         """Every registered flow: id, status, epochs, input events."""
         return [summary_of(fid, flow) for fid, flow in sorted(plane.flows().items())]
 
-    @app.get("/v1/flows/{flow_id}", response_model=FlowStatus, responses=not_found, tags=["flows"])
+    @app.get("/v1/flows/{flow_id}", response_model=FlowStatus, responses=not_found, tags=["flows"],
+             dependencies=reads)
     def get_flow(flow_id: FlowId) -> FlowStatus:
         """One flow's status, throughput, watermarks, late counts, sources and breakers."""
         flow, rate = plane.get(flow_id)
@@ -289,8 +315,9 @@ def create_app(plane: ControlPlane) -> FastAPI:
         """Pause or resume one source step; the flow's other sources keep running."""
         return change(flow_id, connector, body)
 
-    @app.get("/metrics", tags=["metrics"], response_class=Response,
-             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}})
+    @app.get("/metrics", tags=["metrics"], response_class=Response, dependencies=reads,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"},
+                        **read_errors})
     def metrics() -> Response:
         """Prometheus text exposition of every registered flow's metrics."""
         return Response(generate_latest(plane.registry), media_type=CONTENT_TYPE_LATEST)

@@ -319,3 +319,44 @@ def test_registration_and_config_errors(tmp_path, flow):
         ControlPlane(token="")
     with pytest.raises(wire.ConfigError, match="port"):
         ControlPlane(port=70000)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "ctl.example.com"])
+def test_a_non_loopback_host_needs_an_explicit_token_and_allow_remote(flow, host):
+    with pytest.raises(wire.ConfigError, match="allow_remote") as e:
+        ControlPlane({"orders": flow}, host=host)
+    assert "True" in str(e.value) and host in str(e.value)
+    with pytest.raises(wire.ConfigError, match="allow_remote"):
+        ControlPlane({"orders": flow}, host=host, token=TOKEN)
+    with pytest.raises(wire.ConfigError, match="token"):  # a generated token is not enough
+        ControlPlane({"orders": flow}, host=host, allow_remote=True)
+    plane = ControlPlane({"orders": flow}, host=host, token=TOKEN, allow_remote=True)
+    assert plane.host == host and plane.remote
+
+
+def test_loopback_hosts_keep_open_reads(flow):
+    for host in ("127.0.0.1", "::1", "localhost"):
+        plane = ControlPlane({"orders": flow}, host=host)
+        assert not plane.remote
+
+
+def test_bound_remote_every_read_needs_the_token(flow):
+    plane = ControlPlane({"orders": flow}, host="0.0.0.0", token=TOKEN, allow_remote=True)
+    url = plane.start()
+    try:
+        base = url.replace("0.0.0.0", "127.0.0.1")
+        for path in ("/v1/flows", "/v1/flows/orders", "/metrics"):
+            r = httpx.get(base + path, timeout=10)
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer", path
+            wrong = {"Authorization": "Bearer nope"}
+            assert httpx.get(base + path, headers=wrong, timeout=10).status_code == 401
+            assert httpx.get(base + path, headers=AUTH, timeout=10).status_code == 200, path
+        with pytest.raises(ControlPlaneError) as e:
+            client.status(base)
+        assert e.value.status_code == 401
+        assert client.status(base, token=TOKEN)[0]["id"] == "orders"
+        assert client.status(base, "orders", token=TOKEN)["id"] == "orders"
+        schema = httpx.get(base + "/openapi.json", timeout=10).json()
+        assert "security" in schema["paths"]["/v1/flows/{flow_id}"]["get"]
+    finally:
+        plane.stop()
