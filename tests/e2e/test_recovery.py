@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import wire
 from wire.cli.main import app
-from wire.runtime.checkpoint import epochs_settled, list_epochs
+from wire.runtime.checkpoint import epochs_settled, list_epochs, open_checkpoint
 
 pytestmark = pytest.mark.spark
 
@@ -101,6 +101,10 @@ def test_graceful_stop_leaves_no_epoch_in_flight(spark, tmp_path):
 
 def test_cli_pause_resume_and_errors(tmp_path):
     runner = CliRunner()
+    not_yet = runner.invoke(app, ["pause", str(tmp_path)])  # no flow ever started there
+    assert not_yet.exit_code == 1 and "not a Wire checkpoint" in " ".join(not_yet.output.split())
+    assert not (tmp_path / "control.json").exists()
+    open_checkpoint(tmp_path, flow_id="f", key_groups=None)
     assert runner.invoke(app, ["pause", str(tmp_path)]).exit_code == 0
     assert json.loads((tmp_path / "control.json").read_text())["paused"] is True
     assert runner.invoke(app, ["resume", str(tmp_path)]).exit_code == 0

@@ -6,13 +6,15 @@ Commands::
     wire checkpoints DIR
     wire pause DIR [--connector STEP]
     wire resume DIR [--connector STEP]
-    wire status [FLOW_ID] --url URL
+    wire status [FLOW_ID] --url URL [--token TOKEN]
     wire pause FLOW_ID --url URL --token TOKEN [--connector STEP]
     wire resume FLOW_ID --url URL --token TOKEN [--connector STEP]
 
 ``--url`` / ``--token`` talk to a running :class:`wire.control.ControlPlane` (they also
-read ``WIRE_URL`` / ``WIRE_TOKEN``); without ``--url``, pause / resume write the
-control file of the checkpoint directory directly.
+read ``WIRE_URL`` / ``WIRE_TOKEN``); ``status`` needs the token only for a control plane
+bound to a non-loopback address. Without ``--url``, pause / resume write the control
+file of the checkpoint directory directly; a path that is not a Wire checkpoint (no
+``wire.json``: the flow never started there) exits 1 and nothing is created.
 
 ``MODULE:ATTR`` names a :class:`wire.Flow` or a function returning one, e.g.
 ``wire.examples.flights_job:default_flow``.
@@ -32,7 +34,7 @@ from rich.table import Table
 from wire.api.flow import Flow
 from wire.control import client as control_client
 from wire.errors import WireError
-from wire.runtime.checkpoint import finished, list_epochs
+from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint, list_epochs
 from wire.runtime.control import control_path, read_control, set_paused
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Wire: event-time streams on Spark.")
@@ -133,6 +135,10 @@ Token = Annotated[str | None, typer.Option(envvar="WIRE_TOKEN", help="the contro
 def _change(target: str, paused: bool, connector: str | None, url: str | None, token: str | None) -> None:
     verb = "paused" if paused else "resumed"
     if url is None:
+        if not is_checkpoint(target):
+            console.print(f"[red]error:[/red] {target!r} is not a Wire checkpoint (no {META_FILE}); "
+                          "give the checkpoint directory of a flow that has started, or a flow id with --url")
+            raise typer.Exit(1)
         set_paused(control_path(target), paused, connector)
         console.print(f"{verb} {connector or 'flow'} ({target})")
         return
@@ -155,7 +161,11 @@ def pause(
     url: Url = None,
     token: Token = None,
 ) -> None:
-    """Pause a running flow (or one source): no new epochs, state kept."""
+    """Pause a running flow (or one source): no new epochs, state kept.
+
+    Exits 1 when TARGET is not a Wire checkpoint (without --url) or the control plane
+    refuses; 2 when --url is given without a token.
+    """
     _change(target, True, connector, url, token)
 
 
@@ -166,7 +176,7 @@ def resume(
     url: Url = None,
     token: Token = None,
 ) -> None:
-    """Resume a paused flow (or one source)."""
+    """Resume a paused flow (or one source); exits non-zero as ``pause`` does."""
     _change(target, False, connector, url, token)
 
 
@@ -174,10 +184,14 @@ def resume(
 def status(
     url: Annotated[str, typer.Option(envvar="WIRE_URL", help="the control plane's URL")],
     flow_id: Annotated[str | None, typer.Argument(help="one flow's id (default: list every flow)")] = None,
+    token: Token = None,
 ) -> None:
-    """Show the flows of a running control plane, or one flow's watermarks, lag and counts."""
+    """Show the flows of a running control plane, or one flow's watermarks, lag and counts.
+
+    The token is needed only when the plane is bound to a non-loopback address.
+    """
     try:
-        answer = control_client.status(url, flow_id)
+        answer = control_client.status(url, flow_id, token=token or None)
     except WireError as e:
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1) from e

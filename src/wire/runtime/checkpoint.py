@@ -26,6 +26,15 @@ class CheckpointMeta:
     checkpoint_id: str
 
 
+META_FILE = "wire.json"
+"""Wire's metadata file in a checkpoint directory; its presence marks a Wire checkpoint."""
+
+
+def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a Wire checkpoint directory (it holds :data:`META_FILE`)."""
+    return (Path(path) / META_FILE).is_file()
+
+
 def spark_checkpoint(checkpoint: str | os.PathLike[str]) -> str:
     """The directory Spark's checkpoint lives in."""
     return str(Path(checkpoint) / "spark")
@@ -57,7 +66,7 @@ def open_checkpoint(
     """
     root = Path(checkpoint)
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "wire.json"
+    path = root / META_FILE
     if path.exists():
         meta = json.loads(path.read_text())
         if meta["flow_id"] != flow_id:

@@ -2,10 +2,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from wire.cli.main import app
 from wire.control import ControlPlane
+from wire.runtime.checkpoint import open_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "control"))
 from test_server import FakeFlow
@@ -34,7 +36,50 @@ def test_cli(tmp_path):
         assert out.exit_code == 1 and "404" in out.output
         out = r.invoke(app, ["pause", "orders", "--url", plane.url], env={"WIRE_TOKEN": ""})
         assert out.exit_code == 2
-    out = r.invoke(app, ["pause", str(tmp_path / "ck")])
-    assert out.exit_code == 0
     out = r.invoke(app, ["status"])
     assert out.exit_code == 2
+
+
+def test_pause_and_resume_a_checkpoint_directory(tmp_path):
+    ck = tmp_path / "ck"
+    open_checkpoint(ck, flow_id="orders", key_groups=None)
+    r = CliRunner()
+    out = r.invoke(app, ["pause", str(ck)])
+    assert out.exit_code == 0, out.output
+    assert json.loads((ck / "control.json").read_text()) == {"paused": True}
+    out = r.invoke(app, ["resume", str(ck), "--connector", "src"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads((ck / "control.json").read_text())
+    assert doc == {"paused": True, "connectors": {"src": {"paused": False}}}
+
+
+@pytest.mark.parametrize("command", ["pause", "resume"])
+@pytest.mark.parametrize("make", ["missing", "empty dir", "a file", "other dir"])
+def test_pause_or_resume_of_a_path_that_is_no_checkpoint_fails_and_creates_nothing(tmp_path, command, make):
+    target = tmp_path / "ck"
+    if make == "empty dir":
+        target.mkdir()
+    elif make == "a file":
+        target.write_text("x")
+    elif make == "other dir":
+        target.mkdir()
+        (target / "data.csv").write_text("a,b\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    out = CliRunner().invoke(app, [command, str(target)])
+    assert out.exit_code == 1, out.output
+    flat = "".join(out.output.split())  # rich wraps long lines
+    assert "notaWirecheckpoint" in flat and str(target) in flat
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_status_sends_the_token_to_a_remote_plane(tmp_path):
+    flow = FakeFlow(tmp_path)
+    r = CliRunner()
+    with ControlPlane({"orders": flow}, host="0.0.0.0", token="tok", allow_remote=True) as plane:
+        url = plane.url.replace("0.0.0.0", "127.0.0.1")
+        out = r.invoke(app, ["status", "--url", url])
+        assert out.exit_code == 1 and "401" in out.output, out.output
+        out = r.invoke(app, ["status", "--url", url, "--token", "tok"])
+        assert out.exit_code == 0 and "orders" in out.output, out.output
+        out = r.invoke(app, ["status", "orders", "--url", url], env={"WIRE_TOKEN": "tok"})
+        assert out.exit_code == 0, out.output
