@@ -183,6 +183,7 @@ def test_paced_reader_admits_only_events_available_by_processing_time(monkeypatc
     monkeypatch.setattr(nx.time, "time", lambda: now[0])
     first = r.latestOffset(r.initialOffset(), r.getDefaultReadLimit())
     assert first["next"] == 0 and first["started_at_ms"] == 1_000_000_000  # the clock starts
+    assert r.partitions(r.initialOffset(), first) == []  # ... in an epoch that reads nothing
     now[0] += 0.25
     o1 = r.latestOffset(first, r.getDefaultReadLimit())
     assert o1["next"] == 250 and o1["started_at_ms"] == first["started_at_ms"]
