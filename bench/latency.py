@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 import wire
@@ -111,7 +112,7 @@ def run_plain(spark, rate: int, seconds: int) -> dict[str, float]:
     table = ds.dataset(str(out / "out"), format="parquet").to_table()
     commits = commit_times(out / "ck")
     epochs = np.asarray(table.column("epoch").to_numpy())
-    ts = table.column("timestamp").cast("int64").to_numpy() / 1e6  # microseconds -> s
+    ts = table.column("timestamp").cast(pa.timestamp("us")).cast(pa.int64()).to_numpy() / 1e6  # us -> s
     done = np.asarray([commits.get(int(e), np.nan) for e in epochs])
     keep = ~np.isnan(done)
     return {**summarize(done[keep] - ts[keep], len(commits)), "rows_out": table.num_rows}
