@@ -19,24 +19,13 @@ from deltalake import DeltaTable
 import wire
 from wire.connectors.delta import STAGING_DIR
 from wire.connectors.postgres import MARKER_TABLE, STAGING_PREFIX
-from wire.errors import WireError
-from wire.testing_pg import PostgresServer
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
-def pg():
-    ok, reason = PostgresServer.available()
-    if not ok:
-        pytest.skip(f"no throw-away PostgreSQL server: {reason}")
-    server = PostgresServer()
-    try:
-        server.start()
-    except WireError as e:
-        pytest.skip(f"throw-away PostgreSQL server did not start: {e}")
-    yield server
-    server.stop()
+def pg(pg_server):
+    return pg_server
 
 
 def test_executor_sinks_from_spark(spark, tmp_path, pg):

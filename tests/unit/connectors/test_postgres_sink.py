@@ -24,17 +24,8 @@ UTC = dt.UTC
 
 
 @pytest.fixture(scope="module")
-def dsn():
-    ok, reason = PostgresServer.available()
-    if not ok:
-        pytest.skip(f"no throw-away PostgreSQL server: {reason}")
-    server = PostgresServer()
-    try:
-        server.start()
-    except WireError as e:
-        pytest.skip(f"throw-away PostgreSQL server did not start: {e}")
-    yield server.dsn
-    server.stop()
+def dsn(pg_server):
+    return pg_server.dsn
 
 
 @pytest.fixture

@@ -12,21 +12,11 @@ from psycopg import sql
 
 from wire.connectors.postgres import MARKER_TABLE, STAGING_PREFIX, postgres
 from wire.errors import WireError
-from wire.testing_pg import PostgresServer
 
 
 @pytest.fixture(scope="module")
-def dsn():
-    ok, reason = PostgresServer.available()
-    if not ok:
-        pytest.skip(f"no throw-away PostgreSQL server: {reason}")
-    server = PostgresServer()
-    try:
-        server.start()
-    except WireError as e:
-        pytest.skip(f"throw-away PostgreSQL server did not start: {e}")
-    yield server.dsn
-    server.stop()
+def dsn(pg_server):
+    return pg_server.dsn
 
 
 @pytest.fixture
