@@ -37,6 +37,7 @@ from wire.plan.nodes import (
     LATE,
     OUT,
     OVERFLOW,
+    DropNode,
     Expr,
     FilterNode,
     IntervalJoinNode,
@@ -164,6 +165,10 @@ class Flow:
         Columns: ``step`` (string), ``location`` (string, e.g. ``"f.csv:17"``),
         ``reason`` (string), ``record`` (string, the raw record), plus ``epoch``
         (int64) when written to a sink.
+
+        A source whose dead letters no sink reads keeps them under
+        ``<checkpoint>/kept/<step>.dead_letter/`` (SPEC §3);
+        ``flow.dead_letters().drop()`` discards them on purpose.
         """
         return Stream(self, PortRef(ALL_STEPS, DEAD_LETTER))
 
@@ -543,6 +548,9 @@ class Stream:
 
         Columns: the event's columns, ``event_time`` (int64 ms), ``watermark`` (int64 ms,
         the watermark when the event arrived), ``reason`` (string).
+
+        Not sunk, the port is kept under ``<checkpoint>/kept/<step>.late/`` (SPEC §3);
+        ``.late().drop()`` discards it on purpose.
         """
         node = self.flow.plan().node(self.ref.step)
         if not isinstance(node, WindowAggregateNode | IntervalJoinNode):
@@ -565,6 +573,28 @@ class Stream:
             raise ConfigError("sink", sink, "a Wire sink, e.g. wire.sinks.parquet(path)")
         step = self.flow._step_id(name, "sink")
         self.flow._add(SinkNode(step, self.ref, sink))
+
+    def drop(self, *, name: str | None = None) -> None:
+        """Discard this side port's records on purpose: ``hourly.late().drop()``.
+
+        A late, dead-letter or overflow port that no sink reads is otherwise *kept*:
+        the runner writes it as Parquet under ``<checkpoint>/kept/<step>.<port>/`` and
+        the run summary says where (:mod:`wire.runtime.kept_ports`), so that no record
+        is lost without a word. ``drop()`` says the loss is intended; the port's
+        records are still counted in the metrics (``late``, ``malformed``).
+
+        Raises
+        ------
+        PlanError
+            On a data stream (an ``out`` port): a data stream ends in a sink.
+        """
+        if self.ref.port == OUT:
+            raise PlanError(
+                f"drop(): {self.ref.step!r} is a data stream; only side ports "
+                "(.late(), .dead_letters(), .overflow()) can be dropped"
+            )
+        step = self.flow._step_id(name, "drop")
+        self.flow._add(DropNode(step, self.ref))
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from wire.plan.nodes import (
     LATE,
     OUT,
     OVERFLOW,
+    DropNode,
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
@@ -95,7 +96,7 @@ def chain_of(plan: Plan) -> list[Node]:
         No source, a stream consumed by two operators, several terminal streams, or
         a sink on a port that the compiled flow does not produce.
     """
-    ops = [n for n in plan.nodes if not isinstance(n, SinkNode)]
+    ops = [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode)]
     if not any(isinstance(n, SourceNode) for n in ops):
         raise PlanError(f"flow {plan.flow_id!r} has no source")
     consumers: dict[str, list[str]] = {}
@@ -116,7 +117,7 @@ def chain_of(plan: Plan) -> list[Node]:
         )
     terminal = terminals[0]
     steps = {n.step: n for n in ops}
-    for sink in plan.sinks():
+    for sink in (*plan.sinks(), *plan.drops()):
         ref = sink.source
         if ref.port == OUT and ref.step != terminal:
             raise PlanError(
@@ -214,7 +215,7 @@ def _compile(
     column, and only these are returned (with what pruning needs to know of them).
     """
     admission = _paused_admission(plan)
-    late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE}
+    late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE and not s.kept}
     done: dict[str, _Compiled] = {}
     opened: list[_Opened] = []  # sources that can prune (first compilation only)
     bounded = True

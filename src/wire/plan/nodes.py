@@ -144,10 +144,27 @@ class UnionNode(Node):
 
 @dataclass(frozen=True)
 class SinkNode(Node):
-    """Write one port of a step to a sink connector."""
+    """Write one port of a step to a sink connector.
+
+    ``kept``: added by the runner to keep a side port no user sink reads
+    (:mod:`wire.runtime.kept_ports`); a kept late port does not stop column pruning,
+    so its late events carry only the columns the window reads.
+    """
 
     source: PortRef
     sink: Any
+    kept: bool = False
+
+
+@dataclass(frozen=True)
+class DropNode(Node):
+    """Discard one side port (late, dead-letter or overflow) on purpose.
+
+    A side port that no sink reads and no ``DropNode`` names is kept by the runner
+    (see :mod:`wire.runtime.kept_ports`); this node is how a flow says "drop it".
+    """
+
+    source: PortRef
 
 
 @dataclass(frozen=True)
@@ -167,6 +184,10 @@ class Plan:
     def sinks(self) -> tuple[SinkNode, ...]:
         """The sink nodes, in the order they were added."""
         return tuple(n for n in self.nodes if isinstance(n, SinkNode))
+
+    def drops(self) -> tuple[DropNode, ...]:
+        """The side ports dropped on purpose (``Stream.drop()``)."""
+        return tuple(n for n in self.nodes if isinstance(n, DropNode))
 
     def describe(self) -> str:
         """A multi-line, human-readable listing of the plan."""

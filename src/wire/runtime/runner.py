@@ -31,6 +31,7 @@ from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
 from wire.runtime.control import control_path, set_breaker, set_stopping, write_control
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
+from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
 from wire.runtime.session import spark_session
 
 
@@ -62,6 +63,11 @@ class RunSummary:
     source_steps: tuple[str, ...] = ()
     restarts: int = 0
     failures: list[str] = field(default_factory=list)
+
+    kept: dict[str, str] = field(default_factory=dict)
+    """Side ports no sink read, kept under the checkpoint: port id -> directory
+    (:mod:`wire.runtime.kept_ports`); their rows are counted in ``rows_written`` under
+    the step ``kept-<step>-<port>``."""
 
     gauges: dict[tuple[str, str], int] = field(default_factory=dict)
     """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
@@ -104,6 +110,7 @@ class RunSummary:
         self.driver_rows += later.driver_rows
         self.driver_bytes += later.driver_bytes
         self.gauges.update(later.gauges)
+        self.kept.update(later.kept)
         self.stopped_early = later.stopped_early
         return self
 
@@ -131,6 +138,9 @@ class RunSummary:
         ]
         if self.restarts:
             lines.append(f"  restarts          {self.restarts:>10,}")
+        for port, path in self.kept.items():
+            rows = self.rows_written[kept_step(PortRef(*port.rsplit(".", 1)))]
+            lines.append(f"  kept {port} (no sink): {rows:,} rows in {path}")
         return "\n".join(lines)
 
 
@@ -366,13 +376,14 @@ def start_plan(
         raise ConfigError("key_groups", key_groups, "None or an int between 1 and 4096")
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
+    plan, kept = keep_unsunk_ports(plan, checkpoint)
     meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups)
     control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")
     compiled = compile_plan(plan, spark, meta.key_groups, control)
     sinks = list(plan.sinks())
-    summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps)
+    summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     started = time.perf_counter()
     opened: list[Sink] = []
