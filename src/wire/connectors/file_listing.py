@@ -1,14 +1,16 @@
 """Listing for the file source: which files exist, in which partition, in what order.
 
 Pure filesystem functions, no parsing and no Spark. A source's files are grouped into
-*partitions* (SPEC §2), each read in file-name order:
+*partitions* (SPEC §2); the files of a partition are listed in name order, and read in
+arrival order (:mod:`wire.connectors.file_set`: the file being read, then new files by
+name, whatever names the files already read have):
 
 * ``partition_by=None``: all files form one partition named :data:`SINGLE_PARTITION`.
 * ``"directory"``: each immediate subdirectory of the base directory is a partition
   named after the subdirectory. The path is a directory (its subdirectories' files with
   the format's extension) or a glob whose first wildcard level names the partition
   (``"in/*/*.csv"``: partition ``"a"`` holds ``in/a/*.csv``). Like a Kafka partition, a
-  directory can receive new files, which must sort after the ones already read.
+  directory can receive new files.
 * ``"file"``: every file is its own partition, named by its path relative to the base
   directory (the directory, or the glob's part before its first wildcard level).
 """
@@ -38,7 +40,7 @@ def _hidden(name: str) -> bool:
 
 
 def list_files(path: str, fmt: str) -> list[str]:
-    """Return the files of the source in name order (the arrival order).
+    """Return the files of the source in name order.
 
     ``path`` is a directory (all files in it with the format's extensions) or a glob
     (``**`` recurses). Hidden files and files starting with ``_`` are skipped.

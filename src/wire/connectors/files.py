@@ -1,8 +1,9 @@
 """The file source: CSV, JSON Lines and Parquet files as a stream that carries its watermark.
 
 The files form one or more partitions (``partition_by``: one, one per subdirectory, one
-per file; :mod:`wire.connectors.file_listing`); each partition is read in file-name
-order and records in file order, which is the partition's arrival order. The source
+per file; :mod:`wire.connectors.file_listing`); each partition reads its files in
+arrival order (new files by name; :mod:`wire.connectors.file_set`) and records in file
+order, which is the partition's arrival order. The source
 admits at most ``max_events_per_epoch`` records per epoch (Spark's ``ReadMaxRows``),
 shared fairly by the partitions that have records, and computes the watermark itself:
 per partition ``W_p = max event time - max_delay_ms``, for the source the minimum over
@@ -59,7 +60,7 @@ from wire.connectors.file_stream import (
     WireFileStreamReader,
     wall_clock_ms,
 )
-from wire.connectors.watermarks import NO_WATERMARK
+from wire.connectors.watermarks import NO_WATERMARK, check_max_future
 from wire.errors import ConfigError, WireError
 
 if TYPE_CHECKING:
@@ -197,7 +198,8 @@ def files(
 
     Output columns: the payload columns of ``schema`` (plus Wire's envelope columns
     inside a compiled flow). The files form one or more partitions (``partition_by``);
-    each partition is read in file-name order, records in file order. Partitions are
+    each partition reads its files in arrival order (the file being read, then new
+    files by name, whatever their names), records in file order. Partitions are
     read in parallel and share the per-epoch admission budget fairly; each keeps its
     own watermark and the source's watermark is the minimum over the partitions that
     are not idle (SPEC §2; the exact rules are in :mod:`wire.connectors.watermarks`).
@@ -224,8 +226,10 @@ def files(
     bounded:
         True: the stream ends once the files present when it started are read (a final
         epoch carries the maximal watermark, closing every window). False: keep
-        watching for new files whose names sort after the current one (per
-        partition; new partitions may appear too); never end.
+        watching for new files, whatever their names (per partition; new partitions
+        may appear too); never end. Files must be complete when they appear: one that
+        changes after its reading began is reported on the ``dead_letter`` port and
+        its new content is not read (:mod:`wire.connectors.file_set`).
     partition_by:
         None: all files are one partition. ``"directory"``: each immediate
         subdirectory of ``path`` (a directory, or a glob such as ``"in/*/*.csv"``
@@ -286,6 +290,10 @@ class SourceBinding:
     validated with every column of ``payload_schema`` (CSV, JSON Lines; Parquet reads a
     column it does not produce only if its values could fail to convert), so the same
     records are malformed, with the same reasons and raw text."""
+    max_future_ms: int | None = None
+    """Events whose event time is more than this (ms) ahead of the epoch's processing time
+    are dead letters and do not move the watermark (``BoundedOutOfOrderness(max_future=)``);
+    None: off."""
 
     def __post_init__(self) -> None:
         step = self.step
@@ -293,6 +301,7 @@ class SourceBinding:
             raise ConfigError("step", step, "a non-empty step id")
         check_event_time_column(step, self.payload_schema, self.event_time)
         object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
+        check_max_future(step, self.max_future_ms)
         check_admission(
             step, max_delay_ms=self.max_delay_ms,
             max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,

@@ -29,13 +29,22 @@ The rules, for a source with partitions ``p`` and ``max_delay`` ``D``:
 * **Idle ticks.** When nothing was admitted but the watermark would still move, the
   source emits an epoch of watermark rows only if the watermark moves by at least
   1 ms and at least ``watermark_interval`` passed since the previous offset was made.
+* **Future-dated events** (``max_future`` ``F``, off by default). An event whose event
+  time is more than ``F`` ahead of processing time is a malformed record (SPEC §3): it
+  goes to the dead-letter output and takes no part in ``max_et_p``. Processing time is
+  the planner's clock reading recorded in the epoch's end offset (``at``), never an
+  executor's clock, so a replayed epoch rejects the same events
+  (:func:`future_limit`, :func:`future_reason`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from wire.errors import ConfigError
 
 NO_WATERMARK = -(2**63)
 """The watermark before any event was seen (the smallest int64)."""
@@ -199,3 +208,68 @@ def should_tick(prev: int, new: int, last_made: int | None, now: int, policy: Wa
     if new - prev < 1:
         return False
     return last_made is None or now - last_made >= policy.interval_ms
+
+
+_UNITS = (("y", 365 * 86_400_000), ("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000))
+
+
+def future_limit(at: int | None, max_future_ms: int | None) -> int | None:
+    """The largest event time (ms) admitted as on time at processing time ``at`` (None: no limit).
+
+    ``at`` is the processing time recorded in the epoch's end offset; ``max_future_ms``
+    None means the check is off.
+
+    >>> future_limit(1_000, 500), future_limit(1_000, None)
+    (1500, None)
+    """
+    if max_future_ms is None or at is None:
+        return None
+    return at + max_future_ms
+
+
+def human_duration(ms: int) -> str:
+    """A duration in the largest unit it reaches, to 3 significant digits (``"74y"``, ``"1.5h"``).
+
+    >>> human_duration(3_600_000), human_duration(5_400_000), human_duration(250)
+    ('1h', '1.5h', '250ms')
+    """
+    for unit, size in _UNITS:
+        if abs(ms) >= size:
+            return f"{ms / size:.3g}{unit}"
+    return f"{ms}ms"
+
+
+def iso_ms(ms: int) -> str:
+    """An event time (ms since the Unix epoch) as ISO-8601 UTC text; outside datetime's range: ``"<ms> ms"``.
+
+    >>> iso_ms(4_102_444_800_000)
+    '2100-01-01T00:00:00Z'
+    """
+    try:
+        dt = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    except OverflowError:
+        return f"{ms} ms"
+    text = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    return text + (f".{ms % 1000:03d}Z" if ms % 1000 else "Z")
+
+
+def future_reason(event_time: int, at: int, max_future_ms: int) -> str:
+    r"""The dead-letter reason of an event more than ``max_future_ms`` ahead of processing time ``at``.
+
+    >>> print(future_reason(4_102_444_800_000, 1_767_225_600_000, 3_600_000).replace(", ", ",\n"))
+    event time 2100-01-01T00:00:00Z is 74y ahead of processing time 2026-01-01T00:00:00Z,
+    beyond max_future=1h
+    """
+    ahead = human_duration(event_time - at)
+    return (
+        f"event time {iso_ms(event_time)} is {ahead} ahead of processing time {iso_ms(at)}, "
+        f"beyond max_future={human_duration(max_future_ms)}"
+    )
+
+
+def check_max_future(step: str, max_future_ms: object) -> None:
+    """Raise ConfigError unless ``max_future_ms`` is None or an int >= 0 (a source binding's value)."""
+    if max_future_ms is None:
+        return
+    if isinstance(max_future_ms, bool) or not isinstance(max_future_ms, int) or max_future_ms < 0:
+        raise ConfigError("max_future_ms", max_future_ms, "None (off) or an int >= 0 (ms)", step=step)
