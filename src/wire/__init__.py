@@ -15,13 +15,55 @@ Public API::
 
 from __future__ import annotations
 
-from wire import sinks, sources, testing
-from wire.api.flow import Flow, Stream, WindowedStream
-from wire.api.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling
-from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
-from wire.runtime.runner import RunningFlow, RunSummary
-from wire.runtime.session import spark_session as spark
-from wire.state.aggregations import aggregate, collect, count, first, last, max, mean, min, sum
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
+    from wire import sinks, sources, testing
+    from wire.api.flow import Flow, Stream, WindowedStream
+    from wire.api.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling
+    from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
+    from wire.runtime.runner import RunningFlow, RunSummary
+    from wire.runtime.session import spark_session as spark
+    from wire.state.aggregations import aggregate, collect, count, first, last, max, mean, min, sum
+
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "sinks": ("wire.sinks", None),
+    "sources": ("wire.sources", None),
+    "testing": ("wire.testing", None),
+    **{n: ("wire.api.flow", n) for n in ("Flow", "Stream", "WindowedStream")},
+    **{n: ("wire.api.windowing", n) for n in ("BoundedOutOfOrderness", "Session", "Sliding", "Tumbling")},
+    **{n: ("wire.errors", n)
+       for n in ("CheckpointError", "ConfigError", "FlowFailed", "PlanError", "WireError")},
+    **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},
+    "spark": ("wire.runtime.session", "spark_session"),
+    **{n: ("wire.state.aggregations", n)
+       for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum")},
+}
+"""Public name -> (module, attribute; None for the module itself).
+
+The names load on first use (PEP 562), so a process that imports one Wire module (a
+Spark Python worker unpickling the file source's reader, the data source planner on
+the driver) does not import the whole package with PySpark's SQL layer, pandas and
+every connector: each such process started ~1-3 s faster (issue 10, first epoch).
+"""
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'wire' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "BoundedOutOfOrderness",

@@ -32,12 +32,15 @@ def preload() -> None:
     import pyspark.sql.streaming.stateful_processor_api_client
     import pyspark.worker  # noqa: F401
 
-    import wire  # the package imports the compiler, connectors and runtime
+    import wire
+
+    for name in wire.__all__:  # the package's names load lazily (PEP 562): load them all
+        getattr(wire, name)
     import wire.compiler.join_stage
     import wire.compiler.keyed
     import wire.compiler.throttle
     import wire.compiler.window_stage
-    import wire.runtime.dataplane  # noqa: F401
+    import wire.runtime.dataplane
 
 
 def main() -> None:
