@@ -48,8 +48,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -94,6 +95,41 @@ class Sink(ABC):
     def describe(self) -> str:
         """One line naming the sink, its target and its guarantee."""
         return f"{type(self).__name__} ({self.guarantee})"
+
+    target_fields: ClassVar[tuple[str, ...]] = (
+        "path", "table", "schema", "key", "mode", "partition_by", "url", "stream", "dsn")
+    """The dataclass fields that say where the sink delivers (see :meth:`fingerprint`)."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Where and how the sink delivers, as JSON values: kind, guarantee and target.
+
+        Called at run start; recorded per sink step in the checkpoint's ``wire.json``
+        (:func:`wire.runtime.checkpoint.open_checkpoint`), which refuses to resume when
+        it changed: the sink's earlier epochs went to the old target. The default: the
+        class name, :attr:`guarantee`, the dataclass fields named in
+        :attr:`target_fields` (credentials removed from ``dsn`` / ``url``) and wrapped
+        sinks (a field holding sinks) by their own fingerprint; tuning fields (batch
+        sizes, timeouts) are left out.
+        """
+        fp: dict[str, Any] = {"kind": type(self).__qualname__, "guarantee": self.guarantee}
+        for f in fields(self) if is_dataclass(self) else ():
+            value = getattr(self, f.name)
+            if isinstance(value, Sink):
+                fp[f.name] = value.fingerprint()
+            elif isinstance(value, tuple) and value and all(isinstance(v, Sink) for v in value):
+                fp[f.name] = [v.fingerprint() for v in value]
+            elif f.name in self.target_fields:
+                fp[f.name] = _no_password(value) if f.name in ("dsn", "url") else value
+        return fp
+
+
+def _no_password(text: Any) -> Any:
+    """A connection string without its password (``user:pw@`` in a URL, ``password=``)."""
+    if not isinstance(text, str):
+        return text
+    text = re.sub(r"^([A-Za-z][\w+.-]*://[^:/@?#]*):[^@/?#]*@", r"\1@", text)
+    text = re.sub(r"([?&])password=[^&]*&?", r"\1", text)
+    return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", "", text).strip()
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,34 @@
 Layout of ``<checkpoint>/``: ``spark/`` is Spark's own checkpoint (offsets with
 the recorded watermarks, commits, RocksDB state); ``wire.json`` records the flow
 id, the number of key groups (fixed for the checkpoint's life: state is
-partitioned by it) and a checkpoint id that sinks use as their owner mark.
+partitioned by it), a checkpoint id that sinks use as their owner mark, and under
+``steps`` the fingerprint of the plan that wrote it (per step id: each source,
+stateful step and sink with its parameters, :mod:`wire.plan.fingerprint`), e.g.::
+
+    {"checkpoint_id": "5f0c...", "flow_id": "orders", "key_groups": 8,
+     "steps": {"hourly": {"kind": "window", "window": "Tumbling(size=10000 ms)",
+                          "key": "origin", "allowed_lateness_ms": 0, "emit": "final",
+                          "aggregations": {"n": "Count(column=None)"}, ...},
+               "out": {"kind": "sink", "reads": "hourly.out",
+                       "sink": {"kind": "ParquetSink", "guarantee": "exactly_once",
+                                "path": "/data/out"}}, ...}}
+
+:func:`open_checkpoint` refuses a plan whose changes the checkpoint cannot survive.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wire.errors import CheckpointError
+from wire.plan.fingerprint import Fingerprint, incompatible_changes, plan_fingerprint
+from wire.plan.nodes import Plan, SourceNode
 
 
 @dataclass(frozen=True)
@@ -50,47 +66,200 @@ partitions spread keyed state evenly over them. Raise it for a cluster with many
 """
 
 
+WAY_OUT = (
+    "Start over with `wire run --fresh` (it deletes the checkpoint) or use a new checkpoint "
+    "directory."
+)
+"""How every refusal to open a checkpoint ends: the ways out."""
+
+
 def open_checkpoint(
-    checkpoint: str | os.PathLike[str], *, flow_id: str, key_groups: int | None
+    checkpoint: str | os.PathLike[str],
+    *,
+    flow_id: str,
+    key_groups: int | None,
+    plan: Plan | None = None,
 ) -> CheckpointMeta:
-    """Create or verify ``<checkpoint>/wire.json``.
+    """Create or verify ``<checkpoint>/wire.json``; called at run start, before Spark runs.
 
     ``key_groups=None`` takes the checkpoint's recorded number of key groups, or
     :data:`DEFAULT_KEY_GROUPS` for a new checkpoint.
 
+    With ``plan``, ``wire.json`` also records the plan's fingerprint under ``"steps"``
+    (:func:`wire.plan.fingerprint.plan_fingerprint`: per step id, each source,
+    stateful step and sink with its parameters), and a checkpoint that already has
+    epochs is resumed only by a compatible plan. The rules
+    (:func:`wire.plan.fingerprint.incompatible_changes`):
+
+    * refused: a source added, removed or renamed (Spark's offset log has one offset
+      per source); a stateful step (window, join) added, removed or renamed, or its
+      key, window, allowed lateness, emission, aggregations, callbacks, join bounds
+      changed (its state was built under the old definition; Spark restores state by
+      operator position, and a new operator has none); a sink's kind, guarantee,
+      target (path, table, key columns, url) or the port it reads changed under the
+      same step id (its earlier epochs are in the old target, and an exactly-once
+      sink would skip them there); the number of key groups;
+    * allowed: changed stateless steps (filter, map, select, throttle, union; a
+      ``key_by`` only where no stateful step's key changes); a sink added under a new
+      step id (it receives the epochs from the next one on, not earlier output) or
+      removed (so renaming a sink is allowed: its new name starts a new target); a
+      sink's tuning (batch size, timeouts, breaker settings); a source's options
+      (path, schema, watermark, admission: it resumes from its recorded offsets);
+    * a checkpoint with no epoch yet (nothing in ``spark/offsets``) takes any plan;
+    * a checkpoint written before fingerprints existed opens and records them.
+
+    Local sink paths are compared absolute (a relative path from another working
+    directory is another target); those inside the checkpoint relative to it. Not
+    detected: a stateless change that changes the *type* of a key or aggregated
+    column (the plan does not know column types before Spark resolves them).
+
+    Also checked, before Spark reads anything: ``checkpoint`` is a directory;
+    ``wire.json`` is a JSON object with a string ``flow_id``, an int ``key_groups``
+    and a string ``checkpoint_id``; a ``spark/`` directory comes with a ``wire.json``;
+    Spark's ``metadata`` and its latest offset and commit log files parse
+    (:func:`check_spark_logs`). A ``wire.json.tmp`` left by a crash during a write is
+    removed.
+
     Raises
     ------
     CheckpointError
-        If the checkpoint belongs to another flow or was created with another
-        number of key groups.
+        If the checkpoint belongs to another flow, was created with another number
+        of key groups, records an incompatible plan (naming each step and what
+        changed), or is damaged or partial (naming the path and what is wrong). The
+        message ends with :data:`WAY_OUT` where starting over is the way out.
     """
     root = Path(checkpoint)
-    root.mkdir(parents=True, exist_ok=True)
+    _make_directory(root)
     path = root / META_FILE
-    if path.exists():
-        meta = json.loads(path.read_text())
-        if meta["flow_id"] != flow_id:
+    _remove_leftover(root)
+    current = None if plan is None else plan_fingerprint(plan, checkpoint=root)
+    if not path.exists():
+        if _has_content(root / "spark"):
             raise CheckpointError(
-                f"checkpoint {str(root)!r} belongs to flow {meta['flow_id']!r}, not {flow_id!r}"
+                f"checkpoint {str(root)!r} holds a Spark checkpoint (spark/) but no {META_FILE}: "
+                f"it is partial or not a Wire checkpoint. {WAY_OUT}"
             )
         if key_groups is None:
-            key_groups = int(meta["key_groups"])
-        if meta["key_groups"] != key_groups:
-            raise CheckpointError(
-                f"checkpoint {str(root)!r} was created with key_groups={meta['key_groups']}; "
-                f"got key_groups={key_groups} (state is partitioned by it; use the same value "
-                "or a new checkpoint)"
-            )
-        return CheckpointMeta(flow_id, key_groups, meta["checkpoint_id"])
+            key_groups = DEFAULT_KEY_GROUPS
+        meta = CheckpointMeta(flow_id, key_groups, uuid.uuid4().hex)
+        _write_meta(root, _document(meta, current))
+        return meta
+    doc = _read_meta(root)
+    if doc["flow_id"] != flow_id:
+        raise CheckpointError(
+            f"checkpoint {str(root)!r} belongs to flow {doc['flow_id']!r}, not {flow_id!r}"
+        )
     if key_groups is None:
-        key_groups = DEFAULT_KEY_GROUPS
-    meta = CheckpointMeta(flow_id, key_groups, uuid.uuid4().hex)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps({"flow_id": flow_id, "key_groups": key_groups, "checkpoint_id": meta.checkpoint_id})
-    )
-    os.replace(tmp, path)
+        key_groups = doc["key_groups"]
+    if doc["key_groups"] != key_groups:
+        raise CheckpointError(
+            f"checkpoint {str(root)!r} was created with key_groups={doc['key_groups']}; "
+            f"got key_groups={key_groups} (state is partitioned by it; use the same value "
+            "or a new checkpoint)"
+        )
+    meta = CheckpointMeta(flow_id, key_groups, doc["checkpoint_id"])
+    recorded = doc.get("steps")
+    if current is not None and recorded is not None and _numbered(root / "spark" / "offsets"):
+        changes = incompatible_changes(recorded, current)
+        if changes:
+            raise CheckpointError(
+                f"checkpoint {str(root)!r}: " + "; ".join(changes)
+                + f". The checkpoint's state and output cannot be resumed by this flow. {WAY_OUT}"
+            )
+    sources = None if plan is None else sum(isinstance(n, SourceNode) for n in plan.nodes)
+    check_spark_logs(root, sources=sources)
+    if current is not None and recorded != current:
+        _write_meta(root, _document(meta, current))
     return meta
+
+
+def _document(meta: CheckpointMeta, steps: Fingerprint | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"flow_id": meta.flow_id, "key_groups": meta.key_groups,
+                           "checkpoint_id": meta.checkpoint_id}
+    if steps is not None:
+        doc["steps"] = steps
+    return doc
+
+
+def _make_directory(root: Path) -> None:
+    """Create ``root`` (and parents); a file in the way is a CheckpointError."""
+    for p in (root, *root.parents):
+        if p.exists() and not p.is_dir():
+            what = "is a file" if p == root else f"is inside {str(p)!r}, which is a file"
+            raise CheckpointError(f"checkpoint {str(root)!r} {what}, not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {str(root)!r} cannot be created: {e}") from e
+
+
+def _has_content(d: Path) -> bool:
+    return d.exists() and (not d.is_dir() or any(d.iterdir()))
+
+
+def _remove_leftover(root: Path) -> None:
+    """Remove ``wire.json.tmp`` (and ``wire.tmp`` of older versions) left by a crashed write.
+
+    Written in full and then renamed over ``wire.json``, it is never what counts: the
+    ``wire.json`` next to it (or its absence) is.
+    """
+    for name in (META_FILE + ".tmp", "wire.tmp"):
+        tmp = root / name
+        if tmp.is_dir():
+            raise CheckpointError(
+                f"checkpoint {str(root)!r}: {name} is a directory (expected none or a leftover "
+                "file of an interrupted write); remove it"
+            )
+        tmp.unlink(missing_ok=True)
+
+
+def _write_meta(root: Path, doc: dict[str, Any]) -> None:
+    """Replace ``wire.json`` atomically: write ``wire.json.tmp``, fsync, rename."""
+    path, tmp = root / META_FILE, root / (META_FILE + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {str(root)!r}: cannot write {META_FILE}: {e}") from e
+
+
+def _read_meta(root: Path) -> dict[str, Any]:
+    """``wire.json``, checked: a JSON object with the keys and types Wire writes."""
+    path = root / META_FILE
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {str(root)!r}: {path} {what}. {WAY_OUT}")
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except IsADirectoryError:
+        raise bad("is a directory, not a file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise bad(f"is not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise bad(f"holds a JSON {type(doc).__name__}, expected an object")
+    expected = {"flow_id": "a string", "key_groups": "an int", "checkpoint_id": "a string"}
+    missing = [k for k in expected if k not in doc]
+    if missing:
+        raise bad(f"lacks {', '.join(map(repr, missing))}")
+    for k, kind in expected.items():
+        v = doc[k]
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1 if kind == "an int" else (
+            isinstance(v, str) and v != "")
+        if not ok:
+            raise bad(f"has {k}={v!r}, expected {'a positive int' if kind == 'an int' else kind}")
+    steps = doc.get("steps")
+    if steps is not None and not (
+        isinstance(steps, dict)
+        and all(isinstance(v, dict) and isinstance(v.get("kind"), str) for v in steps.values())
+    ):
+        raise bad("has a malformed 'steps' (expected an object of {\"kind\": ...} objects)")
+    return doc
 
 
 @dataclass(frozen=True)
@@ -110,13 +279,108 @@ def _numbered(d: Path) -> list[int]:
     return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
 
 
+def _read_log(file: Path, checkpoint: str | os.PathLike[str]) -> list[str]:
+    """One Spark log file (``offsets/N``, ``commits/N``): its lines after the version line.
+
+    Spark writes ``v<version>``, a JSON object (epoch metadata), then for an offset
+    file one line per source: ``-`` or the source's offset. Wire's sources write JSON.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the file, when it cannot be read or does not have that shape.
+    """
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint {str(checkpoint)!r}: Spark log file {file} {what}; the checkpoint is "
+            f"damaged. {WAY_OUT}"
+        )
+
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except IsADirectoryError:
+        raise bad("is a directory") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from None
+    if not lines or not re.fullmatch(r"v[1-9][0-9]*", lines[0].strip()):
+        first = lines[0][:40] if lines else ""
+        raise bad(f"does not start with a version line like 'v1' (found {first!r})")
+    for i, line in enumerate(lines[1:], start=2):
+        if i > 2 and line.strip() == "-":
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise bad(f"line {i} is not JSON ({e})") from None
+        if i == 2 and not isinstance(value, dict):
+            raise bad(f"line 2 is not a JSON object (found {line[:40]!r})")
+    if len(lines) < 2:
+        raise bad("has no metadata line")
+    return lines[2:]
+
+
+def check_spark_logs(checkpoint: str | os.PathLike[str], *, sources: int | None = None) -> None:
+    """A sanity check of ``<checkpoint>/spark/`` before Spark reads it.
+
+    Checks what Spark reads first on a restart: ``metadata`` (a JSON object with the
+    query ``id``), the latest two offset log files and the latest commit log file
+    (:func:`_read_log`), and, given ``sources``, that the latest offsets hold one
+    offset per source. Without these checks Spark fails inside the query, e.g. with
+    ``IllegalStateException: Log file was malformed``. This reads no state: damaged
+    state files still fail in Spark.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the file and what is wrong.
+    """
+    spark = Path(spark_checkpoint(checkpoint))
+    if not spark.exists():
+        return
+    if not spark.is_dir():
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r}: {spark} is a file, not Spark's checkpoint "
+            f"directory; the checkpoint is damaged. {WAY_OUT}"
+        )
+    metadata = spark / "metadata"
+    if metadata.exists():
+        try:
+            doc = json.loads(metadata.read_text(encoding="utf-8"))
+            ok = isinstance(doc, dict) and isinstance(doc.get("id"), str)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            ok = False
+        if not ok:
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r}: Spark's {metadata} is not a JSON object with "
+                f"the query id; the checkpoint is damaged. {WAY_OUT}"
+            )
+    for name in ("offsets", "commits"):
+        if (spark / name).exists() and not (spark / name).is_dir():
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r}: {spark / name} is a file, not a directory; "
+                f"the checkpoint is damaged. {WAY_OUT}"
+            )
+    offsets = _numbered(spark / "offsets")
+    for n in offsets[-2:][::-1]:
+        lines = _read_log(spark / "offsets" / str(n), checkpoint)
+        if sources is not None and n == offsets[-1] and len(lines) != sources:
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r}: {spark / 'offsets' / str(n)} records "
+                f"{len(lines)} source offset(s), the flow has {sources} source(s); sources "
+                f"cannot be added or removed on a checkpoint. {WAY_OUT}"
+            )
+    for n in _numbered(spark / "commits")[-1:]:
+        _read_log(spark / "commits" / str(n), checkpoint)
+
+
 def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
     """The epochs of a flow's checkpoint, oldest first.
 
     Raises
     ------
     CheckpointError
-        If ``checkpoint`` has no Spark checkpoint (not a flow checkpoint).
+        If ``checkpoint`` has no Spark checkpoint (not a flow checkpoint), or an offset
+        log file is damaged (naming it).
     """
     spark = Path(spark_checkpoint(checkpoint))
     if not (spark / "offsets").is_dir():
@@ -124,7 +388,7 @@ def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
     committed = set(_numbered(spark / "commits"))
     out = []
     for n in _numbered(spark / "offsets"):
-        lines = (spark / "offsets" / str(n)).read_text().splitlines()[2:]
+        lines = _read_log(spark / "offsets" / str(n), checkpoint)
         offsets = tuple(None if line.strip() == "-" else json.loads(line) for line in lines)
         marks = tuple(o.get("watermark") if isinstance(o, dict) else None for o in offsets)
         out.append(EpochInfo(n, offsets, marks, n in committed))

@@ -377,7 +377,7 @@ def start_plan(
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
     plan, kept = keep_unsunk_ports(plan, checkpoint)
-    meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups)
+    meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan)
     control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")

@@ -1,0 +1,311 @@
+"""What a checkpoint's state depends on, as plain JSON: a plan's fingerprint and its diff.
+
+A checkpoint holds the state of a flow's stateful steps (windows, joins), the offsets
+of its sources and the epochs its sinks published. :func:`plan_fingerprint` records,
+per step id, what that state and output mean: a dict ``{"kind": ..., <parameter>:
+<readable value>}``. :func:`incompatible_changes` compares a recorded fingerprint with
+the current plan's and lists the changes that make the checkpoint unusable; the rules
+are in its docstring (and in :func:`wire.runtime.checkpoint.open_checkpoint`).
+
+Pure: no Spark, no I/O (STYLE §6). Values are readable, e.g.
+``{"kind": "window", "window": "Tumbling(size=10000 ms)", ...}``, so that an error can
+say what changed, and stable across runs (no object addresses).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from wire.api.windowing import Session, Sliding, Tumbling
+from wire.plan.nodes import (
+    OUT,
+    DropNode,
+    FilterNode,
+    IntervalJoinNode,
+    KeyByNode,
+    MapNode,
+    Node,
+    Plan,
+    PortRef,
+    SelectNode,
+    SinkNode,
+    SourceNode,
+    ThrottleNode,
+    UnionNode,
+    WindowAggregateNode,
+)
+
+Fingerprint = dict[str, dict[str, Any]]
+"""Per step id, ``{"kind": ..., <parameter>: <JSON value>}``."""
+
+SOURCE, WINDOW, JOIN, SINK = "source", "window", "interval_join", "sink"
+STATELESS = (FilterNode, MapNode, SelectNode, ThrottleNode, KeyByNode, UnionNode, DropNode)
+"""Node types without state: not recorded, free to change (their ports are not sinks)."""
+
+
+def readable(value: Any) -> Any:
+    """``value`` as a stable, readable JSON value.
+
+    Durations of windows in ms (``"Tumbling(size=10000 ms)"``), callables by their
+    qualified name (``"module.fn"``), dataclasses (aggregators) as
+    ``"Type(field=value, ...)"``, other objects by their type's qualified name.
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Tumbling):
+        return f"Tumbling(size={value.size_ms} ms)"
+    if isinstance(value, Sliding):
+        return f"Sliding(size={value.size_ms} ms, slide={value.slide_ms} ms)"
+    if isinstance(value, Session):
+        return f"Session(gap={value.gap_ms} ms)"
+    if isinstance(value, list | tuple):
+        return [readable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): readable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        parts = [f"{f.name}={_inline(getattr(value, f.name))}"
+                 for f in dataclasses.fields(value) if f.init and f.compare]
+        return f"{type(value).__qualname__}({', '.join(parts)})"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', None) or '?'}.{value.__qualname__}"
+    if type(value).__module__.startswith("pyarrow"):
+        return str(value)  # a pyarrow DataType, e.g. "int64"
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _inline(value: Any) -> str:
+    """A field value inside ``"Type(field=value)"``: strings quoted, the rest readable."""
+    return repr(value) if isinstance(value, str) else str(readable(value))
+
+
+def _upstreams(node: Node) -> tuple[str, ...]:
+    if isinstance(node, UnionNode):
+        return node.upstreams
+    if isinstance(node, IntervalJoinNode):
+        return (node.left, node.right)
+    up = getattr(node, "upstream", None)
+    return () if up is None else (up,)
+
+
+def _key_of(plan: Plan, step: str) -> str | None:
+    """The key column of ``step``'s output, as the compiler derives it (best effort)."""
+    node = plan.node(step)
+    if isinstance(node, SourceNode):
+        return node.key
+    if isinstance(node, KeyByNode):
+        return node.key
+    if isinstance(node, UnionNode):
+        keys = {_key_of(plan, u) for u in node.upstreams}
+        return keys.pop() if len(keys) == 1 else None
+    if isinstance(node, IntervalJoinNode):
+        return _key_of(plan, node.left)
+    ups = _upstreams(node)
+    key = _key_of(plan, ups[0]) if ups else None
+    if isinstance(node, SelectNode) and key is not None:
+        names = {c if isinstance(c, str) else c[0] for c in node.columns
+                 if isinstance(c, str) or (isinstance(c, tuple) and len(c) == 2)}
+        if key not in names and len(names) == len(node.columns):
+            return None  # only plain names and (name, expr): the key is not among them
+    return key
+
+
+def _sources_of(plan: Plan, step: str) -> list[str]:
+    node = plan.node(step)
+    if isinstance(node, SourceNode):
+        return [node.step]
+    return sorted({s for up in _upstreams(node) for s in _sources_of(plan, up)})
+
+
+def _stateless(node: Node) -> bool:
+    return isinstance(node, STATELESS)
+
+
+def _origins(plan: Plan, step: str) -> list[str]:
+    """The recorded steps (sources, stateful steps) that feed ``step`` through stateless steps."""
+    node = plan.node(step)
+    if not _stateless(node):
+        return [step]
+    return sorted({o for up in _upstreams(node) for o in _origins(plan, up)})
+
+
+def _reads(plan: Plan, ref: PortRef) -> str:
+    """What a sink reads, e.g. ``"hourly.out"`` or ``"hourly.late"``.
+
+    A side port as ``"<step>.<port>"``; the ``out`` port of a chain as the ``out`` of the
+    recorded steps before it, so a stateless step added before the sink changes nothing.
+    """
+    if ref.port != OUT:
+        return ref.port_id()
+    return "+".join(_origins(plan, ref.step)) + "." + OUT
+
+
+def _sink_path(value: Any, checkpoint: str | None) -> Any:
+    """A local path made absolute; inside the checkpoint, relative to ``<checkpoint>``."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or "://" in value:
+        return value
+    path = os.path.abspath(value)
+    if checkpoint is not None:
+        root = os.path.abspath(checkpoint)
+        if path == root or path.startswith(root + os.sep):
+            return "<checkpoint>" + path[len(root):]
+    return path
+
+
+def _sink_fingerprint(sink: Any, checkpoint: str | None) -> dict[str, Any]:
+    """``sink.fingerprint()`` (kind and guarantee when it has none), paths localized."""
+    fp = sink.fingerprint() if callable(getattr(sink, "fingerprint", None)) else {
+        "kind": type(sink).__qualname__, "guarantee": getattr(sink, "guarantee", None)}
+    return _localize(fp, checkpoint)
+
+
+def _localize(fp: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
+    """Readable values; ``path`` via :func:`_sink_path`, also in wrapped sinks' fingerprints."""
+    out = {}
+    for name, value in fp.items():
+        if name == "path":
+            value = _sink_path(value, checkpoint)
+        elif isinstance(value, dict):
+            value = _localize(value, checkpoint)
+        elif isinstance(value, list | tuple):
+            value = [_localize(v, checkpoint) if isinstance(v, dict) else v for v in value]
+        out[name] = readable(value)
+    return out
+
+
+def node_fingerprint(plan: Plan, node: Node, *, checkpoint: str | None = None) -> dict[str, Any] | None:
+    """The fingerprint of one step, or None for a stateless step (not recorded).
+
+    ``checkpoint``: sink paths inside it are recorded relative to it (the kept ports).
+    A node type this module does not know is taken as stateful: every field, callables
+    by their qualified name (a user state operator: its function).
+    """
+    if _stateless(node):
+        return None
+    if isinstance(node, SourceNode):
+        return {"kind": SOURCE, "connector": type(node.connector).__qualname__}
+    if isinstance(node, WindowAggregateNode):
+        return {
+            "kind": WINDOW,
+            "key": _key_of(plan, node.upstream),
+            "window": readable(node.window),
+            "allowed_lateness_ms": node.allowed_lateness_ms,
+            "emit": node.emit,
+            "aggregations": {name: readable(agg) for name, agg in node.aggregations},
+            "before_update": readable(node.before_update),
+            "after_update": readable(node.after_update),
+        }
+    if isinstance(node, IntervalJoinNode):
+        return {
+            "kind": JOIN,
+            "left_key": _key_of(plan, node.left),
+            "right_key": _key_of(plan, node.right),
+            "left_sources": _sources_of(plan, node.left),
+            "right_sources": _sources_of(plan, node.right),
+            "lower_ms": node.lower_ms,
+            "upper_ms": node.upper_ms,
+            "allowed_lateness_ms": node.allowed_lateness_ms,
+        }
+    if isinstance(node, SinkNode):
+        return {"kind": SINK, "reads": _reads(plan, node.source),
+                "sink": _sink_fingerprint(node.sink, checkpoint)}
+    fp: dict[str, Any] = {"kind": type(node).__qualname__}
+    for f in dataclasses.fields(node):
+        if f.name != "step":
+            fp[f.name] = readable(getattr(node, f.name))
+    return fp
+
+
+def plan_fingerprint(plan: Plan, *, checkpoint: str | os.PathLike[str] | None = None) -> Fingerprint:
+    """Per step id, the fingerprint of every source, stateful step and sink of ``plan``.
+
+    Recorded: sources (connector type); windows (effective key column, window kind and
+    sizes in ms, allowed lateness in ms, emission mode, aggregations by output name with
+    their function and input column, callbacks by qualified name); interval joins (keys,
+    the sources feeding each side, bounds and allowed lateness in ms); sinks (the port
+    they read, and :meth:`wire.sinks.Sink.fingerprint`: kind, guarantee, target), local
+    sink paths absolute (inside ``checkpoint``: relative to it). Stateless steps
+    (filter, map, select, throttle, key_by, union) are not recorded; a key_by or select
+    shows in the key of the stateful steps after it.
+    """
+    ck = None if checkpoint is None else os.fspath(checkpoint)
+    out: Fingerprint = {}
+    for node in plan.nodes:
+        fp = node_fingerprint(plan, node, checkpoint=ck)
+        if fp is not None:
+            out[node.step] = fp
+    return out
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else str(value) if not isinstance(value, dict) else (
+        "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}")
+
+
+def _param_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``"<parameter> <old> -> <new>"`` for each parameter that differs (dicts per entry)."""
+    changes = []
+    for name in [*old, *(n for n in new if n not in old)]:
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict) and "kind" not in a:
+            for k in [*a, *(k for k in b if k not in a)]:
+                if k not in b:
+                    changes.append(f"{name} {k!r} {_show(a[k])} removed")
+                elif k not in a:
+                    changes.append(f"{name} {k!r} {_show(b[k])} added")
+                elif a[k] != b[k]:
+                    changes.append(f"{name} {k!r} {_show(a[k])} -> {_show(b[k])}")
+        elif isinstance(a, dict) and isinstance(b, dict):  # a nested sink
+            changes += [f"{name} {c}" for c in _param_changes(a, b)]
+        else:
+            changes.append(f"{name} {_show(a)} -> {_show(b)}")
+    return changes
+
+
+def _what(fp: dict[str, Any]) -> str:
+    if fp.get("kind") == SINK:
+        return f"sink {fp['sink'].get('kind')}"
+    return str(fp.get("kind"))
+
+
+def incompatible_changes(recorded: Fingerprint, current: Fingerprint) -> list[str]:
+    """The changes from ``recorded`` to ``current`` that a checkpoint cannot survive.
+
+    Refused (each listed as ``"step 'x' ..."``):
+
+    * a source added, removed or renamed, or its connector type changed: Spark's offset
+      log holds one offset per source;
+    * a stateful step (window, join, any unknown operator) added, removed or renamed,
+      or any recorded parameter changed: its state (keyed by Spark's operator order)
+      was built under the old definition, and a new operator has no state to restore;
+    * a sink's kind, guarantee, target (path, table, key columns, url, ...) or the
+      port it reads changed under the same step id: its earlier epochs are in the old
+      target and an exactly-once sink would skip them on the new one;
+    * a step id that changed kind (e.g. a sink became a window).
+
+    Allowed: any change to stateless steps (filter, map, select, throttle, key_by,
+    union — unless it changes a stateful step's key); a sink added under a new step id
+    (it receives the epochs from the next one on) or removed; a sink's tuning
+    (batch size, timeouts, breaker settings).
+    """
+    changes: list[str] = []
+    for step, old in recorded.items():
+        new = current.get(step)
+        if new is None:
+            if old.get("kind") != SINK:
+                changes.append(f"step {step!r} ({_what(old)}) was removed or renamed")
+        elif new.get("kind") != old.get("kind"):
+            changes.append(f"step {step!r} changed: {_what(old)} -> {_what(new)}")
+        elif new != old:
+            changes.append(f"step {step!r} changed: " + "; ".join(_param_changes(old, new)))
+    for step, new in current.items():
+        if step not in recorded and new.get("kind") != SINK:
+            changes.append(f"step {step!r} ({_what(new)}) is new")
+    return changes
