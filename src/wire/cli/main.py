@@ -83,8 +83,14 @@ def run(
 ) -> None:
     """Run a flow; an unfinished checkpoint is resumed from its last completed epoch."""
     flow = load_flow(target)
-    if fresh and Path(checkpoint).exists():
-        shutil.rmtree(checkpoint)
+    path = Path(checkpoint)
+    if fresh and path.exists():
+        if not (is_checkpoint(path) or (path.is_dir() and not any(path.iterdir()))):
+            # never delete what Wire did not create: a typo must not remove a user's data
+            console.print(f"[red]error:[/red] --fresh: {checkpoint} is not a Wire checkpoint "
+                          f"(no {META_FILE}); not deleting it. Remove it yourself or pick another path.")
+            raise typer.Exit(1)
+        shutil.rmtree(path)
         console.print(f"started fresh: removed {checkpoint}")
     elif Path(checkpoint).exists():
         state = "finished" if finished(checkpoint) else "unfinished"

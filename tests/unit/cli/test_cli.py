@@ -83,3 +83,23 @@ def test_status_sends_the_token_to_a_remote_plane(tmp_path):
         assert out.exit_code == 0 and "orders" in out.output, out.output
         out = r.invoke(app, ["status", "orders", "--url", url], env={"WIRE_TOKEN": "tok"})
         assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("make", ["a file", "a data dir"])
+def test_run_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path, monkeypatch, make):
+    (tmp_path / "flows_for_fresh.py").write_text(
+        "import wire\nflow = wire.Flow('f')\n"
+        "flow.source(wire.sources.files('in', format='csv'), event_time='t')"
+        ".sink(wire.sinks.parquet('out'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = tmp_path / "ck"
+    if make == "a file":
+        target.write_text("precious")
+    else:
+        target.mkdir()
+        (target / "data.csv").write_text("precious")
+    out = CliRunner().invoke(app, ["run", "flows_for_fresh:flow", "--checkpoint", str(target), "--fresh"])
+    assert out.exit_code == 1, out.output
+    assert "not a Wire checkpoint" in out.output
+    kept = target if make == "a file" else target / "data.csv"
+    assert kept.read_text() == "precious"
