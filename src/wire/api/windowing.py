@@ -48,27 +48,52 @@ class BoundedOutOfOrderness:
     The source computes it from the event times it has admitted, keeps it
     monotonically non-decreasing, and records it with each epoch's offsets.
 
+    With ``max_future`` set, an event whose event time is more than ``max_future``
+    ahead of processing time is a malformed record (SPEC §3): it goes to the flow's
+    dead-letter output with the reason (e.g. ``"event time 2100-01-01T00:00:00Z is
+    74y ahead of processing time 2026-01-01T00:00:00Z, beyond max_future=1h"``) and
+    does not move the watermark, so one event from a wrong clock cannot make every
+    following event late. Processing time is the one recorded in the epoch's offsets
+    when the source admitted the event (the planner's clock on the driver host), so a
+    replayed epoch rejects exactly the same events. Sources that admit external event
+    times apply it: files, HTTP ingest, Redis streams; sources whose event times Wire
+    generates or scripts (Nexmark, ``TestStream``) ignore it.
+
+    ``max_future`` is off by default because it trusts the clock of the host running
+    Wire: with that clock wrong (e.g. set years back), every event would look
+    future-dated and go to the dead-letter output. Set it where the host's clock is
+    kept (NTP) and producers' clocks are not trusted.
+
     Parameters
     ----------
     max_delay:
         How far behind the newest event an event may arrive and still be on time:
         int milliseconds, ``timedelta`` or a string like ``"30m"``; 0 is allowed.
+    max_future:
+        How far ahead of processing time an event time may be: a duration like
+        ``max_delay`` (0 allowed: no event from the future), or None (the default):
+        no check.
 
     Raises
     ------
     ConfigError
-        If ``max_delay`` is negative or not a duration.
+        If ``max_delay`` or ``max_future`` is negative or not a duration.
 
     Example
     -------
     >>> BoundedOutOfOrderness("30m").max_delay_ms
     1800000
+    >>> BoundedOutOfOrderness("5s", max_future="1h").max_future_ms
+    3600000
     """
 
     max_delay_ms: int
+    max_future_ms: int | None
 
-    def __init__(self, max_delay: Duration) -> None:
+    def __init__(self, max_delay: Duration, *, max_future: Duration | None = None) -> None:
         object.__setattr__(self, "max_delay_ms", to_millis(max_delay, parameter="max_delay"))
+        future = None if max_future is None else to_millis(max_future, parameter="max_future")
+        object.__setattr__(self, "max_future_ms", future)
 
 
 @dataclass(frozen=True)

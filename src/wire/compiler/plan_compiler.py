@@ -381,7 +381,9 @@ def _open_source(
             "event_time", src.event_time, f"a column of the source: {payload.names}", step=src.step
         )
     if not isinstance(connector, FileSource):
-        pruning = {} if columns is None else {"columns": columns}
+        pruning: dict[str, object] = {} if columns is None else {"columns": columns}
+        if src.watermark.max_future_ms is not None:  # only when set: other connectors need not know it
+            pruning["max_future_ms"] = src.watermark.max_future_ms
         df = connector.read_stream(
             spark, step=src.step, event_time=src.event_time, key_groups=key_groups,
             max_delay_ms=src.watermark.max_delay_ms,
@@ -398,6 +400,7 @@ def _open_source(
         key_groups=key_groups,
         control_file=control_file,
         columns=columns,
+        max_future_ms=src.watermark.max_future_ms,
     )
     register(spark)
     return read_stream(spark, binding), payload, connector.bounded

@@ -31,8 +31,10 @@ with ``idle_timeout`` it follows processing time while no event arrives, see
 (wall-clock ms). ``latestOffset`` admits at most ``max_events_per_epoch`` log records
 per epoch; each epoch is one Spark task that reads its seq range from the log and
 emits data rows (``__seq`` = the log seq, ``__wm`` = the epoch's start watermark), a
-dead-letter side row for records that do not fit the schema (location ``wal:<seq>``),
-a metrics side row and one watermark row per key group (the epoch's end watermark).
+dead-letter side row for records that do not fit the schema (location ``wal:<seq>``)
+or, with ``BoundedOutOfOrderness(max_future=...)``, whose event time is further ahead
+of the epoch's processing time ``at`` (such events never move the watermark), a
+metrics side row and one watermark row per key group (the epoch's end watermark).
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ from wire.connectors.watermarks import (
     PartitionState,
     WatermarkPolicy,
     advance_partition,
+    check_max_future,
+    future_limit,
+    future_reason,
     should_tick,
     source_watermark,
 )
@@ -172,15 +177,18 @@ class HttpIngestSource(SchemaDataclassDict):
         max_events_per_epoch: int,
         control_file: str | None = None,
         columns: tuple[str, ...] | None = None,
+        max_future_ms: int | None = None,
         **_: Any,
     ) -> DataFrame:
         """Return the envelope DataFrame of this source (see the module docstring).
 
         ``columns`` (None: all): the payload columns produced. Records are still parsed
         and checked against the whole schema (the same records become dead letters).
+        ``max_future_ms`` (None: off): events whose event time is more than this ahead
+        of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
         """
         binding = IngestBinding(step, self, event_time, max_delay_ms, max_events_per_epoch,
-                                key_groups, control_file, columns)
+                                key_groups, control_file, columns, max_future_ms)
         spark.dataSource.register(HttpIngestDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
 
@@ -281,8 +289,12 @@ class IngestBinding:
     control_file: str | None = None
     columns: tuple[str, ...] | None = None
     """The payload columns produced (None: all); records are parsed with every column."""
+    max_future_ms: int | None = None
+    """Events more than this (ms) ahead of the epoch's processing time are dead letters and
+    do not move the watermark; None: off."""
 
     def __post_init__(self) -> None:
+        check_max_future(self.step, self.max_future_ms)
         if self.event_time not in self.source.schema.names:
             accepted = f"a field of the schema: {self.source.schema.names}"
             raise ConfigError("event_time", self.event_time, accepted, step=self.step)
@@ -369,12 +381,37 @@ def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time:
     )
 
 
+def reject_future(parsed: ParsedRecords, bodies: dict[int, str], at: int | None,
+                  max_future_ms: int | None) -> ParsedRecords:
+    """Move the events more than ``max_future_ms`` ahead of processing time ``at`` to the dead letters.
+
+    ``bodies`` maps each log seq to its body (the dead letter's record). Returns
+    ``parsed`` itself when the check is off or nothing is rejected.
+    """
+    limit = future_limit(at, max_future_ms)
+    if limit is None:
+        return parsed
+    ahead = parsed.event_times > limit
+    if not ahead.any():
+        return parsed
+    assert at is not None and max_future_ms is not None
+    dead = parsed.dead + [(int(seq), future_reason(int(et), at, max_future_ms), bodies[int(seq)])
+                          for seq, et in zip(parsed.seqs[ahead], parsed.event_times[ahead], strict=True)]
+    keep = ~ahead
+    return ParsedRecords(parsed.table.filter(pa.array(keep)), parsed.seqs[keep], parsed.event_times[keep],
+                         sorted(dead))
+
+
 # ---------------------------------------------------------------------------- server
 
 
 @dataclass
 class WalEpoch(InputPartition):
-    """One epoch's Spark task: log records ``lo < seq <= hi`` (``count`` of them) and control rows."""
+    """One epoch's Spark task: log records ``lo < seq <= hi`` (``count`` of them) and control rows.
+
+    ``at`` is the processing time (ms) recorded in the epoch's end offset, against which
+    ``max_future`` is judged.
+    """
 
     lo: int
     hi: int
@@ -382,6 +419,7 @@ class WalEpoch(InputPartition):
     start_watermark: int
     end_watermark: int
     max_event_time: int | None
+    at: int | None = None
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -472,7 +510,11 @@ class HttpIngestReader(DataSourceStreamReader):
         own = NO_WATERMARK if seen is None else seen - b.max_delay_ms
         prev = PartitionState(max_event_time=seen, watermark=own, last_arrival=start["last_arrival"],
                               idle=start["idle"])
-        max_et = int(parsed.event_times.max()) if len(parsed.event_times) else None
+        ets = parsed.event_times
+        limit = future_limit(now, b.max_future_ms)
+        if limit is not None:
+            ets = ets[ets <= limit]  # future-dated events do not move the watermark
+        max_et = int(ets.max()) if len(ets) else None
         state = advance_partition(prev, file="", record=seq, taken=len(records), max_event_time=max_et,
                                   pending=pending, bounded=False, now=now, started=started,
                                   policy=self._policy)
@@ -486,7 +528,7 @@ class HttpIngestReader(DataSourceStreamReader):
         if start == end:
             return []
         return [WalEpoch(start["seq"], end["seq"], end["admitted"] - start["admitted"],
-                         start["watermark"], end["watermark"], end["max_event_time"])]
+                         start["watermark"], end["watermark"], end["max_event_time"], end["at"])]
 
     def commit(self, end: dict) -> None:
         """Delete the log records up to ``end`` (their epoch committed: contraflow ack, SPEC §7)."""
@@ -513,7 +555,8 @@ class HttpIngestReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the epoch's rows in the envelope format; runs on executors.
 
-        Data rows, a dead-letter side row (if any record did not fit the schema), the
+        Data rows, a dead-letter side row (if any record did not fit the schema, or has
+        an event time beyond ``max_future`` of the epoch's recorded processing time), the
         metrics side row, then one watermark row per key group.
 
         Raises
@@ -532,6 +575,8 @@ class HttpIngestReader(DataSourceStreamReader):
                 f"records with seq in ({partition.lo}, {partition.hi}], the epoch admitted {partition.count}"
             )
         parsed = parse_records(records, b.source.schema, b.event_time)
+        valid = len(parsed.seqs)
+        parsed = reject_future(parsed, dict(records), partition.at, b.max_future_ms)
         n = parsed.table.num_rows
         if n:
             cols = {name: parsed.table[name].combine_chunks().cast(schema.field(name).type)
@@ -560,6 +605,8 @@ class HttpIngestReader(DataSourceStreamReader):
             "gauge:max_event_time": NO_WATERMARK if partition.max_event_time is None
             else partition.max_event_time,
         }
+        if valid > n:
+            counters["future"] = valid - n
         yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
         yield envelope.watermark_batch(schema, partition.end_watermark, range(b.key_groups))
 

@@ -29,6 +29,8 @@ from wire.connectors.watermarks import (
     PartitionState,
     WatermarkPolicy,
     advance_partition,
+    future_limit,
+    future_reason,
     should_tick,
     source_watermark,
 )
@@ -107,6 +109,28 @@ class Decoded:
     def max_event_time(self) -> int | None:
         """The largest event time among the valid entries (None: there are none)."""
         return int(self.event_times.max()) if len(self.event_times) else None
+
+    def reject_future(self, entries: list[Entry], at: int | None, max_future_ms: int | None,
+                      stream: str) -> Decoded:
+        """Move the entries more than ``max_future_ms`` ahead of processing time ``at`` to ``dead``.
+
+        ``entries`` are the decoded entries (for the dead letters' ids and fields).
+        Returns ``self`` when the check is off or nothing is rejected.
+        """
+        limit = future_limit(at, max_future_ms)
+        if limit is None:
+            return self
+        ahead = self.event_times > limit
+        if not ahead.any():
+            return self
+        assert at is not None and max_future_ms is not None
+        dead = list(self.dead)
+        for pos, et in zip(self.positions[ahead].tolist(), self.event_times[ahead].tolist(), strict=True):
+            entry_id, fields = entries[pos]
+            dead.append((f"{stream}:{entry_id}", future_reason(et, at, max_future_ms),
+                         json.dumps(fields, ensure_ascii=False)))
+        keep = ~ahead
+        return Decoded(self.table.filter(pa.array(keep)), self.event_times[keep], self.positions[keep], dead)
 
 
 def decode_entries(
@@ -195,7 +219,9 @@ class RedisEpoch(InputPartition):
     """The one Spark task of an epoch: the entries with ids in ``(after, through]``.
 
     ``expected`` is how many entries were admitted in that range, ``first_seq`` the
-    ``__seq`` of the first, and the watermarks are the epoch's start and end ones.
+    ``__seq`` of the first, and the watermarks are the epoch's start and end ones;
+    ``at`` is the processing time (ms) recorded in the epoch's end offset, against
+    which ``max_future`` is judged.
     """
 
     after: str
@@ -204,6 +230,7 @@ class RedisEpoch(InputPartition):
     first_seq: int
     start_watermark: int
     end_watermark: int
+    at: int | None = None
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -305,6 +332,8 @@ class RedisStreamReader(DataSourceStreamReader):
             self._started = now
         started = self._started if start["started"] is None else start["started"]
         decoded = self._decode(entries) if entries else None
+        if decoded is not None:  # future-dated entries do not move the watermark
+            decoded = decoded.reject_future(entries, now, b.max_future_ms, self._stream)
         prev = PartitionState.from_json(start["stream"])
         part = advance_partition(
             prev,
@@ -345,6 +374,7 @@ class RedisStreamReader(DataSourceStreamReader):
                 first_seq=start["admitted"],
                 start_watermark=start["watermark"],
                 end_watermark=end["watermark"],
+                at=end["at"],
             )
         ]
 
@@ -461,7 +491,8 @@ class RedisStreamReader(DataSourceStreamReader):
         Runs on an executor. Data rows carry ``__et`` (event time), ``__wm`` (the epoch's
         start watermark) and ``__seq`` (the entry's position among all admitted entries,
         rejected ones included). Entries of the range that are gone (trimmed or deleted
-        before they were acknowledged) are reported as one dead letter.
+        before they were acknowledged) are reported as one dead letter; entries beyond
+        ``max_future`` of the epoch's recorded processing time each as one.
         """
         if not isinstance(partition, RedisEpoch):
             raise TypeError(f"expected a RedisEpoch partition, got {type(partition).__name__}")
@@ -473,6 +504,8 @@ class RedisStreamReader(DataSourceStreamReader):
                 f"{self._stream!r}, but {p.expected} were admitted; was the stream recreated?"
             )
         decoded = self._decode(entries)
+        valid = decoded.table.num_rows
+        decoded = decoded.reject_future(entries, p.at, b.max_future_ms, self._stream)
         n = decoded.table.num_rows
         if n:
             cols: dict[str, pa.Array] = {
@@ -511,5 +544,7 @@ class RedisStreamReader(DataSourceStreamReader):
             "malformed": p.expected - n,
             "gauge:watermark": p.end_watermark,
         }
+        if valid > n:
+            counters["future"] = valid - n
         yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
         yield envelope.watermark_batch(schema, p.end_watermark, range(b.key_groups))

@@ -32,6 +32,7 @@ from wire.connectors.base import (
 )
 from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
 from wire.connectors.sinks import Sink, jsonl_lines
+from wire.connectors.watermarks import check_max_future
 from wire.errors import ConfigError, WireError
 
 if TYPE_CHECKING:
@@ -114,12 +115,15 @@ class RedisStreamSource(SchemaDataclassDict):
         max_events_per_epoch: int,
         control_file: str | None = None,
         columns: tuple[str, ...] | None = None,
+        max_future_ms: int | None = None,
         **_: Any,
     ) -> DataFrame:
         """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
 
         ``columns`` (None: all): the payload columns produced. Entries are still decoded
         and checked against the whole schema (the same entries become dead letters).
+        ``max_future_ms`` (None: off): entries whose event time is more than this ahead
+        of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
 
         Raises
         ------
@@ -136,6 +140,7 @@ class RedisStreamSource(SchemaDataclassDict):
             key_groups=key_groups,
             control_file=control_file,
             columns=columns,
+            max_future_ms=max_future_ms,
         )
         spark.dataSource.register(RedisStreamDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
@@ -161,9 +166,10 @@ def redis_stream(
     '{"t": 1700000000000, "k": "a"}'``; missing keys are null, other keys ignored);
     with ``"fields"`` every column is a field of its own holding the value as text
     (``XADD s * t 1700000000000 k a``). Entries that do not fit (no ``data`` field,
-    invalid JSON, a value that does not convert, no usable event time) go to the step's
-    ``dead_letter`` port with location ``"<stream>:<id>"``, the reason, and the entry's
-    fields as a JSON object.
+    invalid JSON, a value that does not convert, no usable event time, or with
+    ``BoundedOutOfOrderness(max_future=...)`` an event time further ahead of the epoch's
+    processing time) go to the step's ``dead_letter`` port with location
+    ``"<stream>:<id>"``, the reason, and the entry's fields as a JSON object.
 
     **Admission and offsets.** Per epoch the source admits the next entries in id
     order, at most ``max_events_per_epoch``. The epoch's offset records the id of its
@@ -252,9 +258,13 @@ class RedisBinding:
     control_file: str | None = None
     columns: tuple[str, ...] | None = None
     """The payload columns produced (None: all); entries are decoded with every column."""
+    max_future_ms: int | None = None
+    """Entries more than this (ms) ahead of the epoch's processing time are dead letters and
+    do not move the watermark; None: off."""
 
     def __post_init__(self) -> None:
         step = self.step
+        check_max_future(step, self.max_future_ms)
         check_event_time_column(step, self.payload_schema, self.event_time)
         check_admission(
             step, max_delay_ms=self.max_delay_ms,
