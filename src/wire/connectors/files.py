@@ -206,7 +206,7 @@ def files(
     Malformed records (wrong column count, values that do not fit the schema, invalid
     JSON, missing or unparseable event time) go to the step's ``dead_letter`` port
     with the location (``file:line``; Parquet: ``file:row``), the reason and the raw
-    record. No state is kept beyond the read position, which lives in the offsets.
+    record. No state is kept beyond the read position and the set of files read, which live in the offsets.
 
     Parameters
     ----------
