@@ -29,6 +29,7 @@ The stream reader itself is in :mod:`wire.connectors.file_stream`.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,7 @@ from wire.connectors.file_listing import (
     list_files,
     list_partitions,
 )
-from wire.connectors.file_readers import ParseSpec, infer_schema
+from wire.connectors.file_readers import DEFAULT_MAX_FIELD_BYTES, ParseSpec, infer_schema
 from wire.connectors.file_stream import (
     FileEpoch,
     WireFileStreamReader,
@@ -90,7 +91,7 @@ class FileSource:
     """Files matched by a glob or held in a directory, read as one stream of partitions.
 
     Build it with :func:`files`. Immutable; part of a flow plan. Durations are held in
-    ms (``idle_timeout``: None = partitions never go idle).
+    ms (``idle_timeout``: None = partitions never go idle); ``max_field_bytes`` in bytes.
     """
 
     path: str
@@ -102,6 +103,7 @@ class FileSource:
     partition_by: str | None = None
     idle_timeout: int | None = None
     watermark_interval: int = 200
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
 
     def __post_init__(self) -> None:
         if self.format not in EXTENSIONS:
@@ -128,6 +130,9 @@ class FileSource:
             object.__setattr__(self, "idle_timeout", idle)
         interval = to_millis(self.watermark_interval, parameter="watermark_interval")
         object.__setattr__(self, "watermark_interval", interval)
+        limit = self.max_field_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError("max_field_bytes", limit, "an int >= 1 (bytes; default 131072 = 128 KiB)")
 
     def matching_files(self) -> list[str]:
         """Return the matching files now, in name order (the arrival order)."""
@@ -147,7 +152,7 @@ class FileSource:
             raise WireError(str(e)) from e
 
     def resolve_schema(self) -> pa.Schema:
-        """Return the payload schema: the given one, or inferred from the first file by name.
+        """Return the payload schema: the given one, or inferred from the first non-empty file by name.
 
         Raises
         ------
@@ -159,7 +164,9 @@ class FileSource:
         found = sorted(f for fs in self.matching_partitions().values() for f in fs)
         if not found:
             raise WireError(f"no {self.format} file matches {self.path!r}")
-        return infer_schema(found[0], self.format, delimiter=self.delimiter, null_values=self.null_values)
+        sized = [f for f in found if _size(f) != 0]  # a 0-byte file has no schema to infer
+        first = (sized or found)[0]
+        return infer_schema(first, self.format, delimiter=self.delimiter, null_values=self.null_values)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serializable form (see :meth:`from_dict`)."""
@@ -173,11 +180,12 @@ class FileSource:
             "partition_by": self.partition_by,
             "idle_timeout": self.idle_timeout,
             "watermark_interval": self.watermark_interval,
+            "max_field_bytes": self.max_field_bytes,
         }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FileSource:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (a dict without ``max_field_bytes`` gets the default)."""
         schema = None if d["schema"] is None else schema_from_b64(d["schema"])
         return FileSource(**{**d, "schema": schema, "null_values": tuple(d["null_values"])})
 
@@ -193,6 +201,7 @@ def files(
     partition_by: str | None = None,
     idle_timeout: Duration | None = None,
     watermark_interval: Duration = 200,
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
 ) -> FileSource:
     """Read CSV, JSON Lines or Parquet files as a stream of events.
 
@@ -203,10 +212,19 @@ def files(
     read in parallel and share the per-epoch admission budget fairly; each keeps its
     own watermark and the source's watermark is the minimum over the partitions that
     are not idle (SPEC §2; the exact rules are in :mod:`wire.connectors.watermarks`).
-    Malformed records (wrong column count, values that do not fit the schema, invalid
-    JSON, missing or unparseable event time) go to the step's ``dead_letter`` port
-    with the location (``file:line``; Parquet: ``file:row``), the reason and the raw
-    record. No state is kept beyond the read position and the set of files read, which live in the offsets.
+    Malformed records go to the step's ``dead_letter`` port with the location
+    (``file:line``; Parquet: ``file:row``), the reason and the raw record; the rest of
+    the file is read. Malformed are: a wrong column count, a value that does not fit
+    the schema (an integer column takes integers only: ``1000.7`` is malformed, never
+    truncated; JSON numbers such as ``1000.0`` or ``1e3`` denote integers and are
+    taken exactly, CSV takes integer text only), invalid JSON, invalid UTF-8 in a CSV or
+    JSON Lines record, a CSV field longer than ``max_field_bytes``, and a missing,
+    unparseable or out-of-range event time (the supported range is years 0001..9999
+    UTC, :data:`wire.connectors.conversions.MIN_EVENT_TIME_MS` ..
+    :data:`~wire.connectors.conversions.MAX_EVENT_TIME_MS`; so for timestamp and date
+    columns). Empty files, blank lines, CRLF line ends and a missing final newline are
+    fine. No state is kept beyond the read position and the set of files read, which
+    live in the offsets.
 
     Parameters
     ----------
@@ -218,7 +236,7 @@ def files(
         ``"csv"`` (with a header line), ``"jsonl"`` (one JSON object per line) or
         ``"parquet"``.
     schema:
-        The payload schema; None infers it from the first file by name.
+        The payload schema; None infers it from the first non-empty file by name.
     delimiter:
         CSV field delimiter, one character.
     null_values:
@@ -242,6 +260,10 @@ def files(
     watermark_interval:
         Minimum processing time between two epochs that only advance the watermark
         (no new records), e.g. ``"200ms"``.
+    max_field_bytes:
+        CSV: the longest field, in UTF-8 bytes after unquoting (default 131072, 128 KiB).
+        A record with a longer field goes to the dead-letter output. Larger limits cost
+        only memory: each file is parsed whole.
 
     Returns
     -------
@@ -253,7 +275,8 @@ def files(
     ConfigError
         On an unknown format, an empty path, a delimiter that is not one character, an
         unknown ``partition_by`` (or a glob whose first wildcard level names files, with
-        ``"directory"``) or an invalid duration.
+        ``"directory"``), an invalid duration, or a ``max_field_bytes`` that is not an
+        int >= 1.
 
     Examples
     --------
@@ -265,7 +288,8 @@ def files(
     ('directory', 30000, 200)
     """
     return FileSource(
-        path, format, schema, delimiter, null_values, bounded, partition_by, idle_timeout, watermark_interval
+        path, format, schema, delimiter, null_values, bounded, partition_by, idle_timeout, watermark_interval,
+        max_field_bytes,
     )
 
 
@@ -321,7 +345,8 @@ class SourceBinding:
         """Return how to parse this source's files."""
         src = self.source
         return ParseSpec(
-            src.format, self.payload_schema, self.event_time, src.delimiter, src.null_values, self.columns
+            src.format, self.payload_schema, self.event_time, src.delimiter, src.null_values, self.columns,
+            src.max_field_bytes,
         )
 
     def to_json(self) -> str:
@@ -354,6 +379,14 @@ class WireFileDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""
         return WireFileStreamReader(SourceBinding.from_json(self.options["binding"]))
+
+
+def _size(path: str) -> int | None:
+    """The file's size in bytes (None: it vanished)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
 
 
 def register(spark: SparkSession) -> None:
