@@ -5,9 +5,11 @@ blob row per key group (port ``left`` / ``right``); the two envelope-only stream
 are unioned and grouped by key group into one transformWithStateInPandas
 processor (:class:`JoinProcessor`) that runs :func:`wire.state.join.join_epoch`
 once per key group per epoch over both sides' buffers. The input watermark is the
-minimum over both sides' channels; the output watermark is ``in - allowed_lateness``
-(a joined row's event time is the later of its two events, and an accepted event
-is at most ``allowed_lateness`` behind the input watermark).
+minimum over both sides' channels; the output watermark is
+:func:`wire.state.join.output_watermark` (Beam watermark-hold rule, SPEC §2):
+``in - allowed_lateness`` (a joined row's event time is the later of its two events,
+and an accepted event is at most ``allowed_lateness`` behind the input watermark),
+and the end of input once the input ended.
 """
 
 from __future__ import annotations
@@ -119,8 +121,7 @@ class JoinProcessor(KeyedProcessor):
             self._side(group.blobs, RIGHT), wm_in, new_in, st.spec,
         )
         old_out = op.wm_out
-        lateness = st.spec.allowed_lateness_ms
-        new_out = max(old_out, new_in - lateness if new_in > -(2**63) + lateness else new_in)
+        new_out = J.output_watermark(old_out, new_in, st.spec)
         op.wm_in, op.wm_out, op.tables = new_in, new_out, {LEFT: left_state, RIGHT: right_state}
         stats = {
             "joined": joined.num_rows,

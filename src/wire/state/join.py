@@ -416,3 +416,36 @@ def join_epoch(
         keep_l = _ge(lt, int(wm_out) - spec.upper_ms - lateness)
         keep_r = _ge(rt, int(wm_out) + spec.lower_ms - lateness)
     return lall.filter(pa.array(keep_l)), rall.filter(pa.array(keep_r)), joined, late
+
+
+def output_watermark(old_out: int, new_in: int, spec: IntervalJoinSpec) -> int:
+    """The join's new output watermark (ms): ``max(old_out, new_in - allowed_lateness_ms)``.
+
+    Beam watermark-hold rule, SPEC §2: the output watermark never passes the event time
+    of a row the join may still emit. A joined row's event time is the later of its two
+    events, and at least one of them is new in the epoch that emits the row; a new event
+    is accepted when ``t + allowed_lateness_ms >= wm_in`` (:func:`join_epoch`), so every
+    later row has ``event_time >= new_in - allowed_lateness_ms``. The bounds
+    ``lower_ms`` / ``upper_ms`` only decide *which* pairs meet, never how early a row's
+    event time is, so they do not enter the hold.
+
+    Parameters
+    ----------
+    old_out : int
+        The output watermark forwarded so far (ms).
+    new_in : int
+        The join's input watermark after the epoch (ms, minimum over both inputs);
+        ``-2**63`` = none yet, :data:`~wire.runtime.envelope.MAX_WATERMARK` = end of input.
+    spec : IntervalJoinSpec
+        The join configuration (its ``allowed_lateness_ms``).
+
+    Returns
+    -------
+    int
+        Never below ``old_out``; :data:`~wire.runtime.envelope.MAX_WATERMARK` once the
+        input ended (no event can arrive any more, so nothing holds).
+    """
+    if new_in >= MAX_WATERMARK:
+        return MAX_WATERMARK
+    lateness = spec.allowed_lateness_ms
+    return max(old_out, new_in - lateness if new_in > _INT64_MIN + lateness else new_in)

@@ -515,6 +515,17 @@ def output_watermark(old_out: int, new_in: int, state: pa.Table | None, spec: Wi
     Results carry their window start as event time, so downstream (a window of
     windows) no on-time result is ever behind this watermark. At the end of input
     (``new_in`` = int64 max) no new window can open and only open windows hold.
+
+    What the hold covers: every ``final`` row of input that was on time (event time
+    ``>= `` the input watermark, SPEC §3), for all window kinds; for tumbling and sliding
+    windows also late input, which only enters a window whose end is past the input
+    watermark (so its start is at or after the possible-window bound) or updates a
+    fired one (an ``update`` row, late by nature). Not covered: a late session event
+    (``t < watermark`` but ``t + gap + allowed_lateness > watermark``, accepted by
+    Flink's rule) may open a session, or merge, through other late events of the same
+    epoch, into an open one, that starts before the output watermark; no finite hold
+    bounds how far back such a chain reaches, so its result may be late downstream.
+    Checked by ``tests/unit/state/test_pipeline_metamorphic.py``.
     """
     hold = output_watermark_hold(state, spec)
     if INT64_MIN < new_in < INT64_MAX:  # no watermark yet / end of input: nothing to add
