@@ -147,25 +147,49 @@ def payload_schema(input_schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in input_schema if f.name not in drop])
 
 
+LATE_INPUT_PREFIX = "input_"
+"""Prefix of an input column renamed in the late table because it clashes with :data:`LATE_COLUMNS`."""
+
+
+def late_columns(input_schema: pa.Schema) -> list[tuple[str, str]]:
+    """``(input name, late-table name)`` of each payload column of the late table.
+
+    A payload column named like one of :data:`LATE_COLUMNS` is renamed
+    ``input_<name>`` (an interval join's output has an ``event_time`` column, and a
+    window may follow a join); the others keep their names.
+
+    Raises
+    ------
+    ConfigError
+        If a renamed column clashes with another input column.
+    """
+    names = payload_schema(input_schema).names
+    pairs = [(n, LATE_INPUT_PREFIX + n if n in LATE_COLUMNS else n) for n in names]
+    clash = [late for name, late in pairs if late != name and late in names]
+    if clash:
+        accepted = f"no input column named both X and {LATE_INPUT_PREFIX}X for X in {list(LATE_COLUMNS)}"
+        raise ConfigError("columns", clash, accepted)
+    return pairs
+
+
 def late_schema(spec: WindowSpec, input_schema: pa.Schema) -> pa.Schema:
     """Return the schema of the late (dead-letter) table.
 
-    The payload columns (input without ``__et`` / ``__seq``), then ``event_time`` and
+    The payload columns (input without ``__et`` / ``__seq``; a column named
+    ``event_time``, ``watermark`` or ``reason`` is renamed ``input_<name>``, see
+    :func:`late_columns`), then ``event_time`` (the event's event time) and
     ``watermark`` (int64 ms) and ``reason`` (string).
 
     Raises
     ------
     ConfigError
-        If the input already has a column named ``event_time``, ``watermark`` or
-        ``reason``.
+        If the input has both a column named ``event_time``, ``watermark`` or
+        ``reason`` and one named ``input_`` + that name.
     """
     payload = payload_schema(input_schema)
-    clash = [n for n in payload.names if n in LATE_COLUMNS]
-    if clash:
-        raise ConfigError("columns", clash, f"input columns not named {', '.join(LATE_COLUMNS)}")
     return pa.schema(
         [
-            *payload,
+            *(payload.field(name).with_name(late) for name, late in late_columns(input_schema)),
             pa.field("event_time", pa.int64()),
             pa.field("watermark", pa.int64()),
             pa.field("reason", pa.string()),

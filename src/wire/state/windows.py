@@ -86,6 +86,7 @@ from wire.state.sessions import SESSION_LATE_REASON, candidates_alive, closed_by
 from wire.state.spec import (
     TumblingSpec,
     WindowSpec,
+    late_columns,
     late_schema,
     partial_schema,
     result_schema,
@@ -139,7 +140,7 @@ def _prepare(events: pa.Table) -> pa.Table:
 def _late(events: pa.Table, watermark: int, reason: str, spec: WindowSpec) -> pa.Table:
     schema = late_schema(spec, events.schema)
     n = events.num_rows
-    columns = [events.column(f.name) for f in schema if f.name in events.column_names]
+    columns = [events.column(name) for name, _ in late_columns(events.schema)]
     columns += [
         events.column(EVENT_TIME),
         pa.repeat(pa.scalar(int(watermark), pa.int64()), n),

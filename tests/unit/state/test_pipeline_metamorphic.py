@@ -34,7 +34,7 @@ from wire.runtime.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state import join as J
 from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows
-from wire.state.windows import WindowSpec, output_watermark, process_epoch
+from wire.state.windows import WindowSpec, output_watermark, process_epoch, split_late
 
 NO_WM = -(2**63)
 Row = tuple[str, int, int]
@@ -418,6 +418,19 @@ def test_join_row_of_an_event_within_allowed_lateness_is_on_time_downstream():
     got, checks, _ = run(pipeline, [left, right], [[1], [1, 1]], [0, 0], 1)
     assert checks.late == 0 and checks.behind == []
     assert got == [("a", 990, 1000, 11, 1)] == oracle(pipeline, [left, right])
+
+
+def test_window_over_join_rows_builds_and_routes_late_rows():
+    """A join's rows have an ``event_time`` column; a window's late table keeps it as ``input_event_time``.
+
+    Before, the window's late schema rejected the column, so no window could follow a join.
+    """
+    spec = WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),))
+    rows = pa.table({"k": ["a", "a"], "x": [1, 2], "event_time": [5, 25], "__et": [5, 25], "__seq": [0, 1]})
+    accepted, late, _ = split_late(rows, 20, spec)  # [0,10) is closed at 20, [20,30) open
+    assert accepted.column("event_time").to_pylist() == [25]
+    assert late.select(["k", "x", "input_event_time", "event_time", "watermark"]).to_pylist() == [
+        {"k": "a", "x": 1, "input_event_time": 5, "event_time": 5, "watermark": 20}]
 
 
 @pytest.mark.parametrize(("old_out", "new_in", "lateness", "expected"), [

@@ -361,9 +361,13 @@ def test_result_schema_and_state_schema():
 
 
 @pytest.mark.parametrize("column", ["event_time", "watermark", "reason"])
-def test_late_schema_rejects_clashing_columns(column):
-    with pytest.raises(ConfigError, match=column):
-        late_schema(SPEC, pa.schema([("k", pa.string()), (column, pa.int64())]))
+def test_late_schema_renames_clashing_columns(column):
+    """An input column named like a late column (a join's ``event_time``) becomes ``input_<name>``."""
+    schema = late_schema(SPEC, pa.schema([("k", pa.string()), (column, pa.int64())]))
+    assert schema.names == ["k", f"input_{column}", "event_time", "watermark", "reason"]
+    with pytest.raises(ConfigError, match=f"input_{column}"):
+        late_schema(SPEC, pa.schema([("k", pa.string()), (column, pa.int64()),
+                                     (f"input_{column}", pa.int32())]))
 
 
 def test_schema_errors():
