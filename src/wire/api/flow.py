@@ -547,7 +547,9 @@ class Stream:
         """The late port of a window aggregation: events beyond allowed lateness.
 
         Columns: the event's columns, ``event_time`` (int64 ms), ``watermark`` (int64 ms,
-        the watermark when the event arrived), ``reason`` (string).
+        the watermark when the event arrived), ``reason`` (string). An event column named
+        ``event_time``, ``watermark`` or ``reason`` (e.g. a join's ``event_time``, when
+        a window follows a join) is renamed ``input_<name>``.
 
         Not sunk, the port is kept under ``<checkpoint>/kept/<step>.late/`` (SPEC §3);
         ``.late().drop()`` discards it on purpose.
