@@ -293,10 +293,15 @@ class RunningFlow:
         if graceful and self.query.isActive:
             set_stopping(self.control_file, True)
             deadline = time.monotonic() + timeout_s
+            # A trigger that began before "stopping" was set may still plan an epoch
+            # (its latestOffset ran first); once one moment without an active trigger has
+            # been seen, every later trigger sees "stopping" and plans nothing.
+            between_triggers = False
             while self.query.isActive and time.monotonic() < deadline:
-                if epochs_settled(self.checkpoint):
+                between_triggers = between_triggers or not self.query.status["isTriggerActive"]
+                if between_triggers and epochs_settled(self.checkpoint):
                     break
-                time.sleep(0.1)
+                time.sleep(0.02)
         self.query.stop()
         set_stopping(self.control_file, False)
         self.summary.stopped_early = True

@@ -67,7 +67,7 @@ def test_a_step_dead_letter_sink_covers_that_step_only(tmp_path):
 
 
 def test_drop_refuses_a_data_stream(tmp_path):
-    flow, src, hourly = flow_with_window(tmp_path)
+    _, _, hourly = flow_with_window(tmp_path)
     with pytest.raises(PlanError, match="only side ports"):
         hourly.drop()
 
