@@ -13,13 +13,12 @@ records per epoch, ``Tumbling("10s")``, ``BoundedOutOfOrderness("5s")``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from datetime import datetime
 
 import pyarrow as pa
 import pytest
+from test_csv_flow import ms, read
 
 import wire
 
@@ -29,17 +28,6 @@ BASE = 1_600_000_000_000
 Y2100 = 4_102_444_800_000
 NORMAL = [(i, BASE + i * 1000, "ab"[i % 2]) for i in range(40)]
 RECORDS = [*NORMAL[:10], (99, Y2100, "a"), *NORMAL[10:]]
-
-
-def read(path):
-    rows = []
-    for f in sorted(path.glob("*/*.jsonl")):
-        rows += [json.loads(line) for line in f.read_text().splitlines()]
-    return rows
-
-
-def ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def run(tmp_path, spark, watermark):
