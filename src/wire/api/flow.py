@@ -110,6 +110,7 @@ class Flow:
         key: str | None = None,
         watermark: BoundedOutOfOrderness | None = None,
         max_events_per_epoch: int = 100_000,
+        target_epoch_duration: Duration | None = None,
         name: str | None = None,
     ) -> Stream:
         """Add a source and return its stream of events.
@@ -127,6 +128,16 @@ class Flow:
             The source's watermark policy; default ``BoundedOutOfOrderness(0)``.
         max_events_per_epoch:
             Admission control: at most this many records enter one epoch (SPEC §5).
+        target_epoch_duration:
+            Epoch sizing (SPEC §5): while a backlog lasts, size each epoch so that it
+            takes about this long (``"2s"``, ms as int, a ``timedelta``), between 1,000
+            events (or ``max_events_per_epoch`` if smaller) and ``max_events_per_epoch``,
+            starting from ``max_events_per_epoch``; the size changes by at most x0.25 /
+            x2 per epoch (:mod:`wire.connectors.epoch_sizing`). ``None`` (default): every
+            epoch may admit ``max_events_per_epoch``. Off by default because the epoch
+            split then depends on the machine's speed, and with it which events are late;
+            without it a run's epochs depend only on its input. Replays are exact either
+            way (each epoch's admitted range is in its offset).
         name:
             The step id (default ``source_<n>``).
 
@@ -155,8 +166,13 @@ class Flow:
             or max_events_per_epoch <= 0
         ):
             raise ConfigError("max_events_per_epoch", max_events_per_epoch, "a positive int")
+        target_ms = None
+        if target_epoch_duration is not None:
+            target_ms = to_millis(target_epoch_duration, parameter="target_epoch_duration",
+                                  allow_zero=False)
         step = self._step_id(name, "source")
-        self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch))
+        self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch,
+                             target_ms))
         return Stream(self, PortRef(step, OUT))
 
     def dead_letters(self) -> Stream:

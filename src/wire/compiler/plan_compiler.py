@@ -294,14 +294,19 @@ def _compile(
     return compiled, opened
 
 
-def _prunable(connector: object) -> bool:
-    """True when the source can produce a subset of its columns (a ``columns`` parameter)."""
+def _accepts(connector: object, parameter: str) -> bool:
+    """True when the connector's ``read_stream`` declares ``parameter`` (the file source: all)."""
     if isinstance(connector, FileSource):
         return True
     try:
-        return "columns" in inspect.signature(connector.read_stream).parameters  # type: ignore[attr-defined]
+        return parameter in inspect.signature(connector.read_stream).parameters  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         return False
+
+
+def _prunable(connector: object) -> bool:
+    """True when the source can produce a subset of its columns (a ``columns`` parameter)."""
+    return _accepts(connector, "columns")
 
 
 def _pruned_columns(
@@ -384,6 +389,14 @@ def _open_source(
         pruning: dict[str, object] = {} if columns is None else {"columns": columns}
         if src.watermark.max_future_ms is not None:  # only when set: other connectors need not know it
             pruning["max_future_ms"] = src.watermark.max_future_ms
+        if src.target_epoch_ms is not None:  # likewise: only connectors that size epochs get it
+            if not _accepts(connector, "target_epoch_ms"):
+                raise ConfigError(
+                    "target_epoch_duration", src.target_epoch_ms,
+                    f"None: the {type(connector).__name__} source does not size its epochs (the file, "
+                    "HTTP ingest, Redis Streams and Nexmark sources do)", step=src.step,
+                )
+            pruning["target_epoch_ms"] = src.target_epoch_ms
         df = connector.read_stream(
             spark, step=src.step, event_time=src.event_time, key_groups=key_groups,
             max_delay_ms=src.watermark.max_delay_ms,
@@ -401,6 +414,7 @@ def _open_source(
         control_file=control_file,
         columns=columns,
         max_future_ms=src.watermark.max_future_ms,
+        target_epoch_ms=src.target_epoch_ms,
     )
     register(spark)
     return read_stream(spark, binding), payload, connector.bounded

@@ -11,6 +11,12 @@ A source connector is a frozen dataclass (it sits in the immutable plan) with:
   ``max_events_per_epoch`` (admission per epoch) and ``control_file`` (pause / stop,
   :mod:`wire.runtime.control`).
 
+A source that sizes its epochs from a target duration declares a ``target_epoch_ms``
+parameter (int ms, None = off) and admits at most
+:class:`~wire.connectors.epoch_sizing.EpochSizer`'s budget per epoch; the compiler passes
+it only when the flow sets ``target_epoch_duration``, and refuses that setting (a
+``ConfigError`` when the flow is compiled, before it runs) for a source without it.
+
 A source that can produce fewer columns declares a ``columns`` parameter in
 ``read_stream``: a tuple of payload column names (None = all). It then produces those
 payload columns only, in schema order (always followed by the envelope), while still

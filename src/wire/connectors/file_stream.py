@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from wire.connectors.base import spark_row_schema
+from wire.connectors.epoch_sizing import EpochSizer
 from wire.connectors.file_listing import FileStamp, _wildcard_level
 from wire.connectors.file_locate import locate_records
 from wire.connectors.file_readers import ParseCache, ParsedFile
@@ -192,6 +193,7 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._snapshot: dict[str, list[str]] | None = None
         self._available_now = False
         self._started: int | None = None
+        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
 
     # -- planner (driver) --------------------------------------------------------------
 
@@ -228,10 +230,13 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounded source whose files are all read returns, once, an ``ended`` offset with
         the maximal watermark.
         """
+        now = self._clock()
+        sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
         if start["ended"] or is_paused(self._binding.control_file, self._binding.step):
             return start
         budget = self._budget(limit)
-        now = self._clock()
+        if budget is not None:
+            budget = min(budget, sized)
         if self._started is None:
             self._started = now
         started = self._started if start["started"] is None else start["started"]
@@ -273,6 +278,8 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 policy=self._policy,
             )
         taken = sum(alloc)
+        if budget is not None:
+            self._sizer.admitted(now, taken, budget)
         if taken == 0 and not changes and bounded and budget != 0:
             return dict(start, ended=True, watermark=envelope.MAX_WATERMARK, at=now, segments={}, changed=[])
         watermark = source_watermark(start["watermark"], parts, now, self._policy)

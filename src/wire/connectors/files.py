@@ -318,6 +318,8 @@ class SourceBinding:
     """Events whose event time is more than this (ms) ahead of the epoch's processing time
     are dead letters and do not move the watermark (``BoundedOutOfOrderness(max_future=)``);
     None: off."""
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.connectors.epoch_sizing`); None: off."""
 
     def __post_init__(self) -> None:
         step = self.step

@@ -61,6 +61,7 @@ from wire.connectors.base import (
     spark_row_schema,
     spark_struct,
 )
+from wire.connectors.epoch_sizing import EpochSizer
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.file_stream import wall_clock_ms
 from wire.connectors.http_ingest_server import (
@@ -178,6 +179,7 @@ class HttpIngestSource(SchemaDataclassDict):
         control_file: str | None = None,
         columns: tuple[str, ...] | None = None,
         max_future_ms: int | None = None,
+        target_epoch_ms: int | None = None,
         **_: Any,
     ) -> DataFrame:
         """Return the envelope DataFrame of this source (see the module docstring).
@@ -186,9 +188,10 @@ class HttpIngestSource(SchemaDataclassDict):
         and checked against the whole schema (the same records become dead letters).
         ``max_future_ms`` (None: off): events whose event time is more than this ahead
         of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
+        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.connectors.epoch_sizing`).
         """
         binding = IngestBinding(step, self, event_time, max_delay_ms, max_events_per_epoch,
-                                key_groups, control_file, columns, max_future_ms)
+                                key_groups, control_file, columns, max_future_ms, target_epoch_ms)
         spark.dataSource.register(HttpIngestDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
 
@@ -292,6 +295,8 @@ class IngestBinding:
     max_future_ms: int | None = None
     """Events more than this (ms) ahead of the epoch's processing time are dead letters and
     do not move the watermark; None: off."""
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.connectors.epoch_sizing`); None: off."""
 
     def __post_init__(self) -> None:
         check_max_future(self.step, self.max_future_ms)
@@ -453,6 +458,7 @@ class HttpIngestReader(DataSourceStreamReader):
         src = binding.source
         self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
         self._clock = clock or wall_clock_ms
+        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
         self._row_schema = spark_row_schema(binding.output_schema)
         self._wal: WriteAheadLog | None = None
         self._server: _Server | None = None
@@ -495,16 +501,21 @@ class HttpIngestReader(DataSourceStreamReader):
         """
         self.serve()
         b = self._binding
+        now = self._clock()
+        sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
         if is_paused(b.control_file, b.step):
             return start
         budget = self._budget(limit)
-        now = self._clock()
+        if budget is not None:
+            budget = min(budget, sized)
         if self._started is None:
             self._started = now
         started = self._started if start["started"] is None else start["started"]
         records = self.wal.read(start["seq"], limit=budget) if budget != 0 else []
         parsed = parse_records(records, b.source.schema, b.event_time)
         seq = records[-1][0] if records else start["seq"]
+        if budget is not None:
+            self._sizer.admitted(now, len(records), budget)
         pending = budget is not None and len(records) >= budget and self.wal.max_seq() > seq
         seen = start["max_event_time"]  # the log's watermark without idle extrapolation:
         own = NO_WATERMARK if seen is None else seen - b.max_delay_ms

@@ -62,6 +62,7 @@ from pyspark.sql.types import StructType
 
 from wire.compiler.arrow_types import spark_schema
 from wire.connectors.base import check_columns, select_columns, spark_row_schema
+from wire.connectors.epoch_sizing import EpochSizer
 from wire.errors import ConfigError
 from wire.runtime import envelope
 from wire.runtime.control import is_paused
@@ -380,12 +381,14 @@ class NexmarkSource:
         max_events_per_epoch: int = 100_000,
         control_file: str | None = None,
         columns: tuple[str, ...] | None = None,
+        target_epoch_ms: int | None = None,
         **_: Any,
     ) -> DataFrame:
         """The envelope DataFrame of the generated events.
 
         ``columns`` (None: all): the payload columns to produce, in :data:`SCHEMA` order;
         only those are generated (plus the event-time column, for ``__et``).
+        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.connectors.epoch_sizing`).
 
         Raises
         ------
@@ -396,7 +399,7 @@ class NexmarkSource:
             step=step, event_time=event_time, key_groups=key_groups, max_delay_ms=max_delay_ms,
             max_events_per_epoch=max_events_per_epoch,
             control_file=None if control_file is None else str(control_file),
-            columns=check_columns(step, SCHEMA, columns),
+            columns=check_columns(step, SCHEMA, columns), target_epoch_ms=target_epoch_ms,
         )
         spark.dataSource.register(NexmarkDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("config", options).load()
@@ -440,6 +443,7 @@ class _Config:
         self.max_delay_ms: int = d["max_delay_ms"]
         self.max_events_per_epoch: int = d["max_events_per_epoch"]
         self.control_file: str | None = d["control_file"]
+        self.target_epoch_ms: int | None = d.get("target_epoch_ms")
         columns = d.get("columns")
         self.columns: tuple[str, ...] | None = None if columns is None else tuple(columns)
         self.payload = select_columns(SCHEMA, self.columns)
@@ -475,6 +479,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, config: _Config) -> None:
         self.c = config
+        self._sizer = EpochSizer(config.max_events_per_epoch, config.target_epoch_ms)
 
     def initialOffset(self) -> dict:
         """Nothing read yet."""
@@ -489,6 +494,8 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Admit the next events (at most the limit), or end once all are admitted."""
+        now = time.monotonic() * 1000
+        sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
         if start["ended"] or is_paused(self.c.control_file, self.c.step):
             return start
         n = int(start["next"])
@@ -500,7 +507,8 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             budget = limit.max_rows
         elif isinstance(limit, ReadAllAvailable):
             budget = total - n
-        hi = min(total, n + max(int(budget), 1))
+        budget = min(int(budget), sized)
+        hi = min(total, n + max(budget, 1))
         s = self.c.source
         started = start.get("started_at_ms")
         if s.pace is not None:
@@ -509,6 +517,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             hi = min(hi, (now_ms - started) * s.pace // 1000)
             if hi <= n:
                 return dict(start, started_at_ms=started)
+        self._sizer.admitted(now, hi - n, budget)
         seen = int(event_times(n, hi, seed=s.seed, first_event_rate=s.first_event_rate,
                                out_of_order_ms=s.out_of_order_ms).max())
         prev = start["max_event_time"]

@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from wire.connectors.epoch_sizing import EpochSizer
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.watermarks import (
     NO_WATERMARK,
@@ -257,6 +258,7 @@ class RedisStreamReader(DataSourceStreamReader):
         src = binding.source
         self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
         self._clock = clock or wall_clock_ms
+        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
         self._row_schema = binding.row_schema()
         self._client: redis.Redis | None = None
         self._delivered: str | None = None  # the group's last delivered id, as last seen
@@ -320,14 +322,16 @@ class RedisStreamReader(DataSourceStreamReader):
         (control file) or when nothing is new and the watermark does not tick.
         """
         b = self._binding
+        sized = self._sizer.budget(self._clock())  # first: the time since the last call is an epoch's
         if is_paused(b.control_file, b.step):
             return start
         if not self._caught_up:
             self.acknowledge_through(start["last_id"])
             self._caught_up = True
-        budget = self._budget(limit)
+        budget = min(self._budget(limit), sized)
         entries = self._admit(start["last_id"], budget)
         now = self._clock()
+        self._sizer.admitted(now, len(entries), budget)
         if self._started is None:
             self._started = now
         started = self._started if start["started"] is None else start["started"]

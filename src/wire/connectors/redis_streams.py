@@ -116,6 +116,7 @@ class RedisStreamSource(SchemaDataclassDict):
         control_file: str | None = None,
         columns: tuple[str, ...] | None = None,
         max_future_ms: int | None = None,
+        target_epoch_ms: int | None = None,
         **_: Any,
     ) -> DataFrame:
         """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
@@ -124,6 +125,7 @@ class RedisStreamSource(SchemaDataclassDict):
         and checked against the whole schema (the same entries become dead letters).
         ``max_future_ms`` (None: off): entries whose event time is more than this ahead
         of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
+        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.connectors.epoch_sizing`).
 
         Raises
         ------
@@ -141,6 +143,7 @@ class RedisStreamSource(SchemaDataclassDict):
             control_file=control_file,
             columns=columns,
             max_future_ms=max_future_ms,
+            target_epoch_ms=target_epoch_ms,
         )
         spark.dataSource.register(RedisStreamDataSource)
         return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
@@ -261,6 +264,8 @@ class RedisBinding:
     max_future_ms: int | None = None
     """Entries more than this (ms) ahead of the epoch's processing time are dead letters and
     do not move the watermark; None: off."""
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.connectors.epoch_sizing`); None: off."""
 
     def __post_init__(self) -> None:
         step = self.step

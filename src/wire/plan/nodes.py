@@ -55,6 +55,8 @@ class SourceNode(Node):
     key: str | None
     watermark: BoundedOutOfOrderness
     max_events_per_epoch: int
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.connectors.epoch_sizing`); None: off."""
 
 
 @dataclass(frozen=True, eq=False)
