@@ -218,8 +218,11 @@ class Flow:
             completed epoch (SPEC §6).
         master, spark_conf:
             Spark master URL and extra Spark settings, used when Wire creates the session.
+            A session Wire creates writes Spark's log and its Python workers' output to
+            ``<checkpoint>/spark.log`` (``RunSummary.spark_log``), not to the terminal.
         spark:
-            An existing SparkSession to use instead.
+            An existing SparkSession to use instead (its output goes where its JVM writes;
+            ``wire.spark(log_file=...)`` sends it to a file).
         key_groups:
             Keyed state is partitioned into this many key groups (hash of key mod
             ``key_groups``); fixed for the life of a checkpoint. ``None``: the

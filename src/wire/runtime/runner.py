@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -32,7 +33,7 @@ from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_check
 from wire.runtime.control import control_path, set_breaker, set_stopping, write_control
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
-from wire.runtime.session import spark_session
+from wire.runtime.session import SPARK_LOG, spark_session
 
 
 @dataclass
@@ -68,6 +69,11 @@ class RunSummary:
     """Side ports no sink read, kept under the checkpoint: port id -> directory
     (:mod:`wire.runtime.kept_ports`); their rows are counted in ``rows_written`` under
     the step ``kept-<step>-<port>``."""
+
+    spark_log: str | None = None
+    """Where Spark's log and its Python workers' output went (``<checkpoint>/spark.log``) when
+    the run started the SparkSession itself; None when it ran on a session it was given (or an
+    active one), whose output goes wherever that session's JVM writes."""
 
     gauges: dict[tuple[str, str], int] = field(default_factory=dict)
     """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
@@ -141,6 +147,8 @@ class RunSummary:
         for port, path in self.kept.items():
             rows = self.rows_written[kept_step(PortRef(*port.rsplit(".", 1)))]
             lines.append(f"  kept {port} (no sink): {rows:,} rows in {path}")
+        if self.spark_log is not None:
+            lines.append(f"  Spark's log: {self.spark_log}")
         return "\n".join(lines)
 
 
@@ -385,10 +393,14 @@ def start_plan(
     meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan)
     control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
-    spark = spark or spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}")
+    spark_log = None
+    if spark is None:
+        if SparkSession.getActiveSession() is None:  # Wire starts the JVM: its chatter goes to a file
+            spark_log = str(Path(checkpoint) / SPARK_LOG)
+        spark = spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}", log_file=spark_log)
     compiled = compile_plan(plan, spark, meta.key_groups, control)
     sinks = list(plan.sinks())
-    summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept)
+    summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     started = time.perf_counter()
     opened: list[Sink] = []

@@ -12,6 +12,10 @@ from pyspark.sql import SparkSession
 
 from wire.errors import WireError
 
+SPARK_LOG = "spark.log"
+"""The file, in a flow's checkpoint directory, that receives Spark's log and its Python
+workers' output when a run starts the SparkSession itself (``Flow.run`` without ``spark``)."""
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 DEFAULT_CONF: dict[str, str] = {
