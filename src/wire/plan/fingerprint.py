@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any
 
 from wire.api.windowing import Session, Sliding, Tumbling
@@ -295,17 +296,26 @@ def incompatible_changes(recorded: Fingerprint, current: Fingerprint) -> list[st
     (it receives the epochs from the next one on) or removed; a sink's tuning
     (batch size, timeouts, breaker settings).
     """
-    changes: list[str] = []
+    changes: list[tuple[str, str]] = []
     for step, old in recorded.items():
         new = current.get(step)
         if new is None:
             if old.get("kind") != SINK:
-                changes.append(f"step {step!r} ({_what(old)}) was removed or renamed")
+                changes.append((step, f"step {step!r} ({_what(old)}) was removed or renamed"))
         elif new.get("kind") != old.get("kind"):
-            changes.append(f"step {step!r} changed: {_what(old)} -> {_what(new)}")
+            changes.append((step, f"step {step!r} changed: {_what(old)} -> {_what(new)}"))
         elif new != old:
-            changes.append(f"step {step!r} changed: " + "; ".join(_param_changes(old, new)))
+            changes.append((step, f"step {step!r} changed: " + "; ".join(_param_changes(old, new))))
     for step, new in current.items():
         if step not in recorded and new.get("kind") != SINK:
-            changes.append(f"step {step!r} ({_what(new)}) is new")
-    return changes
+            changes.append((step, f"step {step!r} ({_what(new)}) is new"))
+    return [text + (AUTOMATIC_ID_HINT if _AUTOMATIC_ID.fullmatch(step) else "") for step, text in changes]
+
+
+_AUTOMATIC_ID = re.compile(r"[a-z]+(_[a-z]+)*_\d+")
+AUTOMATIC_ID_HINT = (
+    " (an automatic step id, numbered in the order the flow's code adds steps: name the step,"
+    " e.g. sink(..., name='orders_out'), so that adding a step before it cannot renumber it)"
+)
+"""Appended to a change whose step id looks automatic (``sink_2``, ``window_1``): a step
+added earlier in the code renumbers the later ones, which then look changed."""

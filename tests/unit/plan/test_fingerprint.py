@@ -295,3 +295,37 @@ def test_an_unknown_operator_is_stateful_and_its_function_recorded(tmp_path):
         f"step 'proc' changed: fn {__name__}._count_clicks -> {__name__}._count_views"]
     assert incompatible_changes(fp, plan(_count_clicks, 200)) == [
         "step 'proc' changed: ttl_ms 100 -> 200"]
+
+
+def _windowed(tmp: Any, *, late_sink_first: bool, named: bool) -> Plan:
+    schema = pa.schema([("ts", pa.int64()), ("k", pa.string())])
+    flow = wire.Flow("f")
+    src = flow.source(wire.sources.files(str(tmp / "*.csv"), format="csv", schema=schema),
+                      event_time="ts", key="k")
+    counts = src.window(wire.Tumbling("1s")).aggregate(n=wire.count(), name="counts")
+    if late_sink_first:
+        counts.late().sink(wire.sinks.parquet(tmp / "late"), name="late_out" if named else None)
+    counts.sink(wire.sinks.parquet(tmp / "out"), name="counts_out" if named else None)
+    return flow.plan()
+
+
+def test_a_sink_added_before_another_renumbers_automatic_ids_and_the_refusal_says_to_name_them(tmp_path):
+    before = plan_fingerprint(_windowed(tmp_path, late_sink_first=False, named=False))
+    after = plan_fingerprint(_windowed(tmp_path, late_sink_first=True, named=False))
+    # sink_1 was the counts sink; with the late sink added first, sink_1 is the late sink
+    [change] = incompatible_changes(before, after)
+    assert change.startswith("step 'sink_1' changed: reads counts.out -> counts.late")
+    assert "automatic step id" in change and "name=" in change
+
+
+def test_named_sinks_survive_a_sink_added_before_them(tmp_path):
+    before = plan_fingerprint(_windowed(tmp_path, late_sink_first=False, named=True))
+    after = plan_fingerprint(_windowed(tmp_path, late_sink_first=True, named=True))
+    assert incompatible_changes(before, after) == []
+
+
+def test_a_named_step_gets_no_hint(tmp_path):
+    before = plan_fingerprint(build(tmp_path, window=wire.Tumbling("10s")))
+    after = plan_fingerprint(build(tmp_path, window=wire.Tumbling("7s")))
+    changes = incompatible_changes(before, after)
+    assert changes and not any("automatic step id" in c for c in changes)
