@@ -1,0 +1,122 @@
+"""How an epoch's cost grows with open state: Wire vs plain PySpark (issue 12's benchmark).
+
+Workloads (``--workload``), each ``--epochs`` epochs of ``--epoch-size`` events, one
+Parquet file per epoch, both engines in the same run and SparkSession (``local[2]``):
+
+* ``tumbling``: one tumbling 1-hour window that does not close during the run; keys
+  mostly unique (key ``i`` for event ``i``: ``epochs x epoch-size`` distinct keys, 3
+  million by default), so every epoch adds new state and touches none of the old.
+* ``session``: session windows (gap 1 hour, so none closes) over ``--keys`` keys
+  (default 1,000,000), each event a random key: every epoch touches old sessions.
+
+Wire: ``wire.sources.files`` -> ``window(...).aggregate(n=count())`` -> Parquet (its
+window state: one Arrow table per key group in transformWithState, RocksDB). Plain
+PySpark: ``withWatermark`` + ``groupBy(window|session_window, key).count()`` in append
+mode with the RocksDB state store (the same ``spark.sql.streaming.stateStore.providerClass``).
+
+Reported per engine: every epoch's ``triggerExecution`` (ms, from ``recentProgress``),
+the ratio of the last epoch's time to the second's (growth), and the total of the data
+epochs. The run's end (Wire's final watermark epoch, which closes every window and
+writes millions of rows) is not counted: it is output, not state growth.
+
+Usage: .venv/bin/python bench/state_growth.py [--workload tumbling|session] [--epochs 15]
+       [--epoch-size 200000] [--keys 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+
+import wire
+
+OUT = Path("out/bench_state_growth")
+HOUR_MS = 3_600_000
+
+
+def write_input(d: Path, workload: str, epochs: int, epoch_size: int, keys: int) -> None:
+    """``epochs`` Parquet files of ``epoch_size`` events ``key, ts``, ts inside the first hour."""
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    n = epochs * epoch_size
+    rng = np.random.default_rng(11)
+    ts = np.arange(n, dtype=np.int64) * (HOUR_MS // 2) // n  # all within the first half hour
+    ids = np.arange(n) if workload == "tumbling" else rng.integers(0, keys, n)
+    key = np.char.add("u", ids.astype(str))
+    for i in range(epochs):
+        sl = slice(i * epoch_size, (i + 1) * epoch_size)
+        pq.write_table(pa.table({"key": key[sl], "ts": ts[sl]}), d / f"part-{i:05d}.parquet")
+
+
+def epoch_ms(progress: list[dict], epochs: int) -> list[int]:
+    """``triggerExecution`` of the first ``epochs`` epochs that read input."""
+    data = [p for p in progress if p["numInputRows"] > 0]
+    return [int(p["durationMs"]["triggerExecution"]) for p in data[:epochs]]
+
+
+def run_wire(spark, glob: str, workload: str, epoch_size: int, out: Path) -> list[dict]:
+    flow = wire.Flow("state-growth")
+    src = flow.source(wire.sources.files(glob, format="parquet"), event_time="ts", key="key",
+                      max_events_per_epoch=epoch_size, name="events")
+    window = wire.Tumbling("1h") if workload == "tumbling" else wire.Session("1h")
+    counts = src.window(window).aggregate(n=wire.count(), name="counts")
+    counts.sink(wire.sinks.parquet(out / "wire"), name="counts_out")
+    running = flow.start(str(out / "wire_ck"), spark=spark)
+    running.await_termination()
+    return list(running.query.recentProgress)
+
+
+def run_plain(spark, src: Path, workload: str, out: Path) -> list[dict]:
+    df = (spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1)
+          .parquet(str(src)))
+    df = df.withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "0 seconds")
+    win = F.window("t", "1 hour") if workload == "tumbling" else F.session_window("t", "1 hour")
+    agg = df.groupBy(win, F.col("key")).count()
+
+    def sink(batch, epoch_id):
+        batch.write.mode("append").parquet(str(out / "plain"))
+
+    q = (agg.writeStream.outputMode("append").foreachBatch(sink)
+         .option("checkpointLocation", str(out / "plain_ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return list(q.recentProgress)
+
+
+def report(engine: str, times: list[int]) -> None:
+    growth = times[-1] / times[1] if len(times) > 2 else float("nan")
+    print(f"{engine:<6} total {sum(times) / 1000:7.1f} s  last/second epoch {growth:5.2f}x  "
+          f"epochs ms: {' '.join(str(t) for t in times)}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", choices=("tumbling", "session"), default="tumbling")
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--epoch-size", type=int, default=200_000)
+    p.add_argument("--keys", type=int, default=1_000_000)
+    args = p.parse_args()
+    spark = wire.spark("local[2]")
+    src = OUT / f"input_{args.workload}"
+    write_input(src, args.workload, args.epochs, args.epoch_size, args.keys)
+    out = OUT / f"run_{args.workload}"
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.workload}, {args.epochs} epochs "
+          f"of {args.epoch_size:,} events")
+    wire_times = epoch_ms(run_wire(spark, str(src / "*.parquet"), args.workload, args.epoch_size, out),
+                          args.epochs)
+    plain_times = epoch_ms(run_plain(spark, src, args.workload, out), args.epochs)
+    report("wire", wire_times)
+    report("plain", plain_times)
+    print(f"Wire / plain total time: {sum(wire_times) / sum(plain_times):.2f}x")
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
