@@ -6,6 +6,7 @@ Public API::
     wire.Tumbling, wire.Sliding, wire.Session  # window assignment
     wire.BoundedOutOfOrderness                  # watermark policy
     wire.count, sum, min, max, mean, first, last, collect, aggregate   # aggregations
+    wire.max_by, min_by, top_k                  # full-row aggregations
     wire.testing.TestStream                      # the test harness
     wire.sources.files(...)                      # source connectors
     wire.sinks.parquet / jsonl / console         # sink connectors
@@ -25,7 +26,20 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
     from wire.runtime.runner import RunningFlow, RunSummary
     from wire.runtime.session import spark_session as spark
-    from wire.state.aggregations import aggregate, collect, count, first, last, max, mean, min, sum
+    from wire.state.aggregations import (
+        aggregate,
+        collect,
+        count,
+        first,
+        last,
+        max,
+        max_by,
+        mean,
+        min,
+        min_by,
+        sum,
+        top_k,
+    )
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "sinks": ("wire.sinks", None),
@@ -38,7 +52,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},
     "spark": ("wire.runtime.session", "spark_session"),
     **{n: ("wire.state.aggregations", n)
-       for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum")},
+       for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum",
+                 "max_by", "min_by", "top_k")},
 }
 """Public name -> (module, attribute; None for the module itself).
 
@@ -86,12 +101,15 @@ __all__ = [
     "first",
     "last",
     "max",
+    "max_by",
     "mean",
     "min",
+    "min_by",
     "sinks",
     "sources",
     "spark",
     "sum",
     "testing",
+    "top_k",
 ]
 __version__ = "0.1.0"

@@ -74,7 +74,7 @@ from wire.runtime.envelope import (
 )
 from wire.state import assigners as A
 from wire.state import windows as W
-from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, UserAggregator
+from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, TopK, UserAggregator
 
 NO_KEY = "__key"
 """Synthetic constant key column used when a stream has no key."""
@@ -245,8 +245,9 @@ def window_input_columns(spec: W.WindowSpec, payload: list[str], *, late_read: b
 
     Every column when the late port is read (``late_read``: a late event keeps all its
     columns), when callbacks see whole events (``spec.needs_events``), or when an
-    aggregation takes whole events (a user aggregator without ``column``) or is not a
-    known built-in. Otherwise the key and the aggregations' input columns.
+    aggregation takes whole events (a user aggregator without ``column``, ``max_by`` /
+    ``min_by`` / ``top_k`` without ``columns``) or is not a known built-in. Otherwise
+    the key and the aggregations' input columns.
     """
     if late_read or spec.needs_events:
         return list(payload)
@@ -255,6 +256,8 @@ def window_input_columns(spec: W.WindowSpec, payload: list[str], *, late_read: b
         if type(agg) in _ONE_COLUMN or (type(agg) is UserAggregator and agg.column is not None):
             if agg.column is not None:
                 read.add(agg.column)
+        elif isinstance(agg, TopK) and agg.columns is not None:
+            read.update((agg.column, *agg.columns))
         else:
             return list(payload)
     return [c for c in payload if c in read]

@@ -25,7 +25,15 @@ aggregator          input column                         result
                                                          included) in (event time, arrival)
                                                          order
 ``aggregate(...)``  ``column`` or the whole event (dict) ``result_type``
+``max_by(c)``       ``c`` numeric, temporal or string    ``struct<columns>``: the event with the
+                                                         largest ``c``, earliest on ties
+``min_by(c)``       as ``max_by``                        as ``max_by``, smallest ``c``
+``top_k(c, k)``     as ``max_by``                        ``list<struct<columns>>``, ranked
 ==================  ===================================  ===================================
+
+``max_by`` / ``min_by`` / ``top_k`` (:mod:`wire.state.top`) return whole events:
+``columns=`` (default every payload column); ``top_k(ties="all")`` keeps the ties
+of the ``k``-th.
 
 Integer sums wrap on int64 overflow (Arrow's ``hash_sum``, numpy's ``cumsum``).
 
@@ -62,10 +70,12 @@ from wire.state.aggregator import (
 )
 from wire.state.kernels import Groups, running_arg, seg_cumsum
 from wire.state.ordered import Collect, First, Last, collect, first, last
+from wire.state.top import ByRow, TopK, max_by, min_by, top_k
 from wire.state.user import UserAggregator, aggregate
 
 __all__ = [
     "Aggregator",
+    "ByRow",
     "Collect",
     "Count",
     "First",
@@ -74,6 +84,7 @@ __all__ = [
     "Mean",
     "Min",
     "Sum",
+    "TopK",
     "UserAggregator",
     "aggregate",
     "collect",
@@ -81,9 +92,12 @@ __all__ = [
     "first",
     "last",
     "max",
+    "max_by",
     "mean",
     "min",
+    "min_by",
     "sum",
+    "top_k",
 ]
 
 _COUNT_ALL = pc.CountOptions(mode="all")
