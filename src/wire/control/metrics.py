@@ -41,6 +41,7 @@ from wire.control.status import (
     counters_of,
     flow_error,
     flow_state,
+    source_lag,
     source_steps,
 )
 from wire.runtime.control import read_control
@@ -132,9 +133,9 @@ class FlowCollector(Collector):
             for step in source_steps(flow):
                 on = control.get("paused") or connectors.get(step, {}).get("paused")
                 conn_paused.add_metric([fid, step], 1.0 if on else 0.0)
-                wm, max_et = c.gauges.get((step, "watermark")), c.gauges.get((step, MAX_EVENT_TIME_GAUGE))
-                if wm is not None and max_et is not None and NO_WATERMARK not in (wm, max_et):
-                    lag.add_metric([fid, step], max(0, max_et - wm))
+                step_lag = source_lag(c, step)
+                if step_lag is not None:
+                    lag.add_metric([fid, step], step_lag)
             for s in STATES:
                 status.add_metric([fid, s], 1.0 if s == current else 0.0)
             for sink, state in sorted(breakers_of(flow).items()):

@@ -94,3 +94,58 @@ class ErrorBody(BaseModel):
     """An error answer (401, 404, 409)."""
 
     detail: str
+
+
+class GraphNode(BaseModel):
+    """One step of a flow's plan."""
+
+    step: str = Field(description="the step id (`*`: the pseudo-step 'every step' of the dead letters)")
+    kind: str = Field(description="source, filter, map, select, throttle, key_by, window, join, union, "
+                      "sink, drop (or all for `*`)")
+    detail: str = Field(description="a one-line description: connector, window, key, ...")
+
+
+class GraphEdge(BaseModel):
+    """``target`` reads port ``port`` of ``source``."""
+
+    source: str
+    target: str
+    port: str = Field(description="out, late, dead_letter or overflow")
+
+
+class FlowGraph(BaseModel):
+    """``GET /v1/flows/{id}/graph``: the flow's operator graph, from its plan."""
+
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+class FlowHistory(BaseModel):
+    """``GET /v1/flows/{id}/history``: samples of the last minutes, one array per series.
+
+    Every array is aligned on ``t``. Times and watermarks are ms since the Unix epoch
+    (a watermark is null before any event, ``2**63 - 1`` at the end of input); a value
+    is null where the series did not exist yet (e.g. a step's first watermark).
+    """
+
+    id: str
+    interval_s: float = Field(description="seconds between two samples")
+    max_samples: int = Field(description="samples kept per flow; older ones are dropped")
+    minutes: float = Field(description="the window asked for")
+    t: list[int] = Field(description="processing time of each sample, ms since the Unix epoch")
+    status: list[str]
+    epochs: list[int] = Field(description="epochs completed by this run")
+    input_events: list[int] = Field(description="well-formed events admitted so far")
+    rows_out: list[int] = Field(description="rows written by all sinks so far")
+    events_in_per_s: list[float | None] = Field(description="input events/s since the previous sample")
+    rows_out_per_s: list[float | None] = Field(description="rows written/s since the previous sample")
+    epoch_ms: list[float | None] = Field(
+        description="mean wall time of the epochs completed since the previous sample (ms)")
+    watermarks: dict[str, dict[str, list[Watermark]]] = Field(
+        description="per step, per gauge (watermark, watermark:p<i> per partition, input_watermark, "
+        "output_watermark), its values (ms)")
+    lag_ms: dict[str, list[int | None]] = Field(description="per source, max event time - watermark (ms)")
+    late: dict[str, list[int | None]] = Field(description="per step, events sent to its late port so far")
+    malformed: dict[str, list[int | None]] = Field(description="per step, dead letters so far")
+    breakers: dict[str, list[str | None]] = Field(description="per sink, its breaker's state")
+    paused: dict[str, list[bool | None]] = Field(description="per source, paused or not")

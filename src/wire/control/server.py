@@ -21,7 +21,14 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
   Pausing writes the flow's control file (:mod:`wire.runtime.control`): the sources
   admit nothing, so no new epoch runs while the Spark query, its state and its
   checkpoint stay; resuming lets the next epoch read from where the last one ended.
+* ``GET /v1/flows/{id}/history?minutes=N``: the flow's samples of the last ``N``
+  minutes (default 15), one array per series (:mod:`wire.control.history`); the plane
+  samples every flow every ``history_interval_s`` and keeps ``history_max_samples``.
+* ``GET /v1/flows/{id}/graph``: the flow's operator graph (steps and edges) from its plan.
 * ``GET /metrics``: Prometheus text format (:mod:`wire.control.metrics`).
+* ``GET /``: the dashboard, a static page (HTML, JS, CSS and the vendored uPlot, served
+  from the package under ``/dashboard/``) over the routes above; see
+  ``src/wire/control/dashboard/``.
 
 Authentication: every state-changing call (``PATCH``) needs ``Authorization: Bearer
 <token>``; a missing or wrong token answers 401 and changes nothing. On the loopback
@@ -29,7 +36,10 @@ interface (the default) reads (``GET /v1/...``, ``/metrics``) are open: they rev
 counters and watermarks, never data. Binding any other address (e.g. ``0.0.0.0``)
 needs ``allow_remote=True`` and an explicit ``token``, and then every read needs the
 token too (Prometheus: ``authorization: {credentials: <token>}`` in the scrape config).
-The OpenAPI schema and the docs page stay open: they describe the routes, no flow.
+The OpenAPI schema and the docs page stay open: they describe the routes, no flow; so do
+the dashboard's page and assets, which hold no flow data: the page reads the flows with
+the token typed into it (kept in the browser tab's ``sessionStorage``), so bound remotely
+it shows nothing without the token, and its pause / resume buttons need it everywhere.
 """
 
 from __future__ import annotations
@@ -40,10 +50,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from importlib import resources
 from typing import Annotated, Any
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -51,8 +62,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from wire.control.graph import graph_of
+from wire.control.history import DEFAULT_INTERVAL_S, DEFAULT_MAX_SAMPLES, HistoryBuffer, HistorySampler
 from wire.control.metrics import FlowCollector
-from wire.control.models import ErrorBody, FlowStatus, FlowSummary, StatusChange
+from wire.control.models import ErrorBody, FlowGraph, FlowHistory, FlowStatus, FlowSummary, StatusChange
 from wire.control.status import FlowHandle, RateMeter, source_steps, status_of, summary_of
 from wire.errors import ConfigError, WireError
 from wire.runtime.control import check_bind, is_loopback, set_paused
@@ -61,6 +74,20 @@ DEFAULT_HOST = "127.0.0.1"
 
 FlowId = Annotated[str, Path(description="the flow's id as registered")]
 ConnectorId = Annotated[str, Path(description="a source step id of the flow")]
+
+DASHBOARD_ASSETS = {
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+    "vendor/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+    "vendor/uPlot.min.css": "text/css; charset=utf-8",
+}
+"""The files under ``/dashboard/`` (package data of ``wire.control``), by path: media type."""
+
+_DASHBOARD_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
+    "X-Content-Type-Options": "nosniff",
+}
 
 _bearer = HTTPBearer(auto_error=False, description="The control plane's token (ControlPlane.token).")
 
@@ -86,11 +113,16 @@ class ControlPlane:
         :meth:`start` (loopback only).
     allow_remote:
         Must be True to bind a non-loopback ``host``; False (default) refuses it.
+    history_interval_s:
+        Seconds between two samples of each flow's history (default 1), taken while serving.
+    history_max_samples:
+        Samples kept per flow (default 3600: an hour at one a second); the oldest go first.
 
     Raises
     ------
     ConfigError
-        On an empty host or token, a port out of range, ``allow_remote`` not a bool;
+        On an empty host or token, a port out of range, ``allow_remote`` not a bool,
+        ``history_interval_s`` not > 0, ``history_max_samples`` not an int >= 2;
         on a non-loopback ``host`` without ``allow_remote=True`` (parameter
         ``allow_remote``) or without an explicit token (parameter ``token``).
     """
@@ -103,6 +135,8 @@ class ControlPlane:
         port: int = 0,
         token: str | None = None,
         allow_remote: bool = False,
+        history_interval_s: float = DEFAULT_INTERVAL_S,
+        history_max_samples: int = DEFAULT_MAX_SAMPLES,
     ) -> None:
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ConfigError("token", "<hidden>", "None (generate one) or a non-empty string")
@@ -119,6 +153,11 @@ class ControlPlane:
         self.token: str = token if token is not None else secrets.token_urlsafe(32)
         self._flows: dict[str, FlowHandle] = {}
         self._rates: dict[str, RateMeter] = {}
+        self._histories: dict[str, HistoryBuffer] = {}
+        HistoryBuffer(max_samples=history_max_samples)  # checks the bound before any flow is added
+        self.history_max_samples = history_max_samples
+        self.sampler = HistorySampler(self.flows, self.history, interval_s=history_interval_s)
+        """Samples every registered flow into its history while the plane serves."""
         self._lock = threading.Lock()
         self.control_lock = threading.Lock()
         """Serializes this plane's writes of the flows' control files."""
@@ -131,29 +170,39 @@ class ControlPlane:
         self._thread: threading.Thread | None = None
         self.url: str | None = None
 
-    def add(self, flow: FlowHandle, *, flow_id: str | None = None) -> str:
+    def add(self, flow: FlowHandle, *, flow_id: str | None = None, replace: bool = False) -> str:
         """Register ``flow`` under ``flow_id`` (default its own ``flow_id``); return the id.
+
+        ``replace=True`` registers it in place of the flow registered under that id, if
+        any (a restart of the same flow), keeping that id's history.
 
         Raises
         ------
         ConfigError
-            If another flow is registered under that id.
+            If another flow is registered under that id and ``replace`` is False.
         """
         fid = flow.flow_id if flow_id is None else flow_id
         if not isinstance(fid, str) or not fid:
             raise ConfigError("flow_id", fid, "a non-empty string")
         with self._lock:
-            if fid in self._flows and self._flows[fid] is not flow:
+            if fid in self._flows and self._flows[fid] is not flow and not replace:
                 raise ConfigError("flow_id", fid, f"an id not yet registered ({sorted(self._flows)})")
             self._flows[fid] = flow
             self._rates.setdefault(fid, RateMeter())
+            self._histories.setdefault(fid, HistoryBuffer(max_samples=self.history_max_samples))
         return fid
 
     def remove(self, flow_id: str) -> None:
-        """Unregister a flow (it keeps running)."""
+        """Unregister a flow (it keeps running) and forget its history."""
         with self._lock:
             self._flows.pop(flow_id, None)
             self._rates.pop(flow_id, None)
+            self._histories.pop(flow_id, None)
+
+    def history(self, flow_id: str) -> HistoryBuffer | None:
+        """The samples kept of the flow registered as ``flow_id``, or None."""
+        with self._lock:
+            return self._histories.get(flow_id)
 
     def flows(self) -> dict[str, FlowHandle]:
         """A copy of the registered flows, by id."""
@@ -213,8 +262,10 @@ class ControlPlane:
         self._server, self._thread = server, thread
         host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
         self.url = f"http://{host}:{bound_port}"
+        self.sampler.start()
         if self._token_generated:
-            print(f"wire control plane at {self.url} (token: {self.token})", file=sys.stderr, flush=True)
+            print(f"wire control plane and dashboard at {self.url}/ (token: {self.token})",
+                  file=sys.stderr, flush=True)
             self._token_generated = False
         return self.url
 
@@ -222,6 +273,7 @@ class ControlPlane:
         """Stop serving (the flows keep running); a no-op if not serving."""
         if self._server is None or self._thread is None:
             return
+        self.sampler.stop()
         self._server.should_exit = True
         self._thread.join(timeout_s)
         self._server = self._thread = None
@@ -233,6 +285,11 @@ class ControlPlane:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _asset(name: str) -> bytes:
+    """A dashboard file from the installed package (``wire/control/dashboard/<name>``)."""
+    return resources.files("wire.control").joinpath("dashboard", *name.split("/")).read_bytes()
 
 
 def create_app(plane: ControlPlane) -> FastAPI:
@@ -314,6 +371,42 @@ def create_app(plane: ControlPlane) -> FastAPI:
     ) -> FlowStatus:
         """Pause or resume one source step; the flow's other sources keep running."""
         return change(flow_id, connector, body)
+
+    @app.get("/v1/flows/{flow_id}/history", response_model=FlowHistory, responses=not_found,
+             tags=["flows"], dependencies=reads)
+    def get_history(
+        flow_id: FlowId,
+        minutes: Annotated[float, Query(gt=0, le=10_080, description="how far back, in minutes")] = 15.0,
+    ) -> FlowHistory:
+        """The flow's sampled history of the last `minutes`: watermarks, lag, rates, counts, breakers."""
+        plane.get(flow_id)
+        history = plane.history(flow_id)
+        if history is None:  # removed meanwhile
+            raise HTTPException(404, f"no flow {flow_id!r}")
+        since = time.time_ns() // 1_000_000 - int(minutes * 60_000)
+        return FlowHistory(id=flow_id, interval_s=plane.sampler.interval_s, max_samples=history.max_samples,
+                           minutes=minutes, **history.columns(since_ms=since))
+
+    @app.get("/v1/flows/{flow_id}/graph", response_model=FlowGraph, responses=not_found, tags=["flows"],
+             dependencies=reads)
+    def get_graph(flow_id: FlowId) -> FlowGraph:
+        """The flow's operator graph from its plan: steps (sources, operators, sinks) and edges."""
+        flow, _ = plane.get(flow_id)
+        return FlowGraph.model_validate(graph_of(flow.plan))
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> Response:
+        """The dashboard's page (no flow data: the page reads the routes above)."""
+        return Response(_asset("index.html"), media_type="text/html; charset=utf-8",
+                        headers=_DASHBOARD_HEADERS)
+
+    @app.get("/dashboard/{asset:path}", include_in_schema=False)
+    def dashboard_asset(asset: str) -> Response:
+        """A file of the dashboard (its script, style sheet, the vendored uPlot)."""
+        media_type = DASHBOARD_ASSETS.get(asset)
+        if media_type is None:
+            raise HTTPException(404, f"no dashboard file {asset!r}")
+        return Response(_asset(asset), media_type=media_type, headers=_DASHBOARD_HEADERS)
 
     @app.get("/metrics", tags=["metrics"], response_class=Response, dependencies=reads,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"},

@@ -226,6 +226,15 @@ def summary_of(flow_id: str, flow: FlowHandle) -> FlowSummary:
     return FlowSummary(id=flow_id, status=state, epochs=counters.epochs, input_events=counters.input_events)
 
 
+def source_lag(counters: Counters, step: str) -> int | None:
+    """A source step's event-time lag (ms): its max event time minus its watermark, if reported."""
+    watermark = counters.gauges.get((step, "watermark"))
+    max_et = counters.gauges.get((step, MAX_EVENT_TIME_GAUGE))
+    if watermark is None or max_et is None or NO_WATERMARK in (watermark, max_et):
+        return None
+    return max(0, max_et - watermark)
+
+
 def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
     """The full status of a flow (``GET /v1/flows/{id}``)."""
     counters = counters_of(flow.summary)
@@ -235,15 +244,10 @@ def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
     connectors = control.get("connectors", {})
     sources = {}
     for step in source_steps(flow):
-        watermark = counters.gauges.get((step, "watermark"))
-        max_et = counters.gauges.get((step, MAX_EVENT_TIME_GAUGE))
-        lag = None
-        if watermark is not None and max_et is not None and NO_WATERMARK not in (watermark, max_et):
-            lag = max(0, max_et - watermark)
         sources[step] = SourceStatus(
             paused=bool(control.get("paused") or connectors.get(step, {}).get("paused")),
-            watermark=_wm(watermark),
-            lag_ms=lag,
+            watermark=_wm(counters.gauges.get((step, "watermark"))),
+            lag_ms=source_lag(counters, step),
         )
     return FlowStatus(
         id=flow_id,
