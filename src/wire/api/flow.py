@@ -38,6 +38,7 @@ from wire.plan.nodes import (
     OUT,
     OVERFLOW,
     DropNode,
+    ExplodeNode,
     Expr,
     FilterNode,
     IntervalJoinNode,
@@ -335,6 +336,27 @@ class Stream:
             raise ConfigError("columns", columns, "at least one column name or expression")
         step = self.flow._step_id(name, "select")
         self.flow._add(SelectNode(step, self.ref.step, tuple(columns)))
+        return Stream(self.flow, PortRef(step))
+
+    def explode(self, column: str, *, name: str | None = None) -> Stream:
+        """One event per element of the list column ``column``; the element replaces the list.
+
+        The other columns, the key and the event time are copied to every element's
+        event; an event whose list is empty or null gives none. A list of structs (e.g.
+        ``wire.top_k``'s result) becomes a struct column: pick its fields with
+        ``select`` (``"column.field"``).
+
+        Raises
+        ------
+        ConfigError
+            If ``column`` is not a str; when the flow is compiled, if it is not a list
+            column of the stream.
+        """
+        self._require_out("explode")
+        if not isinstance(column, str) or not column:
+            raise ConfigError("column", column, "a list column's name (non-empty string)")
+        step = self.flow._step_id(name, "explode")
+        self.flow._add(ExplodeNode(step, self.ref.step, column))
         return Stream(self.flow, PortRef(step))
 
     def throttle(

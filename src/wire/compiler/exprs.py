@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType
 
 from wire.errors import ConfigError
 from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_DATA
@@ -67,3 +68,19 @@ def apply_select(df: DataFrame, columns: tuple[Any, ...], step: str) -> DataFram
             raise ConfigError("column name", name, "a name not starting with '__'", step=step)
         exprs.append(F.when(is_data(), col).alias(name))
     return df.select(*exprs, *[F.col(c) for c in ENVELOPE_COLUMNS])
+
+
+def apply_explode(df: DataFrame, column: str, step: str) -> DataFrame:
+    """One data row per element of the array column ``column``; control rows pass once.
+
+    A data row whose array is empty or null gives no row. Control rows (null payload)
+    get a one-element array of null, so ``explode`` keeps each of them exactly once.
+    """
+    field = next((f for f in df.schema.fields if f.name == column and column in payload_columns(df)), None)
+    if field is None or not isinstance(field.dataType, ArrayType):
+        columns = [f"{f.name} ({f.dataType.simpleString()})" for f in df.schema.fields
+                   if f.name in payload_columns(df)]
+        raise ConfigError("column", column, f"a list (array) column of the stream: {columns}", step=step)
+    once = F.array(F.lit(None).cast(field.dataType.elementType))
+    items = F.when(is_data(), F.col(f"`{column}`")).otherwise(once)
+    return df.select(*[F.explode(items).alias(c) if c == column else F.col(f"`{c}`") for c in df.columns])

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from wire.compiler.exprs import apply_filter, apply_map, apply_select
+from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
@@ -42,6 +42,7 @@ from wire.plan.nodes import (
     OUT,
     OVERFLOW,
     DropNode,
+    ExplodeNode,
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
@@ -272,6 +273,8 @@ def _compile(
             df = apply_select(df, node.columns, node.step)
             if key is not None and key not in df.columns:
                 key = None
+        elif isinstance(node, ExplodeNode):
+            df = apply_explode(df, node.column, node.step)
         elif isinstance(node, ThrottleNode):
             if node.mode == "overflow":
                 df = apply_overflow(df, node)

@@ -23,6 +23,7 @@ from wire.api.windowing import Session, Sliding, Tumbling
 from wire.plan.nodes import (
     OUT,
     DropNode,
+    ExplodeNode,
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
@@ -42,7 +43,7 @@ Fingerprint = dict[str, dict[str, Any]]
 """Per step id, ``{"kind": ..., <parameter>: <JSON value>}``."""
 
 SOURCE, WINDOW, JOIN, SINK = "source", "window", "interval_join", "sink"
-STATELESS = (FilterNode, MapNode, SelectNode, ThrottleNode, KeyByNode, UnionNode, DropNode)
+STATELESS = (FilterNode, MapNode, SelectNode, ExplodeNode, ThrottleNode, KeyByNode, UnionNode, DropNode)
 """Node types without state: not recorded, free to change (their ports are not sinks)."""
 
 

@@ -83,6 +83,14 @@ class SelectNode(Node):
     columns: tuple[Any, ...]
 
 
+@dataclass(frozen=True, eq=False)
+class ExplodeNode(Node):
+    """One row per element of the list column ``column``; the element replaces the list."""
+
+    upstream: str
+    column: str
+
+
 @dataclass(frozen=True)
 class ThrottleNode(Node):
     """Flow control (SPEC §5): at most ``max_events_per_epoch`` events pass per epoch.
