@@ -159,16 +159,23 @@ def native_query(read: Callable[[], DataFrame], query: str) -> DataFrame:
     bids = only(timed(), "kind = 'bid'")
     if query == "q5":
         # two chained streaming aggregations (Spark >= 3.5 in append mode): bids per
-        # auction per sliding window, then the max of bids * 2**32 + auction_id per window
-        # (keyed by window_time(window) = window end - 1 us, one 2 s window per sliding one)
-        shift = nexmark_queries.SHIFT
+        # auction per sliding window, then per window (keyed by window_time(window) = window
+        # end - 1 us, one 2 s window per sliding one) every auction with the most bids: the
+        # max and the list of (auction, bids), filtered to the max and exploded into rows
         counts = bids.groupBy(F.window("t", "10 seconds", "2 seconds"), "auction_id").agg(
             F.count(F.lit(1)).alias("bids"))
-        scored = counts.select(F.window_time("window").alias("wt"),
-                               (F.col("bids") * shift + F.col("auction_id")).alias("score"))
-        return scored.groupBy(F.window("wt", "2 seconds")).agg(F.max("score").alias("score"))
+        scored = counts.select(F.window_time("window").alias("wt"), "auction_id", "bids")
+        best = scored.groupBy(F.window("wt", "2 seconds")).agg(
+            F.max("bids").alias("maxn"), F.collect_list(F.struct("auction_id", "bids")).alias("all"))
+        hot = F.explode(F.filter("all", lambda a: a["bids"] >= F.col("maxn"))).alias("hot")
+        return best.select("window", hot).select("window", "hot.auction_id", "hot.bids")
     if query == "q7":
-        return bids.groupBy(F.window("t", "10 seconds")).agg(F.max("price").alias("price"))
+        # every bid with the window's highest price: the max and the list of bids, filtered
+        bid = F.struct(*nexmark_queries.Q7_COLUMNS)
+        top = bids.groupBy(F.window("t", "10 seconds")).agg(
+            F.max("price").alias("maxprice"), F.collect_list(bid).alias("all"))
+        best = F.explode(F.filter("all", lambda b: b["price"] == F.col("maxprice"))).alias("bid")
+        return top.select("window", best).select("window", "bid.*")
     if query == "q11":
         return bids.groupBy(F.session_window("t", "10 seconds"), "bidder").agg(
             F.count(F.lit(1)).alias("bids"))

@@ -677,7 +677,8 @@ class WindowedStream:
         for out, agg in aggregations.items():
             if not isinstance(agg, Aggregator):
                 raise ConfigError(
-                    out, agg, "an aggregator: wire.count/sum/min/max/mean/first/last/collect/aggregate(...)"
+                    out, agg, "an aggregator: wire.count/sum/min/max/mean/first/last/collect/max_by/min_by/"
+                    "top_k/aggregate(...)"
                 )
         flow = self.stream.flow
         step = flow._step_id(name, "window")

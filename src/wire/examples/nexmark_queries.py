@@ -11,14 +11,16 @@ is its own flow.
   arithmetic (prices are positive, so truncation = floor).
 * q2 selection: ``auction_id, price`` of bids with ``auction_id % 123 = 0``.
 * q5 hot items: bids per auction in sliding windows of 10 s every 2 s, then per window
-  the auction with the most bids. The second stage is a window of windows: a 2 s
+  every auction with the most bids (all tied auctions, one row each, as the reference
+  q5's join on ``num >= maxn``). The second stage is a window of windows: a 2 s
   tumbling window over the count rows (whose event time is their ``window_start``, a
   multiple of 2 s, so one tumbling window = one sliding window), keyed by a constant,
-  taking the max of ``bids * 2**32 + auction_id``; ties go to the highest auction id
-  (the reference q5 returns every tied auction). :func:`q5_counts` is the first stage
-  alone.
-* q7 highest bid: the max ``price`` per tumbling 10 s window over all bids (the
-  reference also returns the bid's auction/bidder; here only the price).
+  keeping ``top_k("bids", 1, ties="all")`` and exploding it into rows.
+  :func:`q5_counts` is the first stage alone.
+* q7 highest bid: per tumbling 10 s window, every bid with the highest price (all tied
+  bids, as the reference q7's join on ``price = maxprice``): ``window_start,
+  window_end, auction_id, bidder, price, date_time`` (the bid's columns; the
+  reference's ``extra`` is not generated).
 * q8 monitor new users: persons who opened an auction in the same tumbling 10 s window
   in which they registered (a windowed join, as one keyed window over both kinds).
 * q11 user sessions: bids per bidder per session, gap 10 s.
@@ -53,7 +55,8 @@ MAX_AUCTION_MS = 20_000
 """Upper bound of ``expires - date_time`` of the generator's auctions (ms)."""
 
 BID_COLUMNS = ("auction_id", "bidder", "price", "channel", "url", "date_time")
-SHIFT = 2**32
+Q7_COLUMNS = ("auction_id", "bidder", "price", "date_time")
+"""The bid's columns q7 returns."""
 
 
 def bids(events: wire.Stream) -> wire.Stream:
@@ -89,25 +92,27 @@ def q5_counts(events: wire.Stream, windows: list[wire.Stream] | None = None) -> 
 
 
 def q5(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.Stream:
-    """Hot item per sliding window: ``window_start, window_end, auction_id, bids``.
+    """Hot items per sliding window: ``window_start, window_end, auction_id, bids``.
 
-    ``windows``, when given, receives the window steps (e.g. to sink their late ports).
+    One row per auction tied for the most bids in the window. ``windows``, when
+    given, receives the window steps (e.g. to sink their late ports).
     """
-    counts = q5_counts(events, windows).select(
-        wire_expr(f"bids * {SHIFT} + auction_id").alias("score"), wire_expr("0").alias("all"))
+    counts = q5_counts(events, windows).map(all="0")
     best = _keep(windows, counts.key_by("all").window(wire.Tumbling("2s")).aggregate(
-        score=wire.max("score"), name="q5"))
-    return best.select(
+        hot=wire.top_k("bids", 1, columns=["auction_id", "bids"], ties="all"), name="q5"))
+    return best.explode("hot").select(
         "window_start", wire_expr("window_start + INTERVAL 10 SECONDS").alias("window_end"),
-        wire_expr(f"score % {SHIFT}").alias("auction_id"),
-        wire_expr(f"score div {SHIFT}").alias("bids"))
+        ("auction_id", "hot.auction_id"), ("bids", "hot.bids"))
 
 
 def q7(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.Stream:
-    """Highest bid price per tumbling 10 s window: ``window_start, window_end, price``."""
+    """Highest bids per tumbling 10 s window: ``window_start, window_end`` + :data:`Q7_COLUMNS`.
+
+    One row per bid tied for the highest price in the window.
+    """
     top = _keep(windows, bids(events).map(all="0").key_by("all").window(wire.Tumbling("10s"))
-                .aggregate(price=wire.max("price"), name="q7"))
-    return top.select("window_start", "window_end", "price")
+                .aggregate(bid=wire.top_k("price", 1, columns=list(Q7_COLUMNS), ties="all"), name="q7"))
+    return top.explode("bid").select("window_start", "window_end", *[(c, f"bid.{c}") for c in Q7_COLUMNS])
 
 
 def q11(events: wire.Stream, windows: list[wire.Stream] | None = None) -> wire.Stream:
