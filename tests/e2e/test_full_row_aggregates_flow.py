@@ -8,6 +8,7 @@ lateness re-emits it as ``update``) must equal DuckDB's result.
 
 from __future__ import annotations
 
+import json
 import random
 
 import duckdb
@@ -159,3 +160,48 @@ def test_bad_columns_fail_when_the_flow_is_compiled(spark):
             ts.run(build, spark=spark)
         assert e.value.parameter == parameter
         assert e.value.step is not None
+
+
+def test_session_state_survives_a_restart(spark, tmp_path):
+    """Stop after 3 epochs (5 events each), run again from the checkpoint: same rows as DuckDB."""
+    rnd = random.Random(11)
+    times = sorted(rnd.sample(range(400), 60))
+    events = [{"t": t, "k": "ab"[i % 2], "v": rnd.choice([1, 2, 2, 3, 3]), "p": f"e{t}"}
+              for i, t in enumerate(times)]
+    for i in range(0, len(events) - 1, 2):  # out of order by less than the watermark delay
+        events[i], events[i + 1] = events[i + 1], events[i]
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    def run(max_epochs):
+        flow = wire.Flow("full-rows-restart")
+        s = flow.source(wire.sources.files(str(d), format="jsonl"), event_time="t", key="k",
+                        watermark=wire.BoundedOutOfOrderness(20), max_events_per_epoch=5)
+        w = s.window(wire.Session(GAP)).aggregate(
+            hi=wire.max_by("v", columns=["p", "v"]), top=wire.top_k("v", 1, columns=["p"], ties="all"),
+            name="w")
+        w.sink(wire.sinks.parquet(tmp_path / "out"))
+        return flow.run(checkpoint=str(tmp_path / "ck"), spark=spark, max_epochs=max_epochs)
+
+    first = run(3)
+    assert first.input_events == 15
+    second = run(None)
+    assert second.input_events == len(events) - 15
+    assert first.total("late") == second.total("late") == 0
+    con = duckdb.connect()
+    con.register("events", pa.Table.from_pylist(events, schema=SCHEMA))
+    expected = con.sql(f"""
+        WITH x AS (SELECT *, CASE WHEN t - lag(t) OVER (PARTITION BY k ORDER BY t) < {GAP}
+                                  THEN 0 ELSE 1 END AS brk FROM events),
+             y AS (SELECT *, sum(brk) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid
+                   FROM x),
+             r AS (SELECT *, row_number() OVER (PARTITION BY k, sid ORDER BY v DESC, t) AS n,
+                             rank() OVER (PARTITION BY k, sid ORDER BY v DESC) AS rk FROM y)
+        SELECT k, min(t), max(t) + {GAP}, arg_min({{'p': p, 'v': v}}, n),
+               list({{'p': p}} ORDER BY t) FILTER (WHERE rk = 1)
+        FROM r GROUP BY k, sid ORDER BY ALL""").fetchall()
+    got = con.sql(f"""SELECT k, epoch_ms(window_start), epoch_ms(window_end), hi, top
+                      FROM read_parquet('{tmp_path}/out/*/*.parquet') ORDER BY ALL""").fetchall()
+    assert len(expected) >= 10
+    assert got == expected
