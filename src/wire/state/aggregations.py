@@ -67,6 +67,7 @@ from wire.state.aggregator import (
     check_column,
     hash_aggregate,
     input_type,
+    orderable,
 )
 from wire.state.kernels import Groups, running_arg, seg_cumsum
 from wire.state.ordered import Collect, First, Last, collect, first, last
@@ -119,9 +120,7 @@ def _numeric(column: str | None, input_schema: pa.Schema) -> pa.DataType:
 
 def _orderable(column: str | None, input_schema: pa.Schema) -> pa.DataType:
     t = input_type(column, input_schema)
-    if not (
-        _is_numeric(t) or pa.types.is_temporal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-    ):
+    if not orderable(t):
         raise ConfigError("column", f"{column} ({t})", "a numeric, temporal or string column")
     return t
 

@@ -44,6 +44,18 @@ def check_column(column: object, *, optional: bool = False) -> None:
         raise ConfigError("column", column, accepted)
 
 
+def orderable(t: pa.DataType) -> bool:
+    """True for the types min / max / max_by / top_k order by: numeric, temporal, string."""
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+    )
+
+
 def input_type(column: str | None, input_schema: pa.Schema) -> pa.DataType:
     """Type of ``column`` in ``input_schema``; ConfigError listing the columns if missing."""
     if column not in input_schema.names:

@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.errors import ConfigError
-from wire.state.aggregator import Aggregator, check_column
+from wire.state.aggregator import Aggregator, check_column, orderable
 from wire.state.kernels import ARRIVAL, EVENT_TIME, Groups, changes
 
 TIES = ("first", "all")
@@ -57,17 +57,6 @@ def _col(table: pa.Table, name: str) -> pa.Array:
 
 def _offsets32(counts: np.ndarray) -> pa.Array:
     return pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32), pa.int32())
-
-
-def _orderable(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_temporal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-    )
 
 
 @dataclass(frozen=True)
@@ -121,7 +110,7 @@ class TopK(Aggregator):
         if self.column not in input_schema.names:
             raise ConfigError("order_column", self.column, f"one of the input columns {input_schema.names}")
         order_type = input_schema.field(self.column).type
-        if not _orderable(order_type):
+        if not orderable(order_type):
             raise ConfigError(
                 "order_column", f"{self.column} ({order_type})", "a numeric, temporal or string column"
             )
