@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.errors import ConfigError
-from wire.state.aggregator import Aggregator, check_column, orderable
+from wire.state.aggregator import Aggregator, orderable
 from wire.state.kernels import ARRIVAL, EVENT_TIME, Groups, changes
 
 TIES = ("first", "all")
@@ -96,12 +96,10 @@ class TopK(Aggregator):
             raise ConfigError("largest", self.largest, "True or False")
         given = self.columns
         if given is not None:
-            if isinstance(given, str) or not isinstance(given, list | tuple) or not given:
-                raise ConfigError("columns", given, "None (every column) or a non-empty list of column names")
-            for c in given:
-                check_column(c)
-            if len(set(given)) != len(given):
-                raise ConfigError("columns", given, "distinct column names")
+            names_ok = isinstance(given, list | tuple) and all(isinstance(c, str) and c for c in given)
+            if not names_ok or not given or len(set(given)) != len(given):
+                accepted = "None (every column) or a non-empty list of distinct column names (str)"
+                raise ConfigError("columns", given, accepted)
             object.__setattr__(self, "columns", tuple(given))
 
     # ------------------------------------------------------------------ schema
@@ -204,7 +202,7 @@ class TopK(Aggregator):
         starts = groups.starts[groups.ids]
         per_row = np.arange(n, dtype=np.int64) - starts + 1
         rr = np.repeat(np.arange(n, dtype=np.int64), per_row)
-        first = np.concatenate([[0], np.cumsum(per_row)[:-1]]).astype(np.int64)
+        first = np.cumsum(per_row) - per_row
         source = starts[rr] + np.arange(len(rr), dtype=np.int64) - np.repeat(first, per_row)
         expanded = partials.select(self.partial_names(name)).take(pa.array(source, _INT64))
         expanded_groups = Groups(rr, np.concatenate([[0], np.cumsum(per_row)]).astype(np.int64))

@@ -201,6 +201,14 @@ def test_ties_and_nulls_by_hand():
     assert top.result("o", pa.table(top.partial("o", only_null, one), names=names)).to_pylist() == [[]]
 
 
+def test_cumulative_of_no_rows_is_empty():
+    agg = wire.top_k("v", 2, columns=["p"])
+    empty = pa.table([pa.array([], f.type) for f in agg.partial_fields("o", SCHEMA)],
+                     names=agg.partial_names("o"))
+    out = agg.cumulative("o", empty, Groups.from_new(np.zeros(0, dtype=bool)))
+    assert [len(a) for a in out] == [0, 0, 0, 0]
+
+
 def test_result_types_keep_the_input_types():
     schema = pa.schema([("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")),
                         ("d", pa.decimal128(6, 2)), ("__et", pa.int64()), ("__seq", pa.int64())])
@@ -232,7 +240,7 @@ def test_result_types_keep_the_input_types():
         (lambda: wire.max_by("v", columns="p"), "columns"),
         (lambda: wire.max_by("v", columns=[]), "columns"),
         (lambda: wire.min_by("v", columns=["p", "p"]), "columns"),
-        (lambda: wire.min_by("v", columns=["p", 3]), "column"),
+        (lambda: wire.min_by("v", columns=["p", 3]), "columns"),
     ],
 )
 def test_bad_configuration_names_the_parameter(build, parameter):
