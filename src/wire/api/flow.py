@@ -205,6 +205,7 @@ class Flow:
         progress: bool = False,
         max_restarts: int = 0,
         restart_backoff_s: float = 1.0,
+        dashboard: bool = False,
     ) -> RunSummary:
         """Compile the flow to one Spark streaming query and run it.
 
@@ -238,6 +239,11 @@ class Flow:
             Supervision (SPEC §6): when the query fails, run it again from the last
             completed epoch after ``restart_backoff_s``, doubling up to 60 s, at most
             ``max_restarts`` times; the failed epoch is replayed, never skipped.
+        dashboard:
+            Serve the web dashboard and the REST control plane (:class:`wire.control.ControlPlane`)
+            on ``127.0.0.1`` (a free port) while the run lasts, and print its URL and the
+            token that pause / resume need. For a fixed port or another interface, use
+            :meth:`start` and a ``ControlPlane`` of your own.
 
         Returns
         -------
@@ -250,8 +256,15 @@ class Flow:
         """
         from wire.runtime.supervisor import RestartPolicy, supervise
 
+        plane = None
+        if dashboard:
+            from wire.control import ControlPlane
+
+            plane = ControlPlane()
+            plane.start()  # prints the dashboard's URL and the token
+
         def attempt() -> RunSummary:
-            return self.start(
+            running = self.start(
                 checkpoint,
                 master=master,
                 spark_conf=spark_conf,
@@ -259,10 +272,17 @@ class Flow:
                 key_groups=key_groups,
                 max_epochs=max_epochs,
                 progress=progress,
-            ).await_termination()
+            )
+            if plane is not None:  # a restart replaces the failed run, its history stays
+                plane.add(running, flow_id=self.flow_id, replace=True)
+            return running.await_termination()
 
         policy = RestartPolicy(max_restarts=max_restarts, initial_backoff_s=restart_backoff_s)
-        return supervise(attempt, policy, flow_id=self.flow_id)
+        try:
+            return supervise(attempt, policy, flow_id=self.flow_id)
+        finally:
+            if plane is not None:
+                plane.stop()
 
     def start(
         self,

@@ -2,7 +2,7 @@
 
 Commands::
 
-    wire run MODULE:ATTR --checkpoint DIR [--fresh] [--master URL] [--max-restarts N]
+    wire run MODULE:ATTR --checkpoint DIR [--fresh] [--master URL] [--max-restarts N] [--no-dashboard]
     wire checkpoints DIR
     wire pause DIR [--connector STEP]
     wire resume DIR [--connector STEP]
@@ -80,6 +80,9 @@ def run(
     fresh: Annotated[bool, typer.Option(help="delete the checkpoint and start over")] = False,
     master: Annotated[str, typer.Option(help="Spark master URL")] = "local[*]",
     max_restarts: Annotated[int, typer.Option(help="restarts after a failure")] = 3,
+    dashboard: Annotated[bool, typer.Option(
+        help="serve the web dashboard on 127.0.0.1 while the flow runs; its URL and token are printed",
+    )] = True,
 ) -> None:
     """Run a flow; an unfinished checkpoint is resumed from its last completed epoch."""
     flow = load_flow(target)
@@ -97,7 +100,7 @@ def run(
         console.print(f"resuming from the {state} checkpoint {checkpoint}")
     with console.status(f"running flow {flow.flow_id} ..."):
         try:
-            summary = flow.run(checkpoint, master=master, max_restarts=max_restarts)
+            summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard)
         except WireError as e:
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(1) from e

@@ -1,0 +1,140 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium``) driven by Playwright.
+
+A running flow on Spark, the control plane serving it; the page must show the flow's
+operator graph, a watermark plot whose points advance, refuse pause without the token
+and say so, pause with the token (no new epoch, "paused" shown) and resume.
+
+Skipped, with the reason, when Playwright or Chromium is missing. Set
+``WIRE_CHROMIUM`` to use another Chromium binary and ``WIRE_DASHBOARD_SCREENSHOT`` to a
+path to keep a screenshot of the page (``docs/dashboard.png`` was taken so).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_control_plane import SCHEMA, wait_for, write_events
+
+import wire
+from wire.control import ControlPlane
+from wire.runtime.checkpoint import epochs_settled
+from wire.runtime.control import read_control
+
+pytestmark = pytest.mark.spark
+
+TOKEN = "browser-token"
+STEPS = ("events", "valid", "per_50ms", "windows")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright is not installed (it is in the dev extra: pip install -e '.[dev]')")
+    path = os.environ.get("WIRE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.skip("no Chromium on PATH (Debian: apt-get install chromium; or set WIRE_CHROMIUM)")
+    with sync_playwright() as p:
+        try:  # the system's Chromium: no browser download (no `playwright install`)
+            b = p.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        except Exception as e:
+            pytest.skip(f"Chromium at {path} does not start: {str(e).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+def plotted_watermarks(page: Any) -> list[list[int]]:
+    """The non-null points of each series of the watermark plot, as uPlot holds them."""
+    return page.evaluate("""() => {
+        const u = window.wireDashboard.plots.watermarks;
+        return u ? u.data.slice(1).map((s) => s.filter((v) => v !== null)) : [];
+    }""")
+
+
+def test_dashboard_graph_plots_and_pause_resume_in_chromium(spark, browser, tmp_path):
+    from playwright.sync_api import expect
+
+    src = tmp_path / "in"
+    src.mkdir()
+    flow = wire.Flow("dash")
+    source = wire.sources.files(str(src), format="jsonl", bounded=False, schema=SCHEMA)
+    (flow.source(source, event_time="t", key="k", max_events_per_epoch=100, name="events")
+     .filter("t >= 0", name="valid")
+     .window(wire.Tumbling(50), emit="update").aggregate(n=wire.count(), name="per_50ms")
+     .sink(wire.sinks.parquet(tmp_path / "out"), name="windows"))
+    running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    plane = ControlPlane({"dash": running}, token=TOKEN, history_interval_s=0.2)
+    url = plane.start()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        write_events(src / "a.jsonl", range(0, 100))
+        wait_for(lambda: running.summary.input_events == 100, "the first file")
+        page.goto(url + "/")
+
+        # the graph shows the flow's steps, linked source -> filter -> window -> sink
+        for step in STEPS:
+            expect(page.locator(f'#graph g.node[data-step="{step}"] text.step')).to_have_text(step)
+        assert page.locator("#graph path.edge").count() >= 3
+        expect(page.locator("#flow-status")).to_have_text("running", timeout=30_000)
+
+        # the watermark plot's points advance as new events come
+        write_events(src / "b.jsonl", range(100, 200))
+        wait_for(lambda: running.summary.input_events == 200, "the second file")
+
+        def advanced() -> bool:
+            series = plotted_watermarks(page)
+            return any(len(set(s)) >= 2 and s == sorted(s) and s[-1] == 199 for s in series)
+
+        wait_for(advanced, "the watermark plot to show the watermark advance to 199", timeout_s=20)
+        assert page.locator("#plot-watermarks canvas").count() >= 1
+
+        # without the token the button is refused, and the page says so
+        page.click("#pause-flow")
+        expect(page.locator("#message")).to_contain_text("refused", timeout=10_000)
+        expect(page.locator("#message")).to_contain_text("401")
+        assert not read_control(running.control_file).get("paused")
+        expect(page.locator("#flow-status")).to_have_text("running")
+
+        # with the token: paused, no new epoch, and the page shows it
+        page.fill("#token", TOKEN)
+        page.click("#token-form button[type=submit]")
+        page.click("#pause-flow")
+        expect(page.locator("#flow-status")).to_have_text("paused", timeout=10_000)
+        assert read_control(running.control_file)["paused"] is True
+        wait_for(lambda: epochs_settled(tmp_path / "ck"), "the epoch in flight to commit")
+        epochs_at_pause = running.summary.epochs
+        write_events(src / "c.jsonl", range(200, 280))
+        time.sleep(2.5)  # several trigger intervals: a running flow would have read c.jsonl
+        assert running.summary.epochs == epochs_at_pause and running.summary.input_events == 200
+        expect(page.locator("#flow-status")).to_have_text("paused")  # still, after refreshes
+        expect(page.locator('#sources tr[data-source="events"] .source-state')).to_have_text("paused")
+
+        # resume continues from where it stopped
+        page.click("#resume-flow")
+        expect(page.locator("#flow-status")).to_have_text("running", timeout=10_000)
+        wait_for(lambda: running.summary.input_events == 280, "the third file after resume")
+        assert running.summary.epochs > epochs_at_pause
+
+        # one source alone, from its row
+        page.click('#sources tr[data-source="events"] .pause-source')
+        expect(page.locator('#sources tr[data-source="events"] .source-state')).to_have_text("paused")
+        assert read_control(running.control_file)["connectors"]["events"]["paused"] is True
+        page.click('#sources tr[data-source="events"] .resume-source')
+        expect(page.locator('#sources tr[data-source="events"] .source-state')).to_have_text("running")
+
+        wait_for(lambda: 279 in {v for s in plotted_watermarks(page) for v in s}, "the plot to reach 279")
+        shot = os.environ.get("WIRE_DASHBOARD_SCREENSHOT") or str(tmp_path / "dashboard.png")
+        page.screenshot(path=shot, full_page=True)
+        assert errors == [], errors
+    finally:
+        page.close()
+        running.stop(graceful=True)
+        plane.stop()
