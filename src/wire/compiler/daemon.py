@@ -22,9 +22,18 @@ from __future__ import annotations
 import contextlib
 import gc
 
+from wire.errors import MissingExtraError
+
 
 def preload() -> None:
-    """Import what the workers of a compiled flow unpickle and run."""
+    """Import what the workers of a compiled flow unpickle and run.
+
+    Every public name of ``wire``, ``wire.sources`` and ``wire.sinks``, so every
+    connector, except one whose pip extra is not installed (a flow using it fails on
+    the driver first, with :class:`~wire.errors.MissingExtraError`). Not the HTTP
+    servers (FastAPI): the HTTP ingest server runs in the planner process on the driver,
+    the control plane in the driver.
+    """
     import pandas  # noqa: F401
     import pyarrow  # noqa: F401
     import pyspark.sql.pandas.serializers
@@ -34,8 +43,10 @@ def preload() -> None:
 
     import wire
 
-    for name in wire.__all__:  # the package's names load lazily (PEP 562): load them all
-        getattr(wire, name)
+    for namespace in (wire, wire.sources, wire.sinks):  # names load lazily (PEP 562): load them all
+        for name in namespace.__all__:
+            with contextlib.suppress(MissingExtraError):
+                getattr(namespace, name)
     import wire.compiler.join_stage
     import wire.compiler.keyed
     import wire.compiler.throttle

@@ -42,14 +42,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from wire.connectors.arrow_kinds import is_binary, is_list, is_nested
 from wire.connectors.sinks import EpochStager, ExecutorSink, Sink, StagedPart
-from wire.errors import CheckpointError, ConfigError, WireError
+from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
+
+with needs_extra("delta", "wire.sinks.delta"):
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake import Schema as DeltaSchema
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+    from deltalake.transaction import AddAction, create_table_with_add_actions
 
 MODES = ("append", "overwrite")
 

@@ -43,7 +43,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,15 +64,6 @@ from wire.connectors.base import (
 from wire.connectors.epoch_sizing import EpochSizer
 from wire.connectors.file_readers import _array_from_values, event_times_ms
 from wire.connectors.file_stream import wall_clock_ms
-from wire.connectors.http_ingest_server import (
-    MAX_BODY_BYTES,
-    PAUSED_RETRY_AFTER_S,
-    _serve,
-    _Server,
-    _unserve,
-    create_app,
-    parse_body,
-)
 from wire.connectors.wal import WriteAheadLog
 from wire.connectors.watermarks import (
     NO_WATERMARK,
@@ -85,9 +76,12 @@ from wire.connectors.watermarks import (
     should_tick,
     source_watermark,
 )
-from wire.errors import ConfigError, WireError
+from wire.errors import ConfigError, WireError, require_extra
 from wire.runtime import envelope
 from wire.runtime.control import check_bind, is_paused
+
+if TYPE_CHECKING:  # the server (FastAPI, uvicorn) is imported by the planner process only
+    from wire.connectors.http_ingest_server import _Server
 
 __all__ = [
     "DATA_SOURCE_NAME",
@@ -100,15 +94,17 @@ __all__ = [
     "IngestBinding",
     "ParsedRecords",
     "WalEpoch",
-    "create_app",
     "http_ingest",
-    "parse_body",
     "parse_records",
 ]
 
 DATA_SOURCE_NAME = "wire_http_ingest"
 WAL_FILE = "wal.sqlite"
 """The log's file name inside ``wal_dir``."""
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Default largest accepted request body (bytes, 16 MiB); a larger one is answered 413."""
+PAUSED_RETRY_AFTER_S = 5
+"""``Retry-After`` (s) while the flow is paused or stopping, or the log cannot be written."""
 
 
 # ---------------------------------------------------------------------------- plan
@@ -267,6 +263,8 @@ def http_ingest(
         On an invalid port, host, path, directory, schema, token, duration or
         ``max_body_bytes``; on a non-loopback ``host`` without ``allow_remote=True``
         (parameter ``allow_remote``) or without a token (parameter ``token``).
+    MissingExtraError
+        When FastAPI or uvicorn (pip extra ``ingest``) is not installed.
 
     Examples
     --------
@@ -275,6 +273,7 @@ def http_ingest(
     >>> src.bounded, src.path, src.host
     (False, '/events', '127.0.0.1')
     """
+    require_extra("ingest", "wire.sources.http_ingest")
     return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval,
                             max_body_bytes, allow_remote)
 
@@ -474,6 +473,8 @@ class HttpIngestReader(DataSourceStreamReader):
     def serve(self) -> None:
         """Start the HTTP server in this process if it is not running (idempotent)."""
         if self._server is None:
+            from wire.connectors.http_ingest_server import _serve
+
             self._server = _serve(self._binding, self.wal)
 
     # -- planner (driver) --------------------------------------------------------------
@@ -548,6 +549,8 @@ class HttpIngestReader(DataSourceStreamReader):
     def stop(self) -> None:
         """Stop the HTTP server (the query ends) and close the log."""
         if self._server is not None:
+            from wire.connectors.http_ingest_server import _unserve
+
             _unserve(self._server)
             self._server = None
         if self._wal is not None:

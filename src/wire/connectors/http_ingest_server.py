@@ -32,24 +32,17 @@ import socket
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING
 
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
-
+from wire.connectors.http_ingest import PAUSED_RETRY_AFTER_S, IngestBinding
 from wire.connectors.wal import WriteAheadLog
-from wire.errors import WireError
+from wire.errors import WireError, needs_extra
 from wire.runtime.control import is_paused, open_breakers
 
-if TYPE_CHECKING:
-    from wire.connectors.http_ingest import IngestBinding
-
-MAX_BODY_BYTES = 16 * 1024 * 1024
-"""Default largest accepted request body (bytes, 16 MiB); a larger one is answered 413."""
-PAUSED_RETRY_AFTER_S = 5
-"""``Retry-After`` (s) while the flow is paused or stopping, or the log cannot be written."""
+with needs_extra("ingest", "wire.sources.http_ingest"):
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
 
 
 class _Gate:

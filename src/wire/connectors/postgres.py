@@ -49,16 +49,18 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 from wire.connectors.arrow_kinds import is_binary, is_nested
 from wire.connectors.sinks import EpochStager, ExecutorSink, Sink, StagedPart, _to_json_array
-from wire.errors import CheckpointError, ConfigError, WireError
+from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
+
+with needs_extra("postgres", "wire.sinks.postgres"):
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
 
 __all__ = ["MARKER_TABLE", "PostgresAppendSink", "PostgresUpsertSink", "postgres"]
 

@@ -33,7 +33,7 @@ from wire.connectors.base import (
 from wire.connectors.redis_stream_reader import RedisStreamReader, parse_id
 from wire.connectors.sinks import Sink, jsonl_lines
 from wire.connectors.watermarks import check_max_future
-from wire.errors import ConfigError, WireError
+from wire.errors import ConfigError, WireError, require_extra
 
 if TYPE_CHECKING:
     import redis
@@ -231,6 +231,8 @@ def redis_stream(
         On a URL that is not a Redis URL, an empty stream, group or consumer name, a
         schema that is not a non-empty ``pyarrow.Schema``, an unknown
         ``field_encoding`` or ``start``, or an invalid duration.
+    MissingExtraError
+        When the ``redis`` package (pip extra ``redis``) is not installed.
 
     Examples
     --------
@@ -239,6 +241,7 @@ def redis_stream(
     >>> src.bounded, src.field_encoding, src.consumer
     (False, 'json', 'wire')
     """
+    require_extra("redis", "wire.sources.redis_stream")
     return RedisStreamSource(
         url, stream, group, consumer, schema, field_encoding, start, idle_timeout, watermark_interval
     )
@@ -465,5 +468,8 @@ def redis_stream_sink(url: str, stream: str, *, maxlen: int | None = None) -> Si
     ConfigError
         On a URL that is not a Redis URL, an empty stream name or a ``maxlen`` that is
         not None or an int ≥ 1.
+    MissingExtraError
+        When the ``redis`` package (pip extra ``redis``) is not installed.
     """
+    require_extra("redis", "wire.sinks.redis_stream_sink")
     return RedisStreamSink(url=url, stream=stream, maxlen=maxlen)

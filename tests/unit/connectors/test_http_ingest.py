@@ -14,8 +14,8 @@ from wire.connectors.http_ingest import (
     HttpIngestSource,
     IngestBinding,
     http_ingest,
-    parse_body,
 )
+from wire.connectors.http_ingest_server import parse_body
 from wire.connectors.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
 from wire.runtime import envelope
