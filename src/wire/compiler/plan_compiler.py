@@ -55,6 +55,7 @@ from wire.plan.nodes import (
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
+    upstreams,
 )
 from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_WATERMARK, PORT
 
@@ -75,15 +76,6 @@ class CompiledFlow:
     """Per source step, the payload columns its source produces (None: all of them)."""
 
 
-def _upstreams(node: Node) -> tuple[str, ...]:
-    if isinstance(node, UnionNode):
-        return node.upstreams
-    if isinstance(node, IntervalJoinNode):
-        return (node.left, node.right)
-    up = getattr(node, "upstream", None)
-    return () if up is None else (up,)
-
-
 def chain_of(plan: Plan) -> list[Node]:
     """The plan's operators in compile order (upstream first), checking the topology.
 
@@ -102,7 +94,7 @@ def chain_of(plan: Plan) -> list[Node]:
         raise PlanError(f"flow {plan.flow_id!r} has no source")
     consumers: dict[str, list[str]] = {}
     for n in ops:
-        for up in _upstreams(n):
+        for up in upstreams(n):
             consumers.setdefault(up, []).append(n.step)
     for step, nxt in consumers.items():
         if len(nxt) > 1:
@@ -141,7 +133,7 @@ def chain_of(plan: Plan) -> list[Node]:
 
     def visit(step: str) -> None:
         node = steps[step]
-        for up in _upstreams(node):
+        for up in upstreams(node):
             visit(up)
         order.append(node)
 
@@ -263,7 +255,7 @@ def _compile(
             done[node.step] = _Compiled(df, keys.pop() if len(keys) == 1 else None, channels,
                                         all(c.from_source for c in ins))
             continue
-        cur = done[_upstreams(node)[0]]
+        cur = done[upstreams(node)[0]]
         df, key, channels, from_source = cur.df, cur.key, cur.channels, cur.from_source
         if isinstance(node, FilterNode):
             df = apply_filter(df, node.predicate, node.step)
@@ -361,7 +353,7 @@ def _paused_admission(plan: Plan) -> dict[str, int]:
                 limits[up.step] = min(limits.get(up.step, node.max_events_per_epoch),
                                       node.max_events_per_epoch)
             else:
-                stack.extend(_upstreams(up))
+                stack.extend(upstreams(up))
     return limits
 
 

@@ -18,7 +18,6 @@ from wire.plan.nodes import (
     IntervalJoinNode,
     KeyByNode,
     MapNode,
-    Node,
     Plan,
     SelectNode,
     SinkNode,
@@ -26,6 +25,7 @@ from wire.plan.nodes import (
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
+    upstreams,
 )
 
 KINDS: dict[type, str] = {
@@ -41,16 +41,6 @@ KINDS: dict[type, str] = {
     SinkNode: "sink",
     DropNode: "drop",
 }
-
-
-def upstreams(node: Node) -> tuple[str, ...]:
-    """The steps whose ``out`` port ``node`` reads (a sink's or drop's port: ``node.source``)."""
-    if isinstance(node, UnionNode):
-        return node.upstreams
-    if isinstance(node, IntervalJoinNode):
-        return (node.left, node.right)
-    up = getattr(node, "upstream", None)
-    return () if up is None else (up,)
 
 
 def _name(obj: Any) -> str:

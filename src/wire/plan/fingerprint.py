@@ -37,6 +37,7 @@ from wire.plan.nodes import (
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
+    upstreams,
 )
 
 Fingerprint = dict[str, dict[str, Any]]
@@ -84,15 +85,6 @@ def _inline(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(readable(value))
 
 
-def _upstreams(node: Node) -> tuple[str, ...]:
-    if isinstance(node, UnionNode):
-        return node.upstreams
-    if isinstance(node, IntervalJoinNode):
-        return (node.left, node.right)
-    up = getattr(node, "upstream", None)
-    return () if up is None else (up,)
-
-
 def _key_of(plan: Plan, step: str) -> str | None:
     """The key column of ``step``'s output, as the compiler derives it (best effort)."""
     node = plan.node(step)
@@ -105,7 +97,7 @@ def _key_of(plan: Plan, step: str) -> str | None:
         return keys.pop() if len(keys) == 1 else None
     if isinstance(node, IntervalJoinNode):
         return _key_of(plan, node.left)
-    ups = _upstreams(node)
+    ups = upstreams(node)
     key = _key_of(plan, ups[0]) if ups else None
     if isinstance(node, SelectNode) and key is not None:
         names = {c if isinstance(c, str) else c[0] for c in node.columns
@@ -119,7 +111,7 @@ def _sources_of(plan: Plan, step: str) -> list[str]:
     node = plan.node(step)
     if isinstance(node, SourceNode):
         return [node.step]
-    return sorted({s for up in _upstreams(node) for s in _sources_of(plan, up)})
+    return sorted({s for up in upstreams(node) for s in _sources_of(plan, up)})
 
 
 def _stateless(node: Node) -> bool:
@@ -131,7 +123,7 @@ def _origins(plan: Plan, step: str) -> list[str]:
     node = plan.node(step)
     if not _stateless(node):
         return [step]
-    return sorted({o for up in _upstreams(node) for o in _origins(plan, up)})
+    return sorted({o for up in upstreams(node) for o in _origins(plan, up)})
 
 
 def _reads(plan: Plan, ref: PortRef) -> str:

@@ -177,6 +177,16 @@ class DropNode(Node):
     source: PortRef
 
 
+def upstreams(node: Node) -> tuple[str, ...]:
+    """The steps whose ``out`` port ``node`` reads (a sink's or drop's port: ``node.source``)."""
+    if isinstance(node, UnionNode):
+        return node.upstreams
+    if isinstance(node, IntervalJoinNode):
+        return (node.left, node.right)
+    up = getattr(node, "upstream", None)
+    return () if up is None else (up,)
+
+
 @dataclass(frozen=True)
 class Plan:
     """An immutable flow plan: its id and its nodes in the order they were added."""
