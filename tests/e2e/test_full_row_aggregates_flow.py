@@ -100,6 +100,20 @@ def test_tumbling_full_rows_over_epochs_with_late_updates(spark, events_db):
     assert last_rows(out) == expected
 
 
+def test_sliding_full_rows_over_epochs_with_late_updates(spark, events_db):
+    events, con = events_db
+    out = scripted(events).run(lambda s: s.window(wire.Sliding(SIZE, SIZE // 2), allowed_lateness=LATENESS)
+                               .aggregate(**aggregations()), spark=spark)
+    assert out["late"] == []
+    slide = SIZE // 2
+    expected = oracle(con, f"""
+        SELECT k, ws, ws + {SIZE} AS we, t, v, p
+        FROM (SELECT *, unnest(range(t // {slide} * {slide} - {SIZE - slide}, t // {slide} * {slide} + 1,
+                                     {slide})) AS ws FROM events)""")
+    assert len(expected) == 26  # 13 windows per key, the first starting at -50
+    assert last_rows(out) == expected
+
+
 def test_session_full_rows_over_epochs_with_late_merges(spark, events_db):
     events, con = events_db
     out = scripted(events).run(lambda s: s.window(wire.Session(GAP), allowed_lateness=LATENESS)
