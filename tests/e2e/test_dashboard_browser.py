@@ -138,3 +138,41 @@ def test_dashboard_graph_plots_and_pause_resume_in_chromium(spark, browser, tmp_
         page.close()
         running.stop(graceful=True)
         plane.stop()
+
+
+def test_wire_report_of_a_finished_run_opens_in_chromium(spark, browser, tmp_path):
+    from playwright.sync_api import expect
+    from typer.testing import CliRunner
+
+    from wire.cli.main import app
+
+    src = tmp_path / "in"
+    src.mkdir()
+    write_events(src / "a.jsonl", range(0, 150))
+    flow = wire.Flow("report")
+    source = wire.sources.files(str(src), format="jsonl", schema=SCHEMA)  # bounded: the run ends
+    (flow.source(source, event_time="t", key="k", max_events_per_epoch=50, name="events")
+     .window(wire.Tumbling(50)).aggregate(n=wire.count(), name="per_50ms")
+     .sink(wire.sinks.parquet(tmp_path / "out"), name="windows"))
+    ck = tmp_path / "ck"
+    summary = flow.run(str(ck), spark=spark, key_groups=2)
+    assert summary.input_events == 150
+    result = CliRunner().invoke(app, ["report", str(ck)])
+    assert result.exit_code == 0, result.output
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto((ck / "report.html").as_uri())
+        expect(page.locator("#flow-status")).to_have_text("finished", timeout=10_000)
+        expect(page.locator("#stat-events")).to_have_text("150")
+        for step in ("events", "per_50ms", "windows"):
+            expect(page.locator(f'#graph g.node[data-step="{step}"] text.step')).to_have_text(step)
+        series = plotted_watermarks(page)
+        source_marks = max(series, key=len)
+        assert len(source_marks) >= 3 and source_marks == sorted(source_marks), series
+        assert page.locator("#pause-flow").is_hidden() and page.locator("#token").is_hidden()
+        assert errors == [], errors
+    finally:
+        page.close()

@@ -4,6 +4,7 @@ Commands::
 
     wire run MODULE:ATTR --checkpoint DIR [--fresh] [--master URL] [--max-restarts N] [--no-dashboard]
     wire checkpoints DIR
+    wire report DIR [--out FILE]
     wire pause DIR [--connector STEP]
     wire resume DIR [--connector STEP]
     wire status [FLOW_ID] --url URL [--token TOKEN]
@@ -105,6 +106,26 @@ def run(
             console.print(f"[red]error:[/red] {e}")
             raise typer.Exit(1) from e
     console.print(summary.render())
+
+
+@app.command()
+def report(
+    checkpoint: Annotated[str, typer.Argument(help="a flow's checkpoint directory")],
+    out: Annotated[str | None, typer.Option(help="the HTML file to write")] = None,
+) -> None:
+    """Write a static HTML report of a run (the dashboard's plots, from its recorded epochs).
+
+    Writes CHECKPOINT/report.html unless --out says where; exits 1 when CHECKPOINT is not
+    a Wire checkpoint or recorded no epoch.
+    """
+    from wire.control.report import write_report  # needs the control extra (pydantic)
+
+    try:
+        path = write_report(checkpoint, out)
+    except WireError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1) from e
+    console.print(f"report of {checkpoint}: {path}")
 
 
 @app.command()

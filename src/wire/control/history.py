@@ -25,6 +25,7 @@ from typing import Any
 
 from wire.control.status import (
     NO_WATERMARK,
+    Counters,
     FlowHandle,
     breakers_of,
     counters_of,
@@ -75,29 +76,40 @@ def sample_of(flow: FlowHandle, *, now_ms: int, epochs_before: int | None = None
     control = read_control(flow.control_file)
     state = flow_state(flow, counters, control, flow_error(flow))
     connectors = control.get("connectors", {})
-    lag: dict[str, int | None] = {}
-    paused: dict[str, bool] = {}
-    for step in source_steps(flow):
-        lag[step] = source_lag(counters, step)
-        paused[step] = bool(control.get("paused") or connectors.get(step, {}).get("paused"))
     epoch_ms = None
     if epochs_before is not None and counters.epochs > epochs_before:
         walls = list(getattr(flow.summary, "epoch_wall_seconds", ()))[epochs_before:counters.epochs]
         if walls:
             epoch_ms = 1000.0 * sum(walls) / len(walls)
+    paused = {step: bool(control.get("paused") or connectors.get(step, {}).get("paused"))
+              for step in source_steps(flow)}
+    return sample_from(counters, now_ms=now_ms, status=state, epoch_ms=epoch_ms,
+                       breakers=breakers_of(flow), paused=paused)
+
+
+def sample_from(
+    counters: Counters,
+    *,
+    now_ms: int,
+    status: str,
+    epoch_ms: float | None,
+    breakers: Mapping[str, str] | None = None,
+    paused: Mapping[str, bool] | None = None,
+) -> Sample:
+    """A sample of ``counters`` (a live flow's, or an epoch record's for ``wire report``)."""
     return Sample(
         t_ms=now_ms,
-        status=state,
+        status=status,
         epochs=counters.epochs,
         input_events=counters.input_events,
         rows_out=sum(counters.rows_written.values()),
         epoch_ms=epoch_ms,
         watermarks={s: {k: _wm(v) for k, v in marks.items()} for s, marks in counters.watermarks().items()},
-        lag_ms=lag,
+        lag_ms={step: source_lag(counters, step) for step in counters.source_steps},
         late=counters.per_step("late"),
         malformed=counters.per_step("malformed"),
-        breakers=breakers_of(flow),
-        paused=paused,
+        breakers=dict(breakers or {}),
+        paused=dict(paused or {}),
     )
 
 

@@ -62,12 +62,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from wire.control.graph import graph_of
 from wire.control.history import DEFAULT_INTERVAL_S, DEFAULT_MAX_SAMPLES, HistoryBuffer, HistorySampler
 from wire.control.metrics import FlowCollector
 from wire.control.models import ErrorBody, FlowGraph, FlowHistory, FlowStatus, FlowSummary, StatusChange
 from wire.control.status import FlowHandle, RateMeter, source_steps, status_of, summary_of
 from wire.errors import ConfigError, WireError
+from wire.plan.graph import graph_of
 from wire.runtime.control import check_bind, is_loopback, set_paused
 
 DEFAULT_HOST = "127.0.0.1"

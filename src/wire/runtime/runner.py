@@ -32,6 +32,7 @@ from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
 from wire.runtime.control import control_path, set_breaker, set_stopping, write_control
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
+from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
 from wire.runtime.session import SPARK_LOG, spark_session
 
@@ -176,6 +177,8 @@ class EpochDispatcher:
         self.stop_requested = False
         self.last_error: str | None = None
         """Why the last epoch failed on the driver (a sink's exception), if it did."""
+        self.epoch_log: EpochLog | None = None
+        """Where each completed epoch's counters are recorded (``wire report``), if anywhere."""
         self._last = time.perf_counter()
 
     def __call__(self, batch: DataFrame, epoch: int) -> None:
@@ -218,6 +221,8 @@ class EpochDispatcher:
         self.summary.epochs += 1
         now = time.perf_counter()
         self.summary.epoch_wall_seconds.append(now - self._last)
+        if self.epoch_log is not None:
+            self.epoch_log.append(self.summary, epoch, now - self._last)
         self._last = now
         if self.progress:
             n_main = sum(result.emitted.values())
@@ -402,6 +407,8 @@ def start_plan(
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
+    dispatcher.epoch_log = EpochLog(checkpoint)
+    dispatcher.epoch_log.write_graph(plan)
     started = time.perf_counter()
     opened: list[Sink] = []
     try:

@@ -10,7 +10,7 @@ from test_server import TOKEN, FakeFlow
 
 import wire
 from wire.control import ControlPlane
-from wire.control.graph import graph_of
+from wire.plan.graph import graph_of
 from wire.plan.nodes import ALL_STEPS, DEAD_LETTER, LATE, Plan, PortRef, SinkNode, UnionNode
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

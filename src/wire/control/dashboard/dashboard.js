@@ -3,6 +3,8 @@
 // Reads GET /v1/flows, /v1/flows/{id}, /v1/flows/{id}/history and /v1/flows/{id}/graph
 // every REFRESH_MS; pause / resume send PATCH with the bearer token typed into the page
 // (kept in this tab's sessionStorage, sent only to this control plane). Plots: uPlot.
+// `wire report` inlines this script with the data in <script id="wire-data">: the same
+// page, read once from that data, read only.
 (() => {
   "use strict";
 
@@ -25,6 +27,8 @@
   window.wireDashboard = state;
 
   const $ = (id) => document.getElementById(id);
+  const dataTag = $("wire-data");
+  const STATIC = dataTag ? JSON.parse(dataTag.textContent) : null;
 
   // A token may come in the URL's fragment (#token=...): never sent to a server; moved
   // into sessionStorage and removed from the address bar.
@@ -43,6 +47,7 @@
   }
 
   async function api(path, options = {}) {
+    if (STATIC) return fromReport(path, options);
     const headers = { ...(options.headers || {}) };
     if (state.token) headers.Authorization = `Bearer ${state.token}`;
     const response = await fetch(path, { ...options, headers, cache: "no-store" });
@@ -59,6 +64,14 @@
       throw new ApiError(response.status, detail);
     }
     return body;
+  }
+
+  function fromReport(path, options) {
+    if (options.method && options.method !== "GET") throw new ApiError(405, "a report is read only");
+    if (path === "/v1/flows") return [STATIC.summary];
+    if (path.includes("/history")) return STATIC.history;
+    if (path.endsWith("/graph")) return STATIC.graph;
+    return STATIC.status;
   }
 
   function say(text, kind) {
@@ -422,5 +435,12 @@
   $("pause-flow").addEventListener("click", () => change(null, "paused"));
   $("resume-flow").addEventListener("click", () => change(null, "running"));
   showToken();
-  loop();
+  if (STATIC) {
+    document.body.classList.add("report");
+    $("report-note").hidden = false;
+    document.title = `Wire report: ${STATIC.summary.id}`;
+    refresh();
+  } else {
+    loop();
+  }
 })();

@@ -1,0 +1,71 @@
+"""``wire report``: one self-contained HTML file from a checkpoint's epoch log (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from typer.testing import CliRunner
+
+import wire
+from wire.cli.main import app
+from wire.control.report import render_report, report_data
+from wire.plan.nodes import Plan, PortRef, SinkNode, SourceNode
+from wire.runtime.checkpoint import META_FILE
+from wire.runtime.epoch_log import EpochLog
+from wire.runtime.runner import RunSummary
+
+
+def summary_after(epochs):
+    s = RunSummary("f", source_steps=("src",))
+    s.epochs = epochs
+    s.metrics.update({("src", "events"): 10 * epochs, ("w", "late"): epochs})
+    s.gauges.update({("src", "watermark"): 1000 * epochs, ("src", "max_event_time"): 1000 * epochs + 40})
+    return s
+
+
+def recorded_checkpoint(tmp_path, epochs=3):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / META_FILE).write_text(json.dumps({"flow_id": "f", "key_groups": 2, "checkpoint_id": "x"}))
+    policy = wire.BoundedOutOfOrderness(0)
+    log = EpochLog(ck)
+    log.write_graph(Plan("f", (SourceNode("src", None, "t", "k", policy, 10),
+                               SinkNode("out", PortRef("src"), None))))
+    for n in range(1, epochs + 1):
+        log.append(summary_after(n), batch=n - 1, epoch_s=0.5)
+    return ck
+
+
+def test_report_data_is_the_dashboard_s_data_from_the_log(tmp_path):
+    data = report_data(recorded_checkpoint(tmp_path))
+    h = data["history"]
+    assert h["epochs"] == [1, 2, 3] and h["watermarks"] == {"src": {"watermark": [1000, 2000, 3000]}}
+    assert h["lag_ms"] == {"src": [40, 40, 40]} and h["late"] == {"w": [1, 2, 3]}
+    assert h["epoch_ms"] == [500.0, 500.0, 500.0] and h["status"] == ["running", "running", "stopped"]
+    assert data["status"]["sources"] == {"src": {"paused": False, "watermark": 3000, "lag_ms": 40}}
+    assert data["summary"] == {"id": "f", "status": "stopped", "epochs": 3, "input_events": 30}
+    assert [n["step"] for n in data["graph"]["nodes"]] == ["src", "out"]
+
+
+def test_the_report_is_one_self_contained_file(tmp_path):
+    page = render_report(recorded_checkpoint(tmp_path))
+    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing loaded from elsewhere
+    assert "<style>" in page and "uPlot" in page and "wireDashboard" in page
+    embedded = re.search(r'<script id="wire-data" type="application/json">(.*?)</script>', page, re.S)
+    assert embedded and json.loads(embedded.group(1))["summary"]["id"] == "f"
+
+
+def test_cli_writes_the_report_or_says_why_not(tmp_path):
+    ck = recorded_checkpoint(tmp_path)
+    out = CliRunner().invoke(app, ["report", str(ck)])
+    assert out.exit_code == 0, out.output
+    assert (ck / "report.html").read_text().startswith("<!doctype html>")
+    target = tmp_path / "r.html"
+    assert CliRunner().invoke(app, ["report", str(ck), "--out", str(target)]).exit_code == 0
+    assert target.exists()
+    for bad, why in ((tmp_path / "none", "not a Wire checkpoint"), (ck, "no recorded epoch")):
+        if bad == ck:
+            (ck / "epochs.jsonl").unlink()
+        out = CliRunner().invoke(app, ["report", str(bad)])
+        assert out.exit_code == 1 and why in " ".join(out.output.split()), out.output
