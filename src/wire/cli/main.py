@@ -34,7 +34,7 @@ from rich.table import Table
 
 from wire.api.flow import Flow
 from wire.control import client as control_client
-from wire.errors import WireError
+from wire.errors import MissingExtraError, WireError, require_extra
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint, list_epochs
 from wire.runtime.control import control_path, read_control, set_paused
 
@@ -99,6 +99,12 @@ def run(
     elif Path(checkpoint).exists():
         state = "finished" if finished(checkpoint) else "unfinished"
         console.print(f"resuming from the {state} checkpoint {checkpoint}")
+    if dashboard:
+        try:
+            require_extra("control", "the dashboard")
+        except MissingExtraError as e:  # the run goes on without it
+            console.print(f"no dashboard: {e}", markup=False)  # keep "wire[control]" as it is
+            dashboard = False
     with console.status(f"running flow {flow.flow_id} ..."):
         try:
             summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard)
