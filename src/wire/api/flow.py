@@ -243,7 +243,8 @@ class Flow:
             Serve the web dashboard and the REST control plane (:class:`wire.control.ControlPlane`)
             on ``127.0.0.1`` (a free port) while the run lasts, and print its URL and the
             token that pause / resume need. For a fixed port or another interface, use
-            :meth:`start` and a ``ControlPlane`` of your own.
+            :meth:`start` and a ``ControlPlane`` of your own. Needs the ``control`` extra
+            (``MissingExtraError`` without it).
 
         Returns
         -------
