@@ -30,6 +30,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from wire.api.flow import Flow
@@ -91,7 +92,7 @@ def run(
     if fresh and path.exists():
         if not (is_checkpoint(path) or (path.is_dir() and not any(path.iterdir()))):
             # never delete what Wire did not create: a typo must not remove a user's data
-            console.print(f"[red]error:[/red] --fresh: {checkpoint} is not a Wire checkpoint "
+            console.print(f"[red]error:[/red] --fresh: {escape(checkpoint)} is not a Wire checkpoint "
                           f"(no {META_FILE}); not deleting it. Remove it yourself or pick another path.")
             raise typer.Exit(1)
         shutil.rmtree(path)
@@ -109,7 +110,7 @@ def run(
         try:
             summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard)
         except WireError as e:
-            console.print(f"[red]error:[/red] {e}")
+            console.print(f"[red]error:[/red] {escape(str(e))}")
             raise typer.Exit(1) from e
     console.print(summary.render())
 
@@ -129,7 +130,7 @@ def report(
     try:
         path = write_report(checkpoint, out)
     except WireError as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e
     console.print(f"report of {checkpoint}: {path}")
 
@@ -140,7 +141,7 @@ def checkpoints(path: Annotated[str, typer.Argument(help="a flow's checkpoint di
     try:
         epochs = list_epochs(path)
     except WireError as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e
     table = Table(title=f"checkpoint {path}")
     for col in ("epoch", "source offsets", "watermark (ms)", "committed"):
@@ -185,7 +186,7 @@ def _change(target: str, paused: bool, connector: str | None, url: str | None, t
     try:
         state = call(url, token, target, connector)
     except WireError as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e
     console.print(f"{verb} {connector or 'flow'} of {target!r}; flow status: {state['status']}")
 
@@ -229,7 +230,7 @@ def status(
     try:
         answer = control_client.status(url, flow_id, token=token or None)
     except WireError as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e
     if flow_id is None:
         table = Table(title=f"flows at {url}")
@@ -243,7 +244,7 @@ def status(
     console.print(f"flow {answer['id']}: {answer['status']}, {answer['epochs']} epochs, "
                   f"{answer['input_events']:,} events" + ("" if rate is None else f", {rate:,.0f} events/s"))
     if answer["error"]:
-        console.print(f"[red]error:[/red] {answer['error']}")
+        console.print(f"[red]error:[/red] {escape(str(answer['error']))}")
     table = Table(title="watermarks (ms)")
     for col in ("step", "watermark", "value"):
         table.add_column(col)

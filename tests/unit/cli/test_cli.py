@@ -103,3 +103,12 @@ def test_run_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path, monkeypatch,
     assert "not a Wire checkpoint" in " ".join(out.output.split())  # rich wraps long lines
     kept = target if make == "a file" else target / "data.csv"
     assert kept.read_text() == "precious"
+
+
+def test_error_messages_keep_square_brackets(tmp_path):
+    """Rich markup must not eat text such as ``wire[postgres]`` from an error message."""
+    odd = tmp_path / "ck[postgres]"
+    odd.mkdir()
+    out = CliRunner().invoke(app, ["report", str(odd)])
+    assert out.exit_code == 1
+    assert "ck[postgres]" in out.output.replace("\n", "")
