@@ -15,6 +15,9 @@ mean_dep_delay, max_dep_delay, emit (final|update), epoch;
 ``<out>/late``: the event's columns + event_time, watermark (int64 ms), reason, epoch;
 ``<out>/dead_letter``: malformed records (step, location, reason, record, epoch).
 
+While it runs, the web dashboard is served on 127.0.0.1 and its URL printed (``--no-dashboard``:
+not; it needs the ``control`` extra, which ``make run`` installs).
+
 Re-running resumes an unfinished run from its checkpoint (``<out>/_checkpoint``), e.g.
 after a crash; a finished run, or ``--fresh``, starts over.
 """
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 
 import wire
+from wire.errors import MissingExtraError, require_extra
 from wire.examples.flights import prepare_flights
 from wire.runtime.checkpoint import finished
 
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true",
                    help="start over even if an unfinished checkpoint exists")
     p.add_argument("--master", default="local[*]", help="Spark master URL")
+    p.add_argument("--no-dashboard", action="store_true",
+                   help="do not serve the web dashboard while the job runs")
     args = p.parse_args(argv)
 
     out = Path(args.out)
@@ -108,7 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = wire.spark(args.master, log_file=out / "spark.log")
     print(f"Spark {spark.version} on {args.master} (Spark's log: {out / 'spark.log'})")
-    summary = flow.run(checkpoint=str(checkpoint), spark=spark, max_restarts=3)
+    dashboard = not args.no_dashboard
+    if dashboard:
+        try:
+            require_extra("control", "the dashboard")
+        except MissingExtraError as e:  # the job runs without it
+            print(f"no dashboard: {e}")
+            dashboard = False
+    summary = flow.run(checkpoint=str(checkpoint), spark=spark, max_restarts=3, dashboard=dashboard)
     into_window = summary.metrics[("hourly", "events")]
     print(summary.render())
     print(f"  filtered (cancelled, no dep_delay) {summary.input_events - into_window:>6,}")
