@@ -86,12 +86,24 @@ def needs_extra(extra: str, feature: str) -> Iterator[None]:
         raise MissingExtraError(feature, extra, str(e), module=e.name) from e
 
 
+def missing_extra(extra: str, feature: str) -> MissingExtraError | None:
+    """The error :func:`require_extra` would raise, or None when the extra is installed.
+
+    For a feature that is optional where it is used (``wire run`` and the main job serve
+    the dashboard only when ``control`` is installed, and say so otherwise).
+    """
+    for module in EXTRAS[extra]:
+        if importlib.util.find_spec(module) is None:
+            return MissingExtraError(feature, extra, f"No module named {module!r}", module=module)
+    return None
+
+
 def require_extra(extra: str, feature: str) -> None:
     """Raise :class:`MissingExtraError` unless every module of the extra is installed.
 
     Checks without importing (``importlib.util.find_spec``): for a factory whose library
     is only imported later, in the process that runs the connector.
     """
-    for module in EXTRAS[extra]:
-        if importlib.util.find_spec(module) is None:
-            raise MissingExtraError(feature, extra, f"No module named {module!r}", module=module)
+    error = missing_extra(extra, feature)
+    if error is not None:
+        raise error

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from wire.api.flow import Flow
 from wire.control import client as control_client
-from wire.errors import MissingExtraError, WireError, require_extra
+from wire.errors import WireError, missing_extra
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint, list_epochs
 from wire.runtime.control import control_path, read_control, set_paused
 
@@ -100,12 +100,10 @@ def run(
     elif Path(checkpoint).exists():
         state = "finished" if finished(checkpoint) else "unfinished"
         console.print(f"resuming from the {state} checkpoint {checkpoint}")
-    if dashboard:
-        try:
-            require_extra("control", "the dashboard")
-        except MissingExtraError as e:  # the run goes on without it
-            console.print(f"no dashboard: {e}", markup=False)  # keep "wire[control]" as it is
-            dashboard = False
+    missing = missing_extra("control", "the dashboard") if dashboard else None
+    if missing is not None:  # the run goes on without it
+        console.print(f"no dashboard: {missing}", markup=False)  # keep "wire[control]" as it is
+        dashboard = False
     with console.status(f"running flow {flow.flow_id} ..."):
         try:
             summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard)

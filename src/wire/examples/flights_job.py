@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import wire
-from wire.errors import MissingExtraError, require_extra
+from wire.errors import missing_extra
 from wire.examples.flights import prepare_flights
 from wire.runtime.checkpoint import finished
 
@@ -114,14 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = wire.spark(args.master, log_file=out / "spark.log")
     print(f"Spark {spark.version} on {args.master} (Spark's log: {out / 'spark.log'})")
-    dashboard = not args.no_dashboard
-    if dashboard:
-        try:
-            require_extra("control", "the dashboard")
-        except MissingExtraError as e:  # the job runs without it
-            print(f"no dashboard: {e}")
-            dashboard = False
-    summary = flow.run(checkpoint=str(checkpoint), spark=spark, max_restarts=3, dashboard=dashboard)
+    missing = None if args.no_dashboard else missing_extra("control", "the dashboard")
+    if missing is not None:  # the job runs without it
+        print(f"no dashboard: {missing}")
+    summary = flow.run(checkpoint=str(checkpoint), spark=spark, max_restarts=3,
+                       dashboard=not args.no_dashboard and missing is None)
     into_window = summary.metrics[("hourly", "events")]
     print(summary.render())
     print(f"  filtered (cancelled, no dep_delay) {summary.input_events - into_window:>6,}")
