@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 import wire
-from wire.connectors.nexmark import nexmark
 from wire.examples import nexmark_queries
+from wire.sources.nexmark_source import nexmark
 
 OUT = Path("out/bench_latency")
 

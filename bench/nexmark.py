@@ -64,8 +64,8 @@ from pyspark.sql import functions as F
 from windows_bench import pct
 
 import wire
-from wire.connectors.nexmark import SCHEMA, generate
 from wire.examples import nexmark_queries
+from wire.sources.nexmark_source import SCHEMA, generate
 
 OUT = Path("out/bench_nexmark")
 RATE = 10_000

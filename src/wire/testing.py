@@ -29,12 +29,12 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from wire.api.flow import Flow, Stream
-from wire.connectors.sinks import Sink
-from wire.connectors.test_stream import TestStreamSource
+from wire.delivery.sink import Sink
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, WindowAggregateNode
 from wire.runtime.envelope import MAX_WATERMARK, encode_table
 from wire.runtime.runner import RunSummary
+from wire.sources.test_stream import TestStreamSource
 
 __all__ = ["MemorySink", "TestStream", "TestStreamResult"]
 

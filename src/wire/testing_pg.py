@@ -1,6 +1,6 @@
 """A throw-away PostgreSQL server for tests: ``initdb`` into a temp dir, start, stop, delete.
 
-Used by Wire's own tests of :func:`wire.connectors.postgres.postgres` and usable by
+Used by Wire's own tests of :func:`wire.sinks.postgres_sink.postgres` and usable by
 users' tests the same way::
 
     ok, reason = PostgresServer.available()

@@ -7,8 +7,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from wire.connectors.files import SourceBinding, files, read_stream
 from wire.runtime import envelope
+from wire.sources.file_source import SourceBinding, files, read_stream
 
 pytestmark = pytest.mark.spark
 

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
-from wire.connectors.http_ingest import http_ingest
-from wire.connectors.wal import WriteAheadLog
+from wire.delivery.wal import WriteAheadLog
 from wire.runtime.checkpoint import list_epochs
+from wire.sources.http_source import http_ingest
 
 pytestmark = pytest.mark.spark
 

@@ -6,8 +6,8 @@ import duckdb
 import pytest
 
 import wire
-from wire.connectors.nexmark import generate
 from wire.examples.nexmark_queries import TWO_INPUTS, build
+from wire.sources.nexmark_source import generate
 
 pytestmark = pytest.mark.spark
 

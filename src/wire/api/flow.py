@@ -134,7 +134,7 @@ class Flow:
             takes about this long (``"2s"``, ms as int, a ``timedelta``), between 1,000
             events (or ``max_events_per_epoch`` if smaller) and ``max_events_per_epoch``,
             starting from ``max_events_per_epoch``; the size changes by at most x0.25 /
-            x2 per epoch (:mod:`wire.connectors.epoch_sizing`). ``None`` (default): every
+            x2 per epoch (:mod:`wire.sources.epoch_sizing`). ``None`` (default): every
             epoch may admit ``max_events_per_epoch``. Off by default because the epoch
             split then depends on the machine's speed, and with it which events are late;
             without it a run's epochs depend only on its input. Replays are exact either
@@ -631,7 +631,7 @@ class Stream:
         Each epoch's rows of this port are written once per epoch, with an extra
         ``epoch`` column (int64, the Spark batch id), in the sink's declared guarantee.
         """
-        from wire.connectors.sinks import Sink
+        from wire.delivery.sink import Sink
 
         if not isinstance(sink, Sink):
             raise ConfigError("sink", sink, "a Wire sink, e.g. wire.sinks.parquet(path)")

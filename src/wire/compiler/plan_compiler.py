@@ -32,8 +32,6 @@ from wire.compiler.join_stage import compile_join
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import compile_window
-from wire.connectors.base import SourceConnector
-from wire.connectors.files import FileSource, SourceBinding, read_stream, register
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -58,6 +56,8 @@ from wire.plan.nodes import (
     upstreams,
 )
 from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_WATERMARK, PORT
+from wire.sources.base import SourceConnector
+from wire.sources.file_source import FileSource, SourceBinding, read_stream, register
 
 
 @dataclass(frozen=True)

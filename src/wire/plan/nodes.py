@@ -56,7 +56,7 @@ class SourceNode(Node):
     watermark: BoundedOutOfOrderness
     max_events_per_epoch: int
     target_epoch_ms: int | None = None
-    """Epoch sizing from a target duration (ms; :mod:`wire.connectors.epoch_sizing`); None: off."""
+    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
 
 
 @dataclass(frozen=True, eq=False)

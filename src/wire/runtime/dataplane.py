@@ -5,7 +5,7 @@ envelope rows, ``mapInArrow(PartitionWriter)``. In every task (one Spark partiti
 the writer
 
 1. splits the partition's rows by port (:func:`wire.runtime.ports.split_ports`);
-2. for each **executor sink** (:class:`~wire.connectors.sinks.ExecutorSink`), appends
+2. for each **executor sink** (:class:`~wire.delivery.sink.ExecutorSink`), appends
    the ``epoch`` column to the rows of its port and calls the epoch's stager, which
    writes them to the sink's staging location and returns a receipt;
 3. for each **driver sink**, returns the rows of its port as an Arrow IPC blob;
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wire.connectors.sinks import EpochStager, StagedPart
+from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError
 from wire.plan.nodes import ALL_STEPS, PortRef
 from wire.runtime.envelope import decode_table, encode_table

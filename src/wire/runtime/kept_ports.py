@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wire.connectors.sinks import parquet
 from wire.errors import PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -49,6 +48,7 @@ from wire.plan.nodes import (
     ThrottleNode,
     WindowAggregateNode,
 )
+from wire.sinks.file_sinks import parquet
 
 KEPT_DIR = "kept"
 """The directory under a checkpoint that holds the kept side ports."""

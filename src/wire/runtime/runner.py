@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
-from wire.connectors.sinks import ExecutorSink, Sink
+from wire.delivery.sink import ExecutorSink, Sink
 from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint

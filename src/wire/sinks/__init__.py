@@ -29,23 +29,25 @@ from typing import TYPE_CHECKING
 from wire.lazy import LazyTable, lazy_names
 
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
-    from wire.connectors.delta import DeltaSink, delta
-    from wire.connectors.postgres import PostgresAppendSink, PostgresUpsertSink, postgres
-    from wire.connectors.redis_streams import RedisStreamSink, redis_stream_sink
-    from wire.connectors.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
-    from wire.connectors.sinks import Sink, console, jsonl, parquet
-    from wire.connectors.sqlite import SqliteSink, sqlite
-    from wire.connectors.webhook import WebhookSink, webhook
+    from wire.delivery.sink import Sink
+    from wire.delivery.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
+    from wire.sinks.delta_sink import DeltaSink, delta
+    from wire.sinks.file_sinks import console, jsonl, parquet
+    from wire.sinks.postgres_sink import PostgresAppendSink, PostgresUpsertSink, postgres
+    from wire.sinks.redis_sink import RedisStreamSink, redis_stream_sink
+    from wire.sinks.sqlite_sink import SqliteSink, sqlite
+    from wire.sinks.webhook_sink import WebhookSink, webhook
 
 _LAZY: LazyTable = {
-    **{n: ("wire.connectors.delta", n) for n in ("DeltaSink", "delta")},
-    **{n: ("wire.connectors.postgres", n) for n in ("PostgresAppendSink", "PostgresUpsertSink", "postgres")},
-    **{n: ("wire.connectors.redis_streams", n) for n in ("RedisStreamSink", "redis_stream_sink")},
-    **{n: ("wire.connectors.sink_groups", n)
+    **{n: ("wire.sinks.delta_sink", n) for n in ("DeltaSink", "delta")},
+    **{n: ("wire.sinks.postgres_sink", n) for n in ("PostgresAppendSink", "PostgresUpsertSink", "postgres")},
+    **{n: ("wire.sinks.redis_sink", n) for n in ("RedisStreamSink", "redis_stream_sink")},
+    **{n: ("wire.delivery.sink_groups", n)
        for n in ("GuardedSink", "RoundRobinSink", "guarded", "round_robin")},
-    **{n: ("wire.connectors.sinks", n) for n in ("Sink", "console", "jsonl", "parquet")},
-    **{n: ("wire.connectors.sqlite", n) for n in ("SqliteSink", "sqlite")},
-    **{n: ("wire.connectors.webhook", n) for n in ("WebhookSink", "webhook")},
+    **{n: ("wire.sinks.file_sinks", n) for n in ("console", "jsonl", "parquet")},
+    "Sink": ("wire.delivery.sink", "Sink"),
+    **{n: ("wire.sinks.sqlite_sink", n) for n in ("SqliteSink", "sqlite")},
+    **{n: ("wire.sinks.webhook_sink", n) for n in ("WebhookSink", "webhook")},
 }
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 

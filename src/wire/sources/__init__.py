@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 from wire.lazy import LazyTable, lazy_names
 
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
-    from wire.connectors.files import FileSource, files
-    from wire.connectors.http_ingest import HttpIngestSource, http_ingest
-    from wire.connectors.redis_streams import RedisStreamSource, redis_stream
+    from wire.sources.file_source import FileSource, files
+    from wire.sources.http_source import HttpIngestSource, http_ingest
+    from wire.sources.redis_source import RedisStreamSource, redis_stream
 
 _LAZY: LazyTable = {
-    **{n: ("wire.connectors.files", n) for n in ("FileSource", "files")},
-    **{n: ("wire.connectors.http_ingest", n) for n in ("HttpIngestSource", "http_ingest")},
-    **{n: ("wire.connectors.redis_streams", n) for n in ("RedisStreamSource", "redis_stream")},
+    **{n: ("wire.sources.file_source", n) for n in ("FileSource", "files")},
+    **{n: ("wire.sources.http_source", n) for n in ("HttpIngestSource", "http_ingest")},
+    **{n: ("wire.sources.redis_source", n) for n in ("RedisStreamSource", "redis_stream")},
 }
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 

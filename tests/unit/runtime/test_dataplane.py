@@ -5,7 +5,7 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from wire.connectors.sinks import EpochStager, StagedPart
+from wire.delivery.sink import EpochStager, StagedPart
 from wire.plan.nodes import ALL_STEPS, DEAD_LETTER, LATE, PortRef
 from wire.runtime.dataplane import RESULT_SCHEMA, EpochResult, PartitionWriter, Route, StagingFailed
 from wire.runtime.envelope import (

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 
 import wire
-from wire.connectors.sinks import ParquetSink
 from wire.errors import PlanError
 from wire.runtime.kept_ports import keep_unsunk_ports, unsunk_ports
+from wire.sinks.file_sinks import ParquetSink
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string())])
 

@@ -1,1 +1,0 @@
-"""Connectors: sources and sinks."""

@@ -1,0 +1,158 @@
+"""What a source connector provides to the compiler (SPEC §2, §5, §7).
+
+A source connector is a frozen dataclass (it sits in the immutable plan) with:
+
+* ``bounded``: whether its input ends (then the flow stops by itself);
+* ``resolve_schema() -> pa.Schema``: its payload columns;
+* ``read_stream(spark, **binding) -> DataFrame``: a streaming DataFrame of rows in
+  the envelope format (:mod:`wire.runtime.envelope`), normally from a PySpark Python
+  streaming data source. ``binding`` carries ``step`` (the source step id),
+  ``event_time`` (column), ``key_groups``, ``max_delay_ms`` (bounded out-of-orderness),
+  ``max_events_per_epoch`` (admission per epoch) and ``control_file`` (pause / stop,
+  :mod:`wire.runtime.control`).
+
+A source that sizes its epochs from a target duration declares a ``target_epoch_ms``
+parameter (int ms, None = off) and admits at most
+:class:`~wire.sources.epoch_sizing.EpochSizer`'s budget per epoch; the compiler passes
+it only when the flow sets ``target_epoch_duration``, and refuses that setting (a
+``ConfigError`` when the flow is compiled, before it runs) for a source without it.
+
+A source that can produce fewer columns declares a ``columns`` parameter in
+``read_stream``: a tuple of payload column names (None = all). It then produces those
+payload columns only, in schema order (always followed by the envelope), while still
+validating, computing event times and routing malformed records exactly as with every
+column. The compiler passes ``columns`` only to such sources, and only the columns the
+flow reads (:mod:`wire.compiler.pruning`), always with the event-time and key columns.
+
+The data source computes the watermark while planning an epoch and records it in
+the epoch's end offset, so that a replay sees the same watermark; it ends each epoch
+with one watermark row per key group. ``commit(end)`` of the Spark stream reader
+runs after the epoch committed: that is where a source acknowledges its input to
+the external system (contraflow, SPEC §7).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import fields
+from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from wire.errors import ConfigError
+from wire.runtime import envelope
+
+
+@runtime_checkable
+class SourceConnector(Protocol):
+    """The protocol every source connector implements (see the module docstring)."""
+
+    bounded: bool
+
+    def resolve_schema(self) -> pa.Schema:
+        """The payload schema of the source's events."""
+        ...
+
+    def read_stream(self, spark: SparkSession, **binding: Any) -> DataFrame:
+        """The envelope DataFrame of the source."""
+        ...
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    """An Arrow schema as base64 text (for a data source's JSON options)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_b64`."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def check_event_time_column(step: str, schema: pa.Schema, column: str) -> None:
+    """Raise ConfigError unless ``column`` is in ``schema`` with a type event time is read from.
+
+    Accepted: integers (ms since the Unix epoch), timestamps, dates, ISO-8601 strings.
+    """
+    names = schema.names
+    if column not in names:
+        raise ConfigError("event_time", column, f"a payload column: {names}", step=step)
+    typ = schema.field(column).type
+    if not (
+        pa.types.is_integer(typ)
+        or pa.types.is_timestamp(typ)
+        or pa.types.is_date(typ)
+        or pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+    ):
+        accepted = "a column of int64 ms, timestamp, date or ISO-8601 strings"
+        raise ConfigError("event_time", f"{column} ({typ})", accepted, step=step)
+
+
+def check_columns(step: str | None, schema: pa.Schema, columns: Any) -> tuple[str, ...] | None:
+    """Return ``columns`` as a tuple of payload column names (None = all); ConfigError if invalid.
+
+    Accepted: None, or a list or tuple of distinct names of ``schema``'s columns.
+    """
+    if columns is None:
+        return None
+    names = schema.names
+    if (
+        not isinstance(columns, list | tuple)
+        or not all(isinstance(c, str) and c in names for c in columns)
+        or len(set(columns)) != len(columns)
+    ):
+        raise ConfigError("columns", columns, f"None or distinct payload columns of {names}", step=step)
+    return tuple(columns)
+
+
+def select_columns(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
+    """``schema`` restricted to ``columns`` (None: all), in ``schema``'s order."""
+    if columns is None:
+        return schema
+    keep = set(columns)
+    return pa.schema([f for f in schema if f.name in keep])
+
+
+def spark_struct(payload: pa.Schema) -> StructType:
+    """Return the Spark schema of a source's rows: the payload (nullable), then the envelope."""
+    return from_arrow_schema(envelope.with_envelope(pa.schema([f.with_nullable(True) for f in payload])))
+
+
+def spark_row_schema(payload: pa.Schema) -> pa.Schema:
+    """Return the Arrow schema that a source's ``read()`` batches must have (Spark's own round trip)."""
+    return to_arrow_schema(spark_struct(payload), timezone="UTC")
+
+
+def check_admission(step: str, *, max_delay_ms: int, max_events_per_epoch: int, key_groups: int) -> None:
+    """Raise ConfigError unless the binding's watermark delay, admission and key groups are valid."""
+    for name, value, least in (
+        ("max_delay_ms", max_delay_ms, 0),
+        ("max_events_per_epoch", max_events_per_epoch, 1),
+        ("key_groups", key_groups, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(name, value, f"an int >= {least}", step=step)
+
+
+class SchemaDataclassDict:
+    """``to_dict`` / ``from_dict`` for a source dataclass with an Arrow ``schema`` field.
+
+    The dict is JSON-serializable (the schema as base64 IPC); it travels in a Spark
+    data source's options to the planner and executor processes.
+    """
+
+    schema: pa.Schema
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serializable form (see :meth:`from_dict`)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}  # type: ignore[arg-type]
+        d["schema"] = schema_to_b64(self.schema)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**d, "schema": schema_from_b64(d["schema"])})

@@ -1,0 +1,642 @@
+"""HTTP ingest: clients POST JSON events, a write-ahead log keeps them until their epoch commits.
+
+HTTP has no replay of its own, so the source stores before it acknowledges (SPEC §7,
+guaranteed delivery): ``POST <path>`` with a JSON object or an array of objects is
+appended to the source's :class:`~wire.delivery.wal.WriteAheadLog` in one durable
+transaction and only then answered ``202 {"accepted": n, "seq": [first, last]}``. The
+flow reads its epochs from the log, and an epoch's events are deleted from it only
+after the epoch committed (``commit(end)``), so an acknowledged event is in a result,
+in the dead-letter output, or still in the log — across crashes and restarts too.
+
+Answers (nothing is stored unless 202): ``401`` when a token is configured and the
+request lacks ``Authorization: Bearer <token>``; ``503`` with ``Retry-After`` (seconds)
+only for a transient condition: a sink's circuit breaker is open (until its next
+probe), the flow or this source is paused or stopping (contraflow, SPEC §5, §7), or
+the log cannot be written now; ``413`` for a body over ``max_body_bytes``, refused
+from its ``Content-Length`` before it is read, or while a chunked body is read, before
+more than the limit is held; ``400`` for a permanently bad body (not UTF-8, not JSON,
+not an object / array of objects, a lone surrogate escape, a number out of range),
+naming every bad item once (see :mod:`wire.sources.http_server`).
+
+A non-loopback ``host`` (e.g. ``0.0.0.0``) is refused unless ``allow_remote=True`` and
+a ``token`` are given: anyone who reaches the port could write events.
+
+The server (uvicorn in a daemon thread, once per process and address) runs in Spark's
+planner process on the driver host: it starts at the reader's first planner call and
+stops with the reader (the query's end). Offsets are JSON dicts: ``seq`` (the last
+admitted log seq), ``admitted`` (records admitted so far), ``max_event_time``,
+``watermark`` (bounded out-of-orderness ``max_event_time - max_delay_ms``, monotonic;
+with ``idle_timeout`` it follows processing time while no event arrives, see
+:mod:`wire.core.watermarks`), ``last_arrival``, ``idle``, ``started`` and ``at``
+(wall-clock ms). ``latestOffset`` admits at most ``max_events_per_epoch`` log records
+per epoch; each epoch is one Spark task that reads its seq range from the log and
+emits data rows (``__seq`` = the log seq, ``__wm`` = the epoch's start watermark), a
+dead-letter side row for records that do not fit the schema (location ``wal:<seq>``)
+or, with ``BoundedOutOfOrderness(max_future=...)``, whose event time is further ahead
+of the epoch's processing time ``at`` (such events never move the watermark), a
+metrics side row and one watermark row per key group (the epoch's end watermark).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from wire.api.time import Duration, to_millis
+from wire.core.watermarks import (
+    NO_WATERMARK,
+    PartitionState,
+    WatermarkPolicy,
+    advance_partition,
+    check_max_future,
+    future_limit,
+    future_reason,
+    should_tick,
+    source_watermark,
+)
+from wire.delivery.wal import WriteAheadLog
+from wire.errors import ConfigError, WireError, require_extra
+from wire.runtime import envelope
+from wire.runtime.control import check_bind, is_paused
+from wire.sources.base import (
+    SchemaDataclassDict,
+    check_admission,
+    check_columns,
+    select_columns,
+    spark_row_schema,
+    spark_struct,
+)
+from wire.sources.epoch_sizing import EpochSizer
+from wire.sources.file_readers import _array_from_values, event_times_ms
+from wire.sources.file_stream import wall_clock_ms
+
+if TYPE_CHECKING:  # the server (FastAPI, uvicorn) is imported by the planner process only
+    from wire.sources.http_server import _Server
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "MAX_BODY_BYTES",
+    "PAUSED_RETRY_AFTER_S",
+    "WAL_FILE",
+    "HttpIngestDataSource",
+    "HttpIngestReader",
+    "HttpIngestSource",
+    "IngestBinding",
+    "ParsedRecords",
+    "WalEpoch",
+    "http_ingest",
+    "parse_records",
+]
+
+DATA_SOURCE_NAME = "wire_http_ingest"
+WAL_FILE = "wal.sqlite"
+"""The log's file name inside ``wal_dir``."""
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Default largest accepted request body (bytes, 16 MiB); a larger one is answered 413."""
+PAUSED_RETRY_AFTER_S = 5
+"""``Retry-After`` (s) while the flow is paused or stopping, or the log cannot be written."""
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class HttpIngestSource(SchemaDataclassDict):
+    """An HTTP endpoint whose accepted events are fed to the flow through a write-ahead log.
+
+    Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
+    """
+
+    port: int
+    wal_dir: str
+    schema: pa.Schema
+    host: str = "127.0.0.1"
+    path: str = "/events"
+    token: str | None = field(default=None, repr=False)
+    idle_timeout: int | None = None
+    watermark_interval: int = 200
+    max_body_bytes: int = MAX_BODY_BYTES
+    allow_remote: bool = False
+    bounded: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        port = self.port
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError("port", port, "an int between 1 and 65535")
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError("host", self.host, "a host name or IP address, e.g. '127.0.0.1'")
+        if not isinstance(self.path, str) or not self.path.startswith("/"):
+            raise ConfigError("path", self.path, "a URL path starting with '/', e.g. '/events'")
+        if not isinstance(self.wal_dir, str | Path) or not str(self.wal_dir):
+            raise ConfigError("wal_dir", self.wal_dir, "a directory path for the write-ahead log")
+        object.__setattr__(self, "wal_dir", str(self.wal_dir))
+        if not isinstance(self.schema, pa.Schema) or not len(self.schema):
+            raise ConfigError("schema", self.schema, "a non-empty pyarrow.Schema of the events' fields")
+        if self.token is not None and (not isinstance(self.token, str) or not self.token):
+            raise ConfigError("token", "<hidden>", "None or a non-empty string")
+        check_bind(self.host, token=self.token, allow_remote=self.allow_remote, server="HTTP ingest")
+        limit = self.max_body_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError("max_body_bytes", limit, "a positive int (bytes), e.g. 16 * 1024 * 1024")
+        if self.idle_timeout is not None:
+            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
+            object.__setattr__(self, "idle_timeout", idle)
+        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
+        object.__setattr__(self, "watermark_interval", interval)
+
+    @property
+    def wal_path(self) -> str:
+        """The write-ahead log's database file."""
+        return str(Path(self.wal_dir) / WAL_FILE)
+
+    def resolve_schema(self) -> pa.Schema:
+        """Return the payload schema (the events' fields)."""
+        return self.schema
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        max_delay_ms: int,
+        max_events_per_epoch: int,
+        control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
+        max_future_ms: int | None = None,
+        target_epoch_ms: int | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """Return the envelope DataFrame of this source (see the module docstring).
+
+        ``columns`` (None: all): the payload columns produced. Records are still parsed
+        and checked against the whole schema (the same records become dead letters).
+        ``max_future_ms`` (None: off): events whose event time is more than this ahead
+        of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
+        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
+        """
+        binding = IngestBinding(step, self, event_time, max_delay_ms, max_events_per_epoch,
+                                key_groups, control_file, columns, max_future_ms, target_epoch_ms)
+        spark.dataSource.register(HttpIngestDataSource)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+
+
+def http_ingest(
+    *,
+    port: int,
+    wal_dir: str,
+    schema: pa.Schema,
+    host: str = "127.0.0.1",
+    path: str = "/events",
+    token: str | None = None,
+    idle_timeout: Duration | None = None,
+    watermark_interval: Duration = 200,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    allow_remote: bool = False,
+) -> HttpIngestSource:
+    """Receive events over HTTP (``POST``), stored in a write-ahead log before they are acknowledged.
+
+    Output columns: the payload columns of ``schema`` (plus Wire's envelope columns
+    inside a compiled flow). A request body is one JSON object or an array of objects;
+    each object is one event, its fields matched to ``schema`` by name (missing fields
+    are null, others ignored). The events are durable in the log when the client gets
+    ``202``; the flow admits them from the log, at most ``max_events_per_epoch`` per
+    epoch, and deletes them from the log once their epoch committed. Events whose
+    fields do not convert to the schema, or without a usable event time, go to the
+    step's ``dead_letter`` port (location ``wal:<seq>``). While the flow is paused or
+    a sink's circuit breaker is open the endpoint answers ``503`` with ``Retry-After``;
+    a permanently bad body (not UTF-8 JSON objects) is answered ``400`` naming each bad
+    item, a body over ``max_body_bytes`` ``413``, and nothing of either is stored.
+    State: the log (``wal_dir``) holds the events not yet committed; the read position
+    lives in the offsets. See :mod:`wire.sources.http_source` for every answer.
+
+    Parameters
+    ----------
+    port:
+        TCP port of the endpoint (served by the Spark driver host).
+    wal_dir:
+        Directory of the write-ahead log; keep it with the checkpoint: a restarted flow
+        reads what the log still holds.
+    schema:
+        The events' fields.
+    host:
+        Address to bind; the default accepts local clients only. A non-loopback
+        address (anything but ``localhost``, ``127.0.0.0/8`` and ``::1``, e.g.
+        ``0.0.0.0``) needs ``allow_remote=True`` and a ``token``.
+    path:
+        URL path of the endpoint.
+    token:
+        When set, requests need ``Authorization: Bearer <token>`` (else ``401``).
+        Required with a non-loopback ``host``.
+    idle_timeout:
+        Processing time without new events after which the watermark advances with
+        processing time (so windows close without new data). None: only events move it.
+    watermark_interval:
+        Minimum processing time between two epochs that only advance the watermark.
+    max_body_bytes:
+        Largest request body accepted, in bytes (default 16 MiB). A larger one is
+        answered ``413`` before it is read (``Content-Length``) or as soon as a chunked
+        body passes it; the server never holds more than this of one body.
+    allow_remote:
+        Must be True to bind a non-loopback ``host`` (reachable from other machines);
+        with a ``token`` only.
+
+    Returns
+    -------
+    HttpIngestSource
+        An immutable source description; the server starts when the flow runs.
+
+    Raises
+    ------
+    ConfigError
+        On an invalid port, host, path, directory, schema, token, duration or
+        ``max_body_bytes``; on a non-loopback ``host`` without ``allow_remote=True``
+        (parameter ``allow_remote``) or without a token (parameter ``token``).
+    MissingExtraError
+        When FastAPI or uvicorn (pip extra ``ingest``) is not installed.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> src = http_ingest(port=8089, wal_dir="/tmp/wal", schema=pa.schema([("t", pa.int64())]))
+    >>> src.bounded, src.path, src.host
+    (False, '/events', '127.0.0.1')
+    """
+    require_extra("ingest", "wire.sources.http_ingest")
+    return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval,
+                            max_body_bytes, allow_remote)
+
+
+@dataclass(frozen=True)
+class IngestBinding:
+    """What the compiler hands to the Spark data source for one HTTP ingest step."""
+
+    step: str
+    source: HttpIngestSource
+    event_time: str
+    max_delay_ms: int
+    max_events_per_epoch: int
+    key_groups: int
+    control_file: str | None = None
+    columns: tuple[str, ...] | None = None
+    """The payload columns produced (None: all); records are parsed with every column."""
+    max_future_ms: int | None = None
+    """Events more than this (ms) ahead of the epoch's processing time are dead letters and
+    do not move the watermark; None: off."""
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
+
+    def __post_init__(self) -> None:
+        check_max_future(self.step, self.max_future_ms)
+        if self.event_time not in self.source.schema.names:
+            accepted = f"a field of the schema: {self.source.schema.names}"
+            raise ConfigError("event_time", self.event_time, accepted, step=self.step)
+        check_admission(
+            self.step, max_delay_ms=self.max_delay_ms,
+            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
+        )
+        object.__setattr__(self, "columns", check_columns(self.step, self.source.schema, self.columns))
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The payload columns produced: the source's schema restricted to ``columns``."""
+        return select_columns(self.source.schema, self.columns)
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["source"] = self.source.to_dict()
+        return json.dumps(d)
+
+    @staticmethod
+    def from_json(text: str) -> IngestBinding:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["source"] = HttpIngestSource.from_dict(d["source"])
+        return IngestBinding(**d)
+
+
+# ---------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class ParsedRecords:
+    """Log records parsed against the payload schema: valid rows and dead letters."""
+
+    table: pa.Table
+    seqs: np.ndarray
+    event_times: np.ndarray
+    dead: list[tuple[int, str, str]]  # (seq, reason, body)
+
+
+def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time: str) -> ParsedRecords:
+    """Convert ``(seq, body)`` log records to ``schema``; the ones that do not fit are dead letters."""
+    payload = pa.schema([f.with_nullable(True) for f in schema])
+    objects: list[dict] = []
+    seqs: list[int] = []
+    bodies: list[str] = []
+    dead: list[tuple[int, str, str]] = []
+    for seq, body in records:
+        try:
+            obj = json.loads(body)
+        except ValueError as e:  # the server stores only objects; a foreign writer may not
+            dead.append((seq, f"invalid JSON: {e}", body))
+            continue
+        if not isinstance(obj, dict):
+            dead.append((seq, f"expected a JSON object, got {type(obj).__name__}", body))
+            continue
+        objects.append(obj)
+        seqs.append(seq)
+        bodies.append(body)
+    errors: dict[int, str] = {}
+    arrays = []
+    for f in payload:
+        values = [o.get(f.name) for o in objects]
+        arr, bad = _array_from_values(values, f.type)
+        for i in np.flatnonzero(bad) if bad is not None else ():
+            errors.setdefault(int(i), f"field {f.name}: cannot convert {values[int(i)]!r} to {f.type}")
+        arrays.append(arr)
+    table = pa.Table.from_arrays(arrays, schema=payload)
+    if objects:
+        ets, et_errors = event_times_ms(table[event_time].combine_chunks())
+        errors = et_errors | errors
+    else:
+        ets = np.zeros(0, np.int64)
+    keep = np.ones(len(objects), dtype=bool)
+    keep[list(errors)] = False
+    dead += [(seqs[i], reason, bodies[i]) for i, reason in errors.items()]
+    dead.sort()
+    return ParsedRecords(
+        table=table.filter(pa.array(keep)) if objects else table,
+        seqs=np.array(seqs, np.int64)[keep],
+        event_times=ets[keep],
+        dead=dead,
+    )
+
+
+def reject_future(parsed: ParsedRecords, bodies: dict[int, str], at: int | None,
+                  max_future_ms: int | None) -> ParsedRecords:
+    """Move the events more than ``max_future_ms`` ahead of processing time ``at`` to the dead letters.
+
+    ``bodies`` maps each log seq to its body (the dead letter's record). Returns
+    ``parsed`` itself when the check is off or nothing is rejected.
+    """
+    limit = future_limit(at, max_future_ms)
+    if limit is None:
+        return parsed
+    ahead = parsed.event_times > limit
+    if not ahead.any():
+        return parsed
+    assert at is not None and max_future_ms is not None
+    dead = parsed.dead + [(int(seq), future_reason(int(et), at, max_future_ms), bodies[int(seq)])
+                          for seq, et in zip(parsed.seqs[ahead], parsed.event_times[ahead], strict=True)]
+    keep = ~ahead
+    return ParsedRecords(parsed.table.filter(pa.array(keep)), parsed.seqs[keep], parsed.event_times[keep],
+                         sorted(dead))
+
+
+# ---------------------------------------------------------------------------- server
+
+
+@dataclass
+class WalEpoch(InputPartition):
+    """One epoch's Spark task: log records ``lo < seq <= hi`` (``count`` of them) and control rows.
+
+    ``at`` is the processing time (ms) recorded in the epoch's end offset, against which
+    ``max_future`` is judged.
+    """
+
+    lo: int
+    hi: int
+    count: int
+    start_watermark: int
+    end_watermark: int
+    max_event_time: int | None
+    at: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(None)
+
+
+def _offset(seq: int, admitted: int, state: PartitionState, watermark: int, started: int | None,
+            at: int | None) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "admitted": admitted,
+        "max_event_time": state.max_event_time,
+        "watermark": watermark,
+        "last_arrival": state.last_arrival,
+        "idle": state.idle,
+        "started": started,
+        "at": at,
+    }
+
+
+class HttpIngestReader(DataSourceStreamReader):
+    """Stream reader of the HTTP ingest source (offsets: see the module docstring).
+
+    The planner methods run in Spark's long-lived planner process on the driver; the
+    first of them starts the HTTP server there and :meth:`stop` stops it. :meth:`read`
+    runs in executor workers and only reads the log. ``clock`` (ms) is the
+    processing-time clock, injectable for tests.
+    """
+
+    def __init__(self, binding: IngestBinding, clock: Callable[[], int] | None = None) -> None:
+        self._binding = binding
+        src = binding.source
+        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
+        self._clock = clock or wall_clock_ms
+        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
+        self._row_schema = spark_row_schema(binding.output_schema)
+        self._wal: WriteAheadLog | None = None
+        self._server: _Server | None = None
+        self._started: int | None = None
+
+    @property
+    def wal(self) -> WriteAheadLog:
+        """The source's write-ahead log (opened on first use)."""
+        if self._wal is None:
+            self._wal = WriteAheadLog(self._binding.source.wal_path)
+        return self._wal
+
+    def serve(self) -> None:
+        """Start the HTTP server in this process if it is not running (idempotent)."""
+        if self._server is None:
+            from wire.sources.http_server import _serve
+
+            self._server = _serve(self._binding, self.wal)
+
+    # -- planner (driver) --------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """Return the position before the log's first record (starts the server).
+
+        A fresh query reads everything the log still holds. Holds no clock reading:
+        Spark calls it again when it replays the first epoch.
+        """
+        self.serve()
+        return _offset(0, 0, PartitionState(), NO_WATERMARK, None, None)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
+        return ReadMaxRows(self._binding.max_events_per_epoch)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Admit the log records after ``start``, at most ``limit``; called before each new epoch.
+
+        Returns ``start`` (no epoch runs) while the flow or source is paused, stopping or
+        held by an open breaker, and when nothing arrived unless idleness moves the
+        watermark (at most once per ``watermark_interval``). The returned offset is
+        written to Spark's offset log before the epoch runs, with its watermark.
+        """
+        self.serve()
+        b = self._binding
+        now = self._clock()
+        sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
+        if is_paused(b.control_file, b.step):
+            return start
+        budget = self._budget(limit)
+        if budget is not None:
+            budget = min(budget, sized)
+        if self._started is None:
+            self._started = now
+        started = self._started if start["started"] is None else start["started"]
+        records = self.wal.read(start["seq"], limit=budget) if budget != 0 else []
+        parsed = parse_records(records, b.source.schema, b.event_time)
+        seq = records[-1][0] if records else start["seq"]
+        if budget is not None:
+            self._sizer.admitted(now, len(records), budget)
+        pending = budget is not None and len(records) >= budget and self.wal.max_seq() > seq
+        seen = start["max_event_time"]  # the log's watermark without idle extrapolation:
+        own = NO_WATERMARK if seen is None else seen - b.max_delay_ms
+        prev = PartitionState(max_event_time=seen, watermark=own, last_arrival=start["last_arrival"],
+                              idle=start["idle"])
+        ets = parsed.event_times
+        limit = future_limit(now, b.max_future_ms)
+        if limit is not None:
+            ets = ets[ets <= limit]  # future-dated events do not move the watermark
+        max_et = int(ets.max()) if len(ets) else None
+        state = advance_partition(prev, file="", record=seq, taken=len(records), max_event_time=max_et,
+                                  pending=pending, bounded=False, now=now, started=started,
+                                  policy=self._policy)
+        watermark = source_watermark(start["watermark"], {"wal": state}, now, self._policy)
+        if not records and not should_tick(start["watermark"], watermark, start["at"], now, self._policy):
+            return start
+        return _offset(seq, start["admitted"] + len(records), state, watermark, started, now)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """Plan the epoch ``(start, end]`` as one task; also called on a replay after a restart."""
+        if start == end:
+            return []
+        return [WalEpoch(start["seq"], end["seq"], end["admitted"] - start["admitted"],
+                         start["watermark"], end["watermark"], end["max_event_time"], end["at"])]
+
+    def commit(self, end: dict) -> None:
+        """Delete the log records up to ``end`` (their epoch committed: contraflow ack, SPEC §7)."""
+        self.wal.truncate(int(end["seq"]))
+
+    def stop(self) -> None:
+        """Stop the HTTP server (the query ends) and close the log."""
+        if self._server is not None:
+            from wire.sources.http_server import _unserve
+
+            _unserve(self._server)
+            self._server = None
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
+
+    def _budget(self, limit: ReadLimit) -> int | None:
+        if isinstance(limit, ReadAllAvailable):
+            return None
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows
+        return self._binding.max_events_per_epoch
+
+    # -- executor ------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the epoch's rows in the envelope format; runs on executors.
+
+        Data rows, a dead-letter side row (if any record did not fit the schema, or has
+        an event time beyond ``max_future`` of the epoch's recorded processing time), the
+        metrics side row, then one watermark row per key group.
+
+        Raises
+        ------
+        WireError
+            When the log no longer holds the epoch's records (deleted before the epoch
+            committed: the log was truncated or replaced by something else).
+        """
+        if not isinstance(partition, WalEpoch):
+            raise TypeError(f"expected a WalEpoch partition, got {type(partition).__name__}")
+        b, schema = self._binding, self._row_schema
+        records = self.wal.read(partition.lo, partition.hi)
+        if len(records) != partition.count:
+            raise WireError(
+                f"http ingest {b.step!r}: the write-ahead log {b.source.wal_path} holds {len(records)} "
+                f"records with seq in ({partition.lo}, {partition.hi}], the epoch admitted {partition.count}"
+            )
+        parsed = parse_records(records, b.source.schema, b.event_time)
+        valid = len(parsed.seqs)
+        parsed = reject_future(parsed, dict(records), partition.at, b.max_future_ms)
+        n = parsed.table.num_rows
+        if n:
+            cols = {name: parsed.table[name].combine_chunks().cast(schema.field(name).type)
+                    for name in b.output_schema.names}
+            cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
+            cols[envelope.ET] = pa.array(parsed.event_times, pa.int64())
+            cols[envelope.WM] = pa.array(np.full(n, partition.start_watermark, np.int64))
+            cols[envelope.SEQ] = pa.array(parsed.seqs, pa.int64())
+            yield envelope.envelope_batch(schema, cols, n)
+        if parsed.dead:
+            dead = pa.table(
+                {
+                    "step": [b.step] * len(parsed.dead),
+                    "location": [f"wal:{seq}" for seq, _, _ in parsed.dead],
+                    "reason": [reason for _, reason, _ in parsed.dead],
+                    "record": [body for _, _, body in parsed.dead],
+                },
+                schema=envelope.DEAD_LETTER_SCHEMA,
+            )
+            yield envelope.side_batch(schema, f"{b.step}.dead_letter", dead)
+        counters = {
+            "records": len(records),
+            "events": n,
+            "malformed": len(parsed.dead),
+            "gauge:watermark": partition.end_watermark,
+            "gauge:max_event_time": NO_WATERMARK if partition.max_event_time is None
+            else partition.max_event_time,
+        }
+        if valid > n:
+            counters["future"] = valid - n
+        yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
+        yield envelope.watermark_batch(schema, partition.end_watermark, range(b.key_groups))
+
+
+class HttpIngestDataSource(DataSource):
+    """The Spark Python data source ``wire_http_ingest``; option ``binding``: an IngestBinding JSON."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name used with ``spark.readStream.format``."""
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Return the row schema: the payload columns followed by the envelope columns."""
+        return spark_struct(IngestBinding.from_json(self.options["binding"]).output_schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Return the stream reader; Spark calls this in the planner and executor processes."""
+        return HttpIngestReader(IngestBinding.from_json(self.options["binding"]))

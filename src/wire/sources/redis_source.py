@@ -1,0 +1,322 @@
+"""Redis Streams source: one stream read through a consumer group.
+
+Each epoch admits the next entries of one stream, at most ``max_events_per_epoch``,
+records their id range and the watermark in the epoch's offset, and acknowledges them
+(``XACK``) only once the epoch has committed. The stream reader is in
+:mod:`wire.sources.redis_reader`; the Redis stream sink in :mod:`wire.sinks.redis_sink`
+(it checks its URL and stream with :func:`check_url` and :func:`check_name`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from wire.api.time import Duration, to_millis
+from wire.compiler.arrow_types import spark_schema
+from wire.core.watermarks import check_max_future
+from wire.errors import ConfigError, require_extra
+from wire.sources.base import (
+    SchemaDataclassDict,
+    check_admission,
+    check_columns,
+    check_event_time_column,
+    schema_from_b64,
+    schema_to_b64,
+    select_columns,
+    spark_row_schema,
+)
+from wire.sources.redis_reader import RedisStreamReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "DATA_SOURCE_NAME",
+    "RedisBinding",
+    "RedisStreamDataSource",
+    "RedisStreamSource",
+    "redis_stream",
+]
+
+DATA_SOURCE_NAME = "wire_redis_stream"
+FIELD_ENCODINGS = ("json", "fields")
+STARTS = ("earliest", "latest")
+
+
+def check_name(parameter: str, value: object) -> str:
+    """``value`` if it is a non-empty string (a stream, group or consumer name); else ConfigError."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(parameter, value, "a non-empty string")
+    return value
+
+
+def check_url(url: object) -> str:
+    """``url`` if it is a Redis URL (``redis://``, ``rediss://``, ``unix://``); else ConfigError."""
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("url", url, "a Redis URL: redis://host:port/db, rediss://... or unix://...")
+    return url
+
+
+@dataclass(frozen=True)
+class RedisStreamSource(SchemaDataclassDict):
+    """One Redis stream read through a consumer group; build it with :func:`redis_stream`.
+
+    Immutable; part of a flow plan. Durations are held in ms.
+    """
+
+    url: str
+    stream: str
+    group: str
+    consumer: str
+    schema: pa.Schema
+    field_encoding: str = "json"
+    start: str = "earliest"
+    idle_timeout: int | None = None
+    watermark_interval: int = 200
+    bounded: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        check_url(self.url)
+        for name in ("stream", "group", "consumer"):
+            check_name(name, getattr(self, name))
+        if not isinstance(self.schema, pa.Schema) or not len(self.schema):
+            raise ConfigError("schema", self.schema, "a non-empty pyarrow.Schema")
+        if self.field_encoding not in FIELD_ENCODINGS:
+            raise ConfigError("field_encoding", self.field_encoding, "'json' or 'fields'")
+        if self.start not in STARTS:
+            raise ConfigError("start", self.start, "'earliest' or 'latest'")
+        if self.idle_timeout is not None:
+            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
+            object.__setattr__(self, "idle_timeout", idle)
+        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
+        object.__setattr__(self, "watermark_interval", interval)
+
+    def resolve_schema(self) -> pa.Schema:
+        """Return the payload schema (the given one)."""
+        return self.schema
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        max_delay_ms: int,
+        max_events_per_epoch: int,
+        control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
+        max_future_ms: int | None = None,
+        target_epoch_ms: int | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
+
+        ``columns`` (None: all): the payload columns produced. Entries are still decoded
+        and checked against the whole schema (the same entries become dead letters).
+        ``max_future_ms`` (None: off): entries whose event time is more than this ahead
+        of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
+        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
+
+        Raises
+        ------
+        ConfigError
+            When the event-time column is not in the schema or has an unsupported type.
+        """
+        binding = RedisBinding(
+            step=step,
+            source=self,
+            payload_schema=self.schema,
+            event_time=event_time,
+            max_delay_ms=max_delay_ms,
+            max_events_per_epoch=max_events_per_epoch,
+            key_groups=key_groups,
+            control_file=control_file,
+            columns=columns,
+            max_future_ms=max_future_ms,
+            target_epoch_ms=target_epoch_ms,
+        )
+        spark.dataSource.register(RedisStreamDataSource)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+
+
+def redis_stream(
+    url: str,
+    stream: str,
+    *,
+    group: str,
+    consumer: str = "wire",
+    schema: pa.Schema,
+    field_encoding: str = "json",
+    start: str = "earliest",
+    idle_timeout: Duration | None = None,
+    watermark_interval: Duration = 200,
+) -> RedisStreamSource:
+    """Read one Redis stream as a stream of events, acknowledged after each epoch commits.
+
+    Output columns: the payload columns of ``schema`` (plus Wire's envelope columns
+    inside a compiled flow). Each entry holds one event: with ``field_encoding="json"``
+    its ``data`` field is a JSON object whose keys are the columns (``XADD s * data
+    '{"t": 1700000000000, "k": "a"}'``; missing keys are null, other keys ignored);
+    with ``"fields"`` every column is a field of its own holding the value as text
+    (``XADD s * t 1700000000000 k a``). Entries that do not fit (no ``data`` field,
+    invalid JSON, a value that does not convert, no usable event time, or with
+    ``BoundedOutOfOrderness(max_future=...)`` an event time further ahead of the epoch's
+    processing time) go to the step's ``dead_letter`` port with location
+    ``"<stream>:<id>"``, the reason, and the entry's fields as a JSON object.
+
+    **Admission and offsets.** Per epoch the source admits the next entries in id
+    order, at most ``max_events_per_epoch``. The epoch's offset records the id of its
+    last entry, the number of entries admitted so far and the watermark (bounded
+    out-of-orderness: ``max event time - max_delay``, monotonic; with
+    ``idle_timeout``, a stream without new entries advances it with processing time,
+    see :mod:`wire.core.watermarks`). An epoch reads exactly the entries with
+    ids in ``(previous offset's id, its own id]`` with ``XRANGE``, so a replayed epoch
+    sees the same entries and the same watermarks. No state is kept beyond the
+    offsets.
+
+    **Consumer group and acknowledgement (SPEC §7).** The group is created if missing
+    (``MKSTREAM``; from the stream's start, or its end with ``start="latest"``). New
+    entries are delivered to ``consumer`` with ``XREADGROUP`` while an epoch is planned
+    and stay pending until Spark has committed the epoch (every sink of the flow
+    committed): then they are acknowledged with ``XACK``. After a crash the flow
+    resumes from its checkpoint: entries delivered but not acknowledged are read again
+    (an uncommitted epoch is replayed from its recorded id range); entries of a
+    committed epoch whose ``XACK`` was lost are acknowledged when the flow restarts,
+    not read again. A new checkpoint starts at the group's oldest pending entry, or
+    after its last delivered one. One flow per group: the group records that flow's
+    progress. Entries trimmed before they were acknowledged are reported on the
+    ``dead_letter`` port.
+
+    Parameters
+    ----------
+    url:
+        The Redis URL, e.g. ``"redis://127.0.0.1:6379/0"``.
+    stream:
+        The stream's key.
+    group, consumer:
+        The consumer group and the consumer name used for deliveries.
+    schema:
+        The payload schema; the flow's event-time column must be one of its columns
+        (int64 ms, timestamp, date, or ISO-8601 strings).
+    field_encoding:
+        ``"json"`` (a ``data`` field with a JSON object) or ``"fields"`` (one field per
+        column).
+    start:
+        Where a group created by the source starts: ``"earliest"`` (all entries) or
+        ``"latest"`` (only entries added after it was created).
+    idle_timeout:
+        Processing time after which a stream without new entries stops holding the
+        watermark back (it advances with processing time); None: never idle.
+    watermark_interval:
+        Minimum processing time between two epochs that only advance the watermark.
+
+    Returns
+    -------
+    RedisStreamSource
+        An immutable source description (``bounded=False``).
+
+    Raises
+    ------
+    ConfigError
+        On a URL that is not a Redis URL, an empty stream, group or consumer name, a
+        schema that is not a non-empty ``pyarrow.Schema``, an unknown
+        ``field_encoding`` or ``start``, or an invalid duration.
+    MissingExtraError
+        When the ``redis`` package (pip extra ``redis``) is not installed.
+
+    Examples
+    --------
+    >>> src = redis_stream("redis://127.0.0.1:6379/0", "clicks", group="wire",
+    ...                    schema=pa.schema([("t", pa.int64()), ("k", pa.string())]))
+    >>> src.bounded, src.field_encoding, src.consumer
+    (False, 'json', 'wire')
+    """
+    require_extra("redis", "wire.sources.redis_stream")
+    return RedisStreamSource(
+        url, stream, group, consumer, schema, field_encoding, start, idle_timeout, watermark_interval
+    )
+
+
+@dataclass(frozen=True)
+class RedisBinding:
+    """What the compiler hands to the Spark data source for one Redis source step.
+
+    Serialized into the ``binding`` option with :meth:`to_json`.
+    """
+
+    step: str
+    source: RedisStreamSource
+    payload_schema: pa.Schema
+    event_time: str
+    max_delay_ms: int
+    max_events_per_epoch: int
+    key_groups: int
+    control_file: str | None = None
+    columns: tuple[str, ...] | None = None
+    """The payload columns produced (None: all); entries are decoded with every column."""
+    max_future_ms: int | None = None
+    """Entries more than this (ms) ahead of the epoch's processing time are dead letters and
+    do not move the watermark; None: off."""
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
+
+    def __post_init__(self) -> None:
+        step = self.step
+        check_max_future(step, self.max_future_ms)
+        check_event_time_column(step, self.payload_schema, self.event_time)
+        check_admission(
+            step, max_delay_ms=self.max_delay_ms,
+            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
+        )
+        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The payload columns produced: ``payload_schema`` restricted to ``columns``."""
+        return select_columns(self.payload_schema, self.columns)
+
+    def row_schema(self) -> pa.Schema:
+        """The Arrow schema of the source's rows as Spark hands them back."""
+        return spark_row_schema(self.output_schema)
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["source"] = self.source.to_dict()
+        d["payload_schema"] = schema_to_b64(self.payload_schema)
+        return json.dumps(d)
+
+    @staticmethod
+    def from_json(text: str) -> RedisBinding:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["source"] = RedisStreamSource.from_dict(d["source"])
+        d["payload_schema"] = schema_from_b64(d["payload_schema"])
+        return RedisBinding(**d)
+
+
+class RedisStreamDataSource(DataSource):
+    """The Spark Python data source ``wire_redis_stream``; option ``binding``: RedisBinding JSON."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name used with ``spark.readStream.format``."""
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Return the row schema: the payload columns followed by the envelope columns."""
+        return spark_schema(RedisBinding.from_json(self.options["binding"]).row_schema())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Return the stream reader; Spark calls this in the planner and executor processes."""
+        return RedisStreamReader(RedisBinding.from_json(self.options["binding"]))
+
+
+# ---------------------------------------------------------------------------- sink

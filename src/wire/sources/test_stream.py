@@ -1,0 +1,193 @@
+"""A scripted source for tests: events and watermark advances, one step per epoch.
+
+In the style of Beam's ``TestStream`` (SPEC §9): the test states exactly which
+events arrive in which epoch and where the watermark is, so it can assert what a
+flow emits after each step. Used through :class:`wire.testing.TestStream`.
+
+Offsets are ``{"step": n}`` (steps done); each epoch admits exactly one step.
+Data rows carry ``__wm`` = the watermark before the step (in force while its
+events arrive) and ``__seq`` = the event's position over all steps; the epoch
+ends with one watermark row per key group carrying the watermark after the step.
+With ``columns`` (set by the compiler's column pruning) only those payload columns
+are produced.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from wire.compiler.arrow_types import spark_schema
+from wire.runtime import envelope
+from wire.sources.base import (
+    check_columns,
+    schema_from_b64,
+    schema_to_b64,
+    select_columns,
+    spark_row_schema,
+)
+
+DATA_SOURCE_NAME = "wire_test_stream"
+NO_WATERMARK = -(2**63)
+
+
+@dataclass(frozen=True)
+class TestStreamSource:
+    """The scripted steps: ``(events, watermark_after)`` pairs.
+
+    ``events`` is Arrow IPC bytes of a table in ``schema`` (or None for a pure
+    watermark advance); ``watermark_after`` is the watermark (int ms) once the step
+    is done.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    schema: pa.Schema
+    steps: tuple[tuple[bytes | None, int], ...]
+    bounded: bool = True
+
+    def resolve_schema(self) -> pa.Schema:
+        """The payload schema."""
+        return self.schema
+
+    def to_json(
+        self, *, step: str, event_time: str, key_groups: int, columns: tuple[str, ...] | None = None
+    ) -> str:
+        """Serialize for the data source's options."""
+        return json.dumps(
+            {
+                "step": step,
+                "event_time": event_time,
+                "key_groups": key_groups,
+                "columns": check_columns(step, self.schema, columns),
+                "schema": schema_to_b64(self.schema),
+                "steps": [
+                    [None if ev is None else base64.b64encode(ev).decode(), wm]
+                    for ev, wm in self.steps
+                ],
+            }
+        )
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        columns: tuple[str, ...] | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """The envelope DataFrame of this scripted stream (watermarks come from the script).
+
+        ``columns`` (None: all): the payload columns produced, in schema order.
+        """
+        spark.dataSource.register(TestStreamDataSource)
+        script = self.to_json(step=step, event_time=event_time, key_groups=key_groups, columns=columns)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("script", script).load()
+
+
+class _Script:
+    def __init__(self, text: str) -> None:
+        d = json.loads(text)
+        self.step: str = d["step"]
+        self.event_time: str = d["event_time"]
+        self.key_groups: int = d["key_groups"]
+        columns = d.get("columns")
+        columns = None if columns is None else tuple(columns)
+        self.payload = select_columns(schema_from_b64(d["schema"]), columns)
+        """The payload columns produced."""
+        self.steps: list[tuple[str | None, int]] = [tuple(s) for s in d["steps"]]
+        self.row_schema = spark_row_schema(self.payload)
+
+    def events(self, i: int) -> pa.Table | None:
+        blob = self.steps[i][0]
+        return None if blob is None else envelope.decode_table(base64.b64decode(blob))
+
+    def watermark_before(self, i: int) -> int:
+        return NO_WATERMARK if i == 0 else int(self.steps[i - 1][1])
+
+
+class TestStreamDataSource(DataSource):
+    """Spark Python data source ``wire_test_stream``; option ``script`` (JSON)."""
+
+    __test__ = False
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Payload (nullable) followed by the envelope columns."""
+        return spark_schema(_Script(self.options["script"]).row_schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The stream reader."""
+        return TestStreamReader(_Script(self.options["script"]))
+
+
+class _Step(InputPartition):
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """One step per epoch."""
+
+    __test__ = False
+
+    def __init__(self, script: _Script) -> None:
+        self.script = script
+
+    def initialOffset(self) -> dict:
+        """Nothing read yet."""
+        return {"step": 0}
+
+    def latestOffset(self, start: dict, limit: object) -> dict:
+        """Admit the next step, if any."""
+        n = int(start["step"])
+        return {"step": n + 1} if n < len(self.script.steps) else start
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """The script is fixed: nothing to record."""
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """One partition per admitted step."""
+        return [_Step(i) for i in range(int(start["step"]), int(end["step"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The step's events, then its watermark rows."""
+        assert isinstance(partition, _Step)
+        s, i = self.script, partition.index
+        schema = s.row_schema
+        events = s.events(i)
+        if events is not None and events.num_rows:
+            n = events.num_rows
+            seq0 = sum(
+                (s.events(j).num_rows if s.steps[j][0] is not None else 0) for j in range(i)
+            )
+            cols: dict[str, pa.Array] = {
+                f.name: events.column(f.name).combine_chunks().cast(f.type) for f in s.payload
+            }
+            cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
+            cols[envelope.ET] = events.column(s.event_time).combine_chunks().cast(pa.int64())
+            cols[envelope.WM] = pa.array(np.full(n, s.watermark_before(i), np.int64))
+            cols[envelope.SEQ] = pa.array(np.arange(seq0, seq0 + n, dtype=np.int64))
+            yield envelope.envelope_batch(schema, cols, n)
+            counts = {"records": n, "events": n, "malformed": 0}
+            yield envelope.side_batch(
+                schema, envelope.METRICS_PORT, envelope.metrics_table(s.step, counts)
+            )
+        yield envelope.watermark_batch(schema, int(s.steps[i][1]), range(s.key_groups))
