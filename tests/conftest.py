@@ -34,6 +34,19 @@ def pg_server() -> Iterator[object]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def kafka_broker() -> Iterator[object]:
+    """A throw-away noida-db Kafka broker on 127.0.0.1 for one test module (skips if none can start)."""
+    from wire.testing_kafka import KafkaBroker
+
+    ok, reason = KafkaBroker.available()
+    if not ok:
+        pytest.skip(f"no throw-away Kafka broker: {reason}")
+    broker = KafkaBroker().start()
+    yield broker
+    broker.stop()
+
+
 def _run_python(code: str, *, missing: tuple[str, ...] = ()) -> object:
     import json
     import subprocess

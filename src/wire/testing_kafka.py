@@ -1,0 +1,245 @@
+"""A throw-away Kafka-protocol broker for tests: ``noida-db`` (PyPI) on 127.0.0.1, on a free port.
+
+Used by Wire's own Kafka tests and usable by users' tests the same way::
+
+    ok, reason = KafkaBroker.available()
+    if not ok:
+        pytest.skip(reason)
+    with KafkaBroker() as broker:
+        broker.create_topic("orders", partitions=4)
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+
+The broker is ``noida-db start --only kafka --kafka-port N --data-dir D`` (the dev extra
+pins noida-db 0.2.3; it prints a harmless glibc warning at start). It is stopped
+through its process id (SIGTERM, then SIGKILL), never by name; :meth:`restart` stops
+it and starts it again on the same port and data dir (its data survives).
+
+What noida-db 0.2.3 supports, measured with confluent-kafka 2.16.1: topics with several
+partitions, adding partitions (``create_partitions``), keyed produce, record timestamps
+(CreateTime), ``get_watermark_offsets``, consumer-group offset commits and
+``committed`` (with ``assign``, no group membership needed), idempotent producers,
+transactions (``init_transactions`` fences an older producer with the same
+transactional id, aborts its open transaction), and ``read_committed`` hiding aborted
+and open transactions; data kept across a restart with the same data dir. Limits:
+one broker (no replication, no leader failover); not measured: consumer-group
+rebalancing with ``subscribe``, compaction, retention, ``send_offsets_to_transaction``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from wire.errors import WireError
+
+__all__ = ["KafkaBroker"]
+
+_READY_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 10.0
+
+
+class KafkaBroker:
+    """A throw-away noida-db Kafka broker; a context manager (``start`` / ``stop``)."""
+
+    def __init__(self, *, base_dir: str | os.PathLike[str] | None = None) -> None:
+        self.base_dir = None if base_dir is None else os.fspath(base_dir)
+        self.port: int | None = None
+        self.root: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def binary() -> str | None:
+        """The ``noida-db`` command next to this Python, or on ``PATH``."""
+        here = Path(sys.executable).parent / "noida-db"
+        if here.is_file():
+            return str(here)
+        return shutil.which("noida-db")
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether a broker can be started here: ``(True, "")`` or ``(False, reason)``."""
+        if cls.binary() is None:
+            return False, "noida-db not found (pip install noida-db; the dev extra pins it)"
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            return False, "confluent-kafka is not installed (pip install 'wire[kafka]')"
+        return True, ""
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:<port>``."""
+        if self.port is None:
+            raise WireError("KafkaBroker: bootstrap asked before start()")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> KafkaBroker:
+        """Start the broker (a new temp data dir and free port the first time); return when it answers."""
+        if self._process is not None:
+            return self
+        binary = self.binary()
+        if binary is None:
+            raise WireError(f"KafkaBroker: cannot start: {self.available()[1]}")
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="wire-kafka-", dir=self.base_dir))
+            atexit.register(self.stop)
+        if self.port is None:
+            self.port = _free_port()
+        log = open(self.root / "broker.log", "ab")  # noqa: SIM115 - handed to the process
+        self._process = subprocess.Popen(
+            [binary, "start", "--only", "kafka", "--kafka-port", str(self.port), "--host", "127.0.0.1",
+             "--data-dir", str(self.root / "data")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def kill(self) -> None:
+        """Stop the broker process (SIGTERM, then SIGKILL); keep the port and the data dir."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            try:
+                process.wait(timeout=_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                process.wait(timeout=_STOP_TIMEOUT_S)
+
+    def restart(self) -> None:
+        """Stop the broker and start it again on the same port with the same data."""
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        """Stop the broker and delete its data dir; safe to call twice."""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        self.kill()
+        root, self.root, self.port = self.root, None, None
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def create_topic(self, topic: str, partitions: int = 1) -> None:
+        """Create ``topic`` with ``partitions`` partitions (replication factor 1)."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+        for f in admin.create_topics([new]).values():
+            f.result(timeout=30)
+        self._wait_partitions(admin, topic, partitions)
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions."""
+        from confluent_kafka.admin import AdminClient, NewPartitions
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for f in admin.create_partitions([NewPartitions(topic, total)]).values():
+            f.result(timeout=30)
+        self._wait_partitions(admin, topic, total)
+
+    def produce(self, topic: str, records: Iterable[tuple[int | None, Any, Any, int | None]]) -> None:
+        """Produce ``(partition, key, value, timestamp_ms)`` records and flush; dict values go as JSON.
+
+        ``partition`` None: the producer's partitioner (by key); ``timestamp_ms`` None: now.
+        """
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 5})
+        for part, key, value, ts in records:
+            if isinstance(value, dict):
+                value = json.dumps(value).encode()
+            kwargs: dict[str, Any] = {} if part is None else {"partition": part}
+            if ts is not None:
+                kwargs["timestamp"] = ts
+            producer.produce(topic, value=value, key=key, **kwargs)
+            producer.poll(0)
+        if producer.flush(30):
+            raise WireError(f"KafkaBroker: records to {topic!r} not delivered within 30 s")
+
+    def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
+        """The group's committed offset per partition of ``topic`` (-1001: none)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group})
+        try:
+            tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+            return {tp.partition: tp.offset for tp in tps}
+        finally:
+            consumer.close()
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _wait_partitions(self, admin: object, topic: str, n: int) -> None:
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            meta = admin.list_topics(topic=topic, timeout=5)  # type: ignore[attr-defined]
+            tm = meta.topics.get(topic)
+            if tm is not None and tm.error is None and len(tm.partitions) >= n:
+                return
+            time.sleep(0.05)
+        raise WireError(f"KafkaBroker: topic {topic!r} does not show {n} partitions")
+
+    def _wait_ready(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        assert self._process is not None
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while True:
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                raise WireError(f"KafkaBroker: noida-db exited with {code}:\n{self._log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port or 0), timeout=0.5):
+                    pass
+                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                return
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise WireError(f"KafkaBroker: not answering on {self.bootstrap}: {e}\n"
+                                    f"{self._log_tail()}") from e
+                time.sleep(0.1)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = (self.root / "broker.log").read_text(errors="replace")  # type: ignore[operator]
+        except (OSError, TypeError):
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
