@@ -23,7 +23,7 @@ from wire.lazy import lazy_names
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
     from wire import sinks, sources, testing
     from wire.api.flow import Flow, Stream, WindowedStream
-    from wire.api.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling
+    from wire.core.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling
     from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
     from wire.runtime.runner import RunningFlow, RunSummary
     from wire.runtime.session import spark_session as spark
@@ -47,7 +47,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "sources": ("wire.sources", None),
     "testing": ("wire.testing", None),
     **{n: ("wire.api.flow", n) for n in ("Flow", "Stream", "WindowedStream")},
-    **{n: ("wire.api.windowing", n) for n in ("BoundedOutOfOrderness", "Session", "Sliding", "Tumbling")},
+    **{n: ("wire.core.windowing", n) for n in ("BoundedOutOfOrderness", "Session", "Sliding", "Tumbling")},
     **{n: ("wire.errors", n)
        for n in ("CheckpointError", "ConfigError", "FlowFailed", "PlanError", "WireError")},
     **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},

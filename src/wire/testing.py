@@ -29,10 +29,11 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from wire.api.flow import Flow, Stream
+from wire.core.envelope import encode_table
+from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, WindowAggregateNode
-from wire.runtime.envelope import MAX_WATERMARK, encode_table
 from wire.runtime.runner import RunSummary
 from wire.sources.test_stream import TestStreamSource
 
@@ -107,7 +108,7 @@ class TestStream:
         self.event_time = event_time
         self.key = key
         self._steps: list[tuple[bytes | None, int]] = []
-        self._watermark = -(2**63)
+        self._watermark = NO_WATERMARK
 
     def add_events(self, events: Iterable[Mapping[str, Any]]) -> TestStream:
         """Add one epoch that delivers ``events`` (dicts by column name), in this order."""

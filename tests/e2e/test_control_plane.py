@@ -13,8 +13,8 @@ import pytest
 
 import wire
 from wire.control import ControlPlane, client
+from wire.core.control_file import read_control
 from wire.runtime.checkpoint import epochs_settled
-from wire.runtime.control import read_control
 
 pytestmark = pytest.mark.spark
 

@@ -22,8 +22,8 @@ from test_control_plane import SCHEMA, wait_for, write_events
 
 import wire
 from wire.control import ControlPlane
+from wire.core.control_file import read_control
 from wire.runtime.checkpoint import epochs_settled
-from wire.runtime.control import read_control
 
 pytestmark = pytest.mark.spark
 

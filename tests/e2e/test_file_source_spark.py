@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from wire.runtime import envelope
+from wire.core import envelope
 from wire.sources.file_source import SourceBinding, files, read_stream
 
 pytestmark = pytest.mark.spark

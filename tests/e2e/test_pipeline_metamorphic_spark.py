@@ -18,8 +18,8 @@ import pytest
 
 import wire
 from wire.api.flow import Stream
+from wire.core.envelope import MAX_WATERMARK, encode_table
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, WindowAggregateNode
-from wire.runtime.envelope import MAX_WATERMARK, encode_table
 from wire.sources.test_stream import TestStreamSource
 
 pytestmark = pytest.mark.spark

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 import wire
-from wire.runtime.control import control_path, open_breakers
+from wire.core.control_file import control_path, open_breakers
 from wire.testing_pg import PostgresServer
 from wire.testing_redis import RedisServer
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from wire.api.time import Duration, to_millis
-from wire.api.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling, Window
+from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
+from wire.core.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling, Window
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -228,8 +228,9 @@ class Flow:
         key_groups:
             Keyed state is partitioned into this many key groups (hash of key mod
             ``key_groups``); fixed for the life of a checkpoint. ``None``: the
-            checkpoint's recorded value, or 8 for a new checkpoint
-            (:data:`wire.runtime.checkpoint.DEFAULT_KEY_GROUPS`).
+            checkpoint's recorded value, or for a new checkpoint
+            ``max(8, 2 * spark.sparkContext.defaultParallelism)``
+            (:func:`wire.runtime.checkpoint.default_key_groups`).
         max_epochs:
             Stop after this many epochs have completed in this run (the next epoch,
             already planned, is replayed on restart). For tests and demos.
@@ -597,7 +598,7 @@ class Stream:
             the same name and type.
         """
         if within is None:
-            lower, upper = -(2**63), 2**63 - 1
+            lower, upper = INT64_MIN, INT64_MAX
         else:
             bound = to_millis(within, parameter="within")
             lower, upper = -bound, bound

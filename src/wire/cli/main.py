@@ -35,15 +35,14 @@ from rich.table import Table
 
 from wire.api.flow import Flow
 from wire.control import client as control_client
+from wire.core.control_file import control_path, read_control, set_paused
+from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 from wire.errors import WireError, missing_extra
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint, list_epochs
-from wire.runtime.control import control_path, read_control, set_paused
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Wire: event-time streams on Spark.")
 console = Console()
 
-NO_WATERMARK = -(2**63)
-MAX_WATERMARK = 2**63 - 1
 
 
 def load_flow(target: str) -> Flow:

@@ -13,8 +13,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
+from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_DATA
 from wire.errors import ConfigError
-from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_DATA
 
 
 def to_column(expr: Any, *, parameter: str, step: str) -> Column:

@@ -1,7 +1,7 @@
 """Compile a :class:`~wire.plan.nodes.Plan` into one Spark streaming DataFrame.
 
 The result is a single chain source → stateless operators → (window) → ...,
-in the envelope row format (:mod:`wire.runtime.envelope`). Its data rows are the
+in the envelope row format (:mod:`wire.core.envelope`). Its data rows are the
 terminal step's ``out`` port; late events, dead letters and metrics travel as
 side rows. The runner attaches one ``foreachBatch`` that splits an epoch's rows
 by port and hands each port to its sinks, so a flow is one query with one
@@ -32,6 +32,7 @@ from wire.compiler.join_stage import compile_join
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import compile_window
+from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_WATERMARK, PORT
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -55,7 +56,6 @@ from wire.plan.nodes import (
     WindowAggregateNode,
     upstreams,
 )
-from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_WATERMARK, PORT
 from wire.sources.base import SourceConnector
 from wire.sources.file_source import FileSource, SourceBinding, read_stream, register
 

@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from wire.compiler.arrow_types import spark_round_trip, spark_schema
+from wire.core.arrow_types import spark_round_trip, spark_schema
+from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_DATA, METRICS_PORT, metrics_table, side_batch
 from wire.plan.nodes import OVERFLOW, PortRef, ThrottleNode
-from wire.runtime.envelope import ENVELOPE_COLUMNS, KIND, KIND_DATA, METRICS_PORT, metrics_table, side_batch
 
 
 class Overflow:

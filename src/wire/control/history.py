@@ -34,8 +34,8 @@ from wire.control.status import (
     source_lag,
     source_steps,
 )
+from wire.core.control_file import read_control
 from wire.errors import ConfigError
-from wire.runtime.control import read_control
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_MAX_SAMPLES = 3600

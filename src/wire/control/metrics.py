@@ -44,9 +44,9 @@ from wire.control.status import (
     source_lag,
     source_steps,
 )
-from wire.runtime.control import read_control
+from wire.core.control_file import read_control
+from wire.core.time import MAX_WATERMARK
 
-MAX_WATERMARK = 2**63 - 1
 STATES: tuple[str, ...] = get_args(FlowState)
 BREAKER_STATES = ("closed", "open", "half_open")
 

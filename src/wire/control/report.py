@@ -17,11 +17,10 @@ from typing import Any
 
 from wire.control.history import HistoryBuffer, sample_from
 from wire.control.status import Counters, source_lag
+from wire.core.time import NO_WATERMARK
 from wire.errors import WireError
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint
 from wire.runtime.epoch_log import EPOCH_LOG, GRAPH_FILE, read_epoch_log
-
-NO_WATERMARK = -(2**63)
 
 
 def _text(name: str) -> str:

@@ -18,7 +18,7 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
   breaker states, the failure if any and Spark's last progress.
 * ``PATCH /v1/flows/{id}`` ``{"status": "paused" | "running"}``: pause or resume the
   whole flow; ``PATCH /v1/flows/{id}/connectors/{cid}`` the same for one source step.
-  Pausing writes the flow's control file (:mod:`wire.runtime.control`): the sources
+  Pausing writes the flow's control file (:mod:`wire.core.control_file`): the sources
   admit nothing, so no new epoch runs while the Spark query, its state and its
   checkpoint stay; resuming lets the next epoch read from where the last one ended.
 * ``GET /v1/flows/{id}/history?minutes=N``: the flow's samples of the last ``N``
@@ -66,9 +66,9 @@ from wire.control.history import DEFAULT_INTERVAL_S, DEFAULT_MAX_SAMPLES, Histor
 from wire.control.metrics import FlowCollector
 from wire.control.models import ErrorBody, FlowGraph, FlowHistory, FlowStatus, FlowSummary, StatusChange
 from wire.control.status import FlowHandle, RateMeter, source_steps, status_of, summary_of
+from wire.core.control_file import check_bind, is_loopback, set_paused
 from wire.errors import ConfigError, WireError
 from wire.plan.graph import graph_of
-from wire.runtime.control import check_bind, is_loopback, set_paused
 
 DEFAULT_HOST = "127.0.0.1"
 

@@ -24,11 +24,9 @@ from wire.control.models import (
     SourceStatus,
     SparkProgress,
 )
+from wire.core.control_file import read_control
+from wire.core.time import NO_WATERMARK
 from wire.plan.nodes import SourceNode
-from wire.runtime.control import read_control
-
-NO_WATERMARK = -(2**63)
-"""The watermark before any event (reported as ``None``)."""
 
 MAX_EVENT_TIME_GAUGE = "max_event_time"
 """A source gauge that, when reported, gives the source's lag: max event time - watermark."""

@@ -44,13 +44,11 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 from wire.errors import ConfigError
 
-NO_WATERMARK = -(2**63)
-"""The watermark before any event was seen (the smallest int64)."""
-
-_MAX_FINITE = 2**63 - 2
-"""Largest finite watermark (one below :data:`~wire.runtime.envelope.MAX_WATERMARK`)."""
+_MAX_FINITE = MAX_WATERMARK - 1
+"""Largest finite watermark (one below :data:`~wire.core.time.MAX_WATERMARK`)."""
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ def flights_flow(
     input_glob: str,
     out_dir: str | Path,
     *,
-    max_delay: wire.api.time.Duration = DEFAULT_DELAY,
-    allowed_lateness: wire.api.time.Duration = DEFAULT_LATENESS,
+    max_delay: wire.core.time.Duration = DEFAULT_DELAY,
+    allowed_lateness: wire.core.time.Duration = DEFAULT_LATENESS,
     max_events_per_epoch: int = 20_000,
 ) -> wire.Flow:
     """Build the flight-delays flow (nothing runs until ``flow.run``)."""

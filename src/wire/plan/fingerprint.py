@@ -19,7 +19,7 @@ import os
 import re
 from typing import Any
 
-from wire.api.windowing import Session, Sliding, Tumbling
+from wire.core.windowing import Session, Sliding, Tumbling
 from wire.plan.nodes import (
     OUT,
     DropNode,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from wire.api.windowing import BoundedOutOfOrderness, Window
+from wire.core.windowing import BoundedOutOfOrderness, Window
 
 OUT = "out"
 LATE = "late"

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.core.envelope import decode_table, encode_table
 from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError
 from wire.plan.nodes import ALL_STEPS, PortRef
-from wire.runtime.envelope import decode_table, encode_table
 from wire.runtime.ports import split_ports
 
 STAGED = "staged"

@@ -7,7 +7,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wire.runtime.envelope import (
+from wire.core.envelope import (
     BLOB,
     ENVELOPE_COLUMNS,
     KIND,
@@ -25,7 +25,7 @@ def split_ports(table: pa.Table, main_port: str) -> tuple[dict[str, pa.Table], p
     Returns ``(ports, metrics)``: ``ports`` maps a port id (``"<step>.<port>"``) to
     its rows (data rows of the chain's terminal step under ``main_port``, side
     tables decoded and concatenated); ``metrics`` is the epoch's metric records
-    (schema :data:`wire.runtime.envelope.METRICS_SCHEMA`) or None. Watermark rows
+    (schema :data:`wire.core.envelope.METRICS_SCHEMA`) or None. Watermark rows
     are dropped here: they never reach a sink (SPEC §2).
     """
     kind = table.column(KIND)

@@ -28,14 +28,14 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.streaming.metricsEnabled": "false",
-    "spark.python.daemon.module": "wire.compiler.daemon",
+    "spark.python.daemon.module": "wire.runtime.daemon",
 }
 """Defaults: few shuffle partitions (a local machine), no UI, UTC session time zone,
 the RocksDB state store (needed by transformWithState, SPEC §10) with changelog
 checkpointing: an epoch's commit writes the state changes, not a zipped snapshot of the
 whole store (snapshots are taken in the background), which took ~100 ms per state
 partition per epoch on this machine. Python workers fork from
-:mod:`wire.compiler.daemon`, which has imported Wire once, instead of each importing it."""
+:mod:`wire.runtime.daemon`, which has imported Wire once, instead of each importing it."""
 
 
 def check_java() -> None:

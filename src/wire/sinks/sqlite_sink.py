@@ -19,13 +19,11 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.core.time import INT64_MAX
 from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
 from wire.errors import ConfigError, WireError
 from wire.sinks.arrow_kinds import is_binary
 from wire.sinks.json_rows import _to_json_array
-
-_MAX_INT64 = 2**63 - 1
-
 
 _BUSY_TIMEOUT_S = 60.0
 """How long a task waits for another task's write transaction on the same database file."""
@@ -280,7 +278,7 @@ def _to_sqlite(arr: pa.Array, name: str, where: str) -> list[object]:
     t = arr.type
     if pa.types.is_dictionary(t):
         return _to_sqlite(arr.dictionary_decode(), name, where)
-    if pa.types.is_unsigned_integer(t) and len(arr) and (pc.max(arr).as_py() or 0) > _MAX_INT64:
+    if pa.types.is_unsigned_integer(t) and len(arr) and (pc.max(arr).as_py() or 0) > INT64_MAX:
         raise WireError(f"{where}: column {name!r} has values above 2**63-1, which SQLite cannot store")
     if pa.types.is_boolean(t):
         return [None if v is None else int(v) for v in arr.to_pylist()]

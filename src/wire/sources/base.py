@@ -5,11 +5,11 @@ A source connector is a frozen dataclass (it sits in the immutable plan) with:
 * ``bounded``: whether its input ends (then the flow stops by itself);
 * ``resolve_schema() -> pa.Schema``: its payload columns;
 * ``read_stream(spark, **binding) -> DataFrame``: a streaming DataFrame of rows in
-  the envelope format (:mod:`wire.runtime.envelope`), normally from a PySpark Python
+  the envelope format (:mod:`wire.core.envelope`), normally from a PySpark Python
   streaming data source. ``binding`` carries ``step`` (the source step id),
   ``event_time`` (column), ``key_groups``, ``max_delay_ms`` (bounded out-of-orderness),
   ``max_events_per_epoch`` (admission per epoch) and ``control_file`` (pause / stop,
-  :mod:`wire.runtime.control`).
+  :mod:`wire.core.control_file`).
 
 A source that sizes its epochs from a target duration declares a ``target_epoch_ms``
 parameter (int ms, None = off) and admits at most
@@ -42,8 +42,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from wire.core import envelope
 from wire.errors import ConfigError
-from wire.runtime import envelope
 
 
 @runtime_checkable

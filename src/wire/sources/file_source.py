@@ -12,7 +12,7 @@ it is recorded in the epoch's end offset, so Spark's offset log (``offsets/N``) 
 every epoch's watermark and a replay sees the same watermarks (SPEC §2, §10).
 Malformed records go to the step's ``dead_letter`` port instead of stopping the flow.
 
-Rows use the envelope format (:mod:`wire.runtime.envelope`). Per epoch, each source
+Rows use the envelope format (:mod:`wire.core.envelope`). Per epoch, each source
 partition with admitted records is read by its own Spark task, which emits the valid
 records as data rows (``__et`` = event time, ``__wm`` = the epoch's start watermark,
 ``__seq`` = the record's global arrival number: records admitted before it, malformed
@@ -22,7 +22,7 @@ epoch also emits one metrics side row (counters ``records``, ``events``,
 ``malformed``; gauges ``gauge:watermark`` and ``gauge:watermark:<partition>``) and one
 watermark row per key group carrying the epoch's end watermark. When idleness alone
 moves the watermark, an epoch carries only those control rows. A bounded source ends
-with an epoch of watermark rows only, at :data:`~wire.runtime.envelope.MAX_WATERMARK`.
+with an epoch of watermark rows only, at :data:`~wire.core.envelope.MAX_WATERMARK`.
 The stream reader itself is in :mod:`wire.sources.file_stream`.
 """
 
@@ -37,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from wire.api.time import Duration, to_millis
+from wire.core.time import Duration, to_millis
 from wire.core.watermarks import NO_WATERMARK, check_max_future
 from wire.errors import ConfigError, WireError
 from wire.sources.base import (
@@ -308,7 +308,7 @@ class SourceBinding:
     max_events_per_epoch: int
     key_groups: int
     control_file: str | None = None
-    """The flow's control file (:mod:`wire.runtime.control`): pause / graceful stop."""
+    """The flow's control file (:mod:`wire.core.control_file`): pause / graceful stop."""
     columns: tuple[str, ...] | None = None
     """The payload columns the source produces (None: all). Records are still parsed and
     validated with every column of ``payload_schema`` (CSV, JSON Lines; Parquet reads a

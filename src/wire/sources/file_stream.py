@@ -6,7 +6,7 @@ watermark with :mod:`wire.core.watermarks`; everything the watermark depends on
 is stored in the epoch's end offset, so Spark's offset log (``offsets/N``) holds every
 epoch's watermark and a replay sees the same watermarks (SPEC §2, §10). The executor
 side (``read``) turns one source partition's record ranges into envelope rows
-(:mod:`wire.runtime.envelope`).
+(:mod:`wire.core.envelope`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from wire.core import envelope
+from wire.core.control_file import is_paused
 from wire.core.watermarks import (
     NO_WATERMARK,
     PartitionState,
@@ -40,8 +42,6 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
-from wire.runtime import envelope
-from wire.runtime.control import is_paused
 from wire.sources.base import spark_row_schema
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_listing import FileStamp, _wildcard_level

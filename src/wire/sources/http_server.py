@@ -33,9 +33,9 @@ import sqlite3
 import threading
 import time
 
+from wire.core.control_file import is_paused, open_breakers
 from wire.delivery.wal import WriteAheadLog
 from wire.errors import WireError, needs_extra
-from wire.runtime.control import is_paused, open_breakers
 from wire.sources.http_source import PAUSED_RETRY_AFTER_S, IngestBinding
 
 with needs_extra("ingest", "wire.sources.http_ingest"):

@@ -52,7 +52,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from wire.api.time import Duration, to_millis
+from wire.core import envelope
+from wire.core.control_file import check_bind, is_paused
+from wire.core.time import Duration, to_millis
 from wire.core.watermarks import (
     NO_WATERMARK,
     PartitionState,
@@ -66,8 +68,6 @@ from wire.core.watermarks import (
 )
 from wire.delivery.wal import WriteAheadLog
 from wire.errors import ConfigError, WireError, require_extra
-from wire.runtime import envelope
-from wire.runtime.control import check_bind, is_paused
 from wire.sources.base import (
     SchemaDataclassDict,
     check_admission,

@@ -60,15 +60,15 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from wire.compiler.arrow_types import spark_schema
+from wire.core import envelope
+from wire.core.arrow_types import spark_schema
+from wire.core.control_file import is_paused
+from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
-from wire.runtime import envelope
-from wire.runtime.control import is_paused
 from wire.sources.base import check_columns, select_columns, spark_row_schema
 from wire.sources.epoch_sizing import EpochSizer
 
 DATA_SOURCE_NAME = "wire_nexmark"
-NO_WATERMARK = -(2**63)
 
 BASE_TIME_MS = 1_436_918_400_000
 """2015-07-15T00:00:00Z, the reference generator's base time."""
@@ -329,7 +329,7 @@ class NexmarkSource:
     never decreasing) is recorded in each offset, so a replay sees the same watermark.
     Each epoch admits at most ``max_events_per_epoch`` events, split into
     ``partitions`` contiguous id ranges (one Spark task each). After the last event,
-    one final epoch carries :data:`wire.runtime.envelope.MAX_WATERMARK`.
+    one final epoch carries :data:`wire.core.envelope.MAX_WATERMARK`.
     """
 
     events: int

@@ -6,7 +6,7 @@ id range, the count and the watermark in the epoch's end offset; ``commit`` XACK
 them once Spark has committed the epoch. Executor side: ``read`` fetches exactly the
 entries of the recorded id range with ``XRANGE``, so a replayed epoch reads the same
 entries (it never depends on the group's delivery state), and turns them into
-envelope rows (:mod:`wire.runtime.envelope`). The full contract is in
+envelope rows (:mod:`wire.core.envelope`). The full contract is in
 :func:`wire.sources.redis_source.redis_stream`.
 """
 
@@ -23,6 +23,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from wire.core import envelope
+from wire.core.control_file import is_paused
 from wire.core.watermarks import (
     NO_WATERMARK,
     PartitionState,
@@ -34,8 +36,6 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
-from wire.runtime import envelope
-from wire.runtime.control import is_paused
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_readers import _array_from_values, event_times_ms
 

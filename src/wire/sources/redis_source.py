@@ -17,8 +17,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from wire.api.time import Duration, to_millis
-from wire.compiler.arrow_types import spark_schema
+from wire.core.arrow_types import spark_schema
+from wire.core.time import Duration, to_millis
 from wire.core.watermarks import check_max_future
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (

@@ -27,8 +27,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from wire.compiler.arrow_types import spark_schema
-from wire.runtime import envelope
+from wire.core import envelope
+from wire.core.arrow_types import spark_schema
+from wire.core.time import NO_WATERMARK
 from wire.sources.base import (
     check_columns,
     schema_from_b64,
@@ -38,7 +39,6 @@ from wire.sources.base import (
 )
 
 DATA_SOURCE_NAME = "wire_test_stream"
-NO_WATERMARK = -(2**63)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 import wire
-from wire.api.time import to_millis
 from wire.compiler.plan_compiler import chain_of
+from wire.core.time import to_millis
 from wire.plan.nodes import FilterNode, PortRef, SinkNode, SourceNode, WindowAggregateNode
 
 

@@ -9,7 +9,7 @@ from test_server import FakeFlow
 
 import wire
 from wire.control.history import HistoryBuffer, HistorySampler, Sample, sample_of
-from wire.runtime.control import set_paused
+from wire.core.control_file import set_paused
 
 END = 2**63 - 1
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import wire
 from wire.control import ControlPlane, ControlPlaneError, client
 from wire.control.status import RateMeter
+from wire.core.control_file import control_path, read_control
 from wire.plan.nodes import KeyByNode, Plan, PortRef, SinkNode, SourceNode
-from wire.runtime.control import control_path, read_control
 from wire.runtime.runner import RunSummary
 
 NO_WM = -(2**63)

@@ -1,4 +1,4 @@
-from wire.runtime.control import control_path, is_paused, read_control, set_paused, set_stopping
+from wire.core.control_file import control_path, is_paused, read_control, set_paused, set_stopping
 
 
 def test_pause_flow_and_connector(tmp_path):
@@ -22,7 +22,7 @@ def test_missing_or_corrupt_file_means_running(tmp_path):
 
 
 def test_open_breaker_holds_sources_and_does_not_unpause(tmp_path):
-    from wire.runtime.control import open_breakers, set_breaker
+    from wire.core.control_file import open_breakers, set_breaker
 
     path = control_path(tmp_path)
     set_paused(path, True)

@@ -5,10 +5,7 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from wire.delivery.sink import EpochStager, StagedPart
-from wire.plan.nodes import ALL_STEPS, DEAD_LETTER, LATE, PortRef
-from wire.runtime.dataplane import RESULT_SCHEMA, EpochResult, PartitionWriter, Route, StagingFailed
-from wire.runtime.envelope import (
+from wire.core.envelope import (
     KIND,
     KIND_DATA,
     METRICS_PORT,
@@ -18,6 +15,9 @@ from wire.runtime.envelope import (
     watermark_batch,
     with_envelope,
 )
+from wire.delivery.sink import EpochStager, StagedPart
+from wire.plan.nodes import ALL_STEPS, DEAD_LETTER, LATE, PortRef
+from wire.runtime.dataplane import RESULT_SCHEMA, EpochResult, PartitionWriter, Route, StagingFailed
 from wire.runtime.runner import _staging_cause
 
 PAYLOAD = pa.schema([("k", pa.string()), ("n", pa.int64()), ("emit", pa.string())])

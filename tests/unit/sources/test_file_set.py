@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 import wire.sources.file_readers as file_readers
 import wire.sources.file_set as file_set
 import wire.sources.file_stream as file_stream
-from wire.runtime import envelope
+from wire.core import envelope
 from wire.sources.file_set import Change, FileSet, detect_changes, reading_order
 from wire.sources.file_source import SourceBinding, WireFileStreamReader, files
 

@@ -15,8 +15,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 import wire.sources.file_readers as file_readers
 import wire.sources.file_source as files_mod
 import wire.sources.file_stream as file_stream
+from wire.core import envelope
 from wire.errors import ConfigError, WireError
-from wire.runtime import envelope
 from wire.sources.file_source import (
     NO_WATERMARK,
     FileSource,

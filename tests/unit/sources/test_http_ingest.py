@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from wire.core import envelope
+from wire.core.control_file import set_breaker, set_paused, set_stopping
 from wire.core.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
-from wire.runtime import envelope
-from wire.runtime.control import set_breaker, set_paused, set_stopping
 from wire.sources.http_server import parse_body
 from wire.sources.http_source import (
     PAUSED_RETRY_AFTER_S,

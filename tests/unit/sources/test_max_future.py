@@ -21,9 +21,9 @@ import wire
 import wire.core.watermarks as watermarks
 import wire.sources.file_readers as file_readers
 import wire.sources.file_stream as file_stream
+from wire.core import envelope
 from wire.core.watermarks import future_limit, future_reason, human_duration, iso_ms
 from wire.errors import ConfigError
-from wire.runtime import envelope
 from wire.sources.file_source import SourceBinding, WireFileStreamReader, files
 from wire.sources.http_source import HttpIngestReader, IngestBinding, http_ingest
 from wire.sources.redis_source import RedisBinding, redis_stream

@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from wire.core import envelope
 from wire.errors import ConfigError
-from wire.runtime import envelope
 from wire.sources.nexmark_source import (
     BASE_TIME_MS,
     FIRST_AUCTION_ID,

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from wire.core import envelope
+from wire.core.control_file import set_paused
 from wire.core.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
-from wire.runtime import envelope
-from wire.runtime.control import set_paused
 from wire.sinks.redis_sink import redis_stream_sink
 from wire.sources.redis_reader import (
     BEGIN,

@@ -12,8 +12,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import wire.sources.file_readers as file_readers
+from wire.core import envelope
 from wire.errors import ConfigError
-from wire.runtime import envelope
 from wire.sources.base import check_columns, select_columns
 from wire.sources.file_readers import ParseSpec, parse_file
 from wire.sources.file_source import SourceBinding, WireFileDataSource, WireFileStreamReader, files

@@ -16,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 import wire.core.watermarks as watermarks
 import wire.sources.file_readers as file_readers
 import wire.sources.file_stream as file_stream
+from wire.core import envelope
 from wire.core.watermarks import (
     PartitionState,
     WatermarkPolicy,
@@ -24,7 +25,6 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import ConfigError, WireError
-from wire.runtime import envelope
 from wire.sources.file_source import NO_WATERMARK, SourceBinding, WireFileStreamReader, files
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.int64())])

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from wire.runtime.envelope import MAX_WATERMARK
+from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.windows import (
     TumblingWindows,

@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from wire.core.envelope import MAX_WATERMARK
 from wire.errors import ConfigError
-from wire.runtime.envelope import MAX_WATERMARK
 from wire.state import join as join_module
 from wire.state.join import (
     LATE_REASON,

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from wire.runtime.envelope import MAX_WATERMARK
+from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state import join as J
 from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows

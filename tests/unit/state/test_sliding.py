@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from wire.runtime.envelope import MAX_WATERMARK
+from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.windows import (
     LATE_REASON,

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wire
+from wire.core.envelope import MAX_WATERMARK
 from wire.errors import ConfigError
-from wire.runtime.envelope import MAX_WATERMARK
 from wire.state import windows as W
 from wire.state.kernels import Groups
 from wire.state.spec import result_schema

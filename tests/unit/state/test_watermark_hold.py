@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wire.runtime.envelope import MAX_WATERMARK
+from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows, earliest_start
 from wire.state.windows import WindowSpec, output_watermark, process_epoch

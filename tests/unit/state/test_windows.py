@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from wire.core.envelope import MAX_WATERMARK
 from wire.errors import ConfigError
-from wire.runtime.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.assigners import TumblingWindows, assign
 from wire.state.windows import (

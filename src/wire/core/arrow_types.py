@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from wire.runtime.envelope import ENVELOPE_COLUMNS
+from wire.core.envelope import ENVELOPE_COLUMNS
 
 
 def arrow_payload_schema(df: DataFrame) -> pa.Schema:

@@ -13,7 +13,7 @@ WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source", "wire.sinks.
 
 def preloaded(run_python, missing: tuple[str, ...] = ()) -> list[str]:
     return run_python(f"""
-        from wire.compiler.daemon import preload
+        from wire.runtime.daemon import preload
         preload()
         print(json.dumps([m for m in {WATCHED!r} if sys.modules.get(m) is not None]))
     """, missing=missing)

@@ -32,6 +32,9 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from wire.core.time import MAX_WATERMARK as MAX_WATERMARK  # re-exported: envelope.MAX_WATERMARK
+from wire.core.time import NO_WATERMARK as NO_WATERMARK
+
 KIND = "__kind"
 ET = "__et"
 WM = "__wm"
@@ -74,10 +77,6 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 """Schema of dead-letter records: the step that rejected the record, where it came from
 (e.g. ``"data/f1.csv:17"``, 1-based line), why, and the raw record as text."""
-
-MAX_WATERMARK = 2**63 - 1
-"""The watermark of a stream that has ended: every window closes and is purged."""
-
 
 def with_envelope(payload: pa.Schema) -> pa.Schema:
     """Return ``payload`` followed by the envelope columns (the row format of a compiled flow)."""

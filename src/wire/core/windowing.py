@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wire.api.time import Duration, to_millis
+from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError
 
 

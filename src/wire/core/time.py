@@ -1,4 +1,9 @@
-"""Durations at the API boundary: converted to int milliseconds once, here."""
+"""Time in Wire: int64 milliseconds since the Unix epoch, its limits, and durations.
+
+Durations at the API boundary are converted to int milliseconds once, here
+(:func:`to_millis`). The watermark constants are defined here only; every other
+module imports them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,15 @@ import re
 from datetime import timedelta
 
 from wire.errors import ConfigError
+
+INT64_MIN = -(2**63)
+"""The smallest int64."""
+INT64_MAX = 2**63 - 1
+"""The largest int64."""
+NO_WATERMARK = INT64_MIN
+"""The watermark before any event was seen (reported as ``None``)."""
+MAX_WATERMARK = INT64_MAX
+"""The watermark of a stream that has ended: every window closes and is purged."""
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PATTERN = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
