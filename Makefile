@@ -1,6 +1,7 @@
 # Wire: two commands do all the set-up on a fresh machine.
 #   make run   - create .venv, install Wire, run the main job (NYC flights 2013)
-#   make test  - create .venv, install Wire, run the test suite (all but the tests marked slow)
+#   make test  - create .venv, install Wire, check the import layers (lint-imports), run the test suite
+#                (all but the tests marked slow)
 #   make test-all - the same, slow tests included (24-kill fault injection, Spark cluster)
 # Both install Wire with every optional extra and the test tools: pip install -e '.[all,dev]'.
 PYTHON ?= python3
@@ -24,9 +25,11 @@ run: java-check $(STAMP)
 	$(PY) -m wire.examples.flights_job
 
 test: java-check $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "not slow"
 
 test-all: java-check $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 bench: java-check $(STAMP)
