@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from wire.compiler.arrow_types import arrow_payload_schema, spark_schema
 from wire.compiler.keyed import (
     GroupInput,
     KeyedProcessor,
@@ -33,9 +32,8 @@ from wire.compiler.keyed import (
     pandas_safe,
     passthrough,
 )
-from wire.errors import ConfigError
-from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
-from wire.runtime.envelope import (
+from wire.core.arrow_types import arrow_payload_schema, spark_schema
+from wire.core.envelope import (
     ENVELOPE_ARROW,
     ET,
     KG,
@@ -47,6 +45,8 @@ from wire.runtime.envelope import (
     side_batch,
     with_envelope,
 )
+from wire.errors import ConfigError
+from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
 from wire.state import join as J
 
 LEFT, RIGHT = "left", "right"

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from wire.runtime.envelope import (
+from wire.core.envelope import (
     BLOB,
     ENVELOPE_ARROW,
     ET,
@@ -43,8 +43,7 @@ from wire.runtime.envelope import (
     metrics_table,
     side_batch,
 )
-
-NO_WATERMARK = -(2**63)
+from wire.core.time import NO_WATERMARK
 
 OPERATOR_STATE = StructType(
     [
@@ -56,7 +55,46 @@ OPERATOR_STATE = StructType(
 )
 """One ValueState per key group: input/output watermark (ms), per-channel watermarks
 (JSON), and the operator's state tables (Arrow IPC; a table with one row of binary
-columns, one per named state table)."""
+columns, one per named state table). Bucketed state keeps only its chunk index here
+(table :data:`SEGMENT_INDEX`); the chunks are in :data:`SEGMENT_KEY` MapState."""
+
+SEGMENT_INDEX = "__segments"
+"""Name of the state table holding the chunk index (:data:`wire.state.segments.INDEX_SCHEMA`)."""
+
+SEGMENT_KEY = StructType([StructField("bucket", LongType()), StructField("chunk", LongType())])
+SEGMENT_VALUE = StructType([StructField("rows", BinaryType())])
+"""MapState ``segments`` of each key group: ``(bucket, chunk) -> Arrow IPC of the chunk's rows``
+(:mod:`wire.state.segments`)."""
+
+
+class MapStateChunks:
+    """:class:`wire.state.segments.ChunkStore` over the key group's ``segments`` MapState.
+
+    Every method is one Python↔JVM round trip; :attr:`calls` counts them (metric
+    ``state_calls``).
+    """
+
+    def __init__(self, state: object) -> None:
+        self.state = state
+        self.calls = 0
+
+    def get(self, bucket: int, chunk: int) -> pa.Table:
+        """The chunk's rows."""
+        self.calls += 1
+        value = self.state.getValue((bucket, chunk))  # type: ignore[attr-defined]
+        if value is None:
+            raise KeyError(f"state chunk ({bucket}, {chunk}) is missing from the checkpoint")
+        return decode_table(value[0])
+
+    def put(self, bucket: int, chunk: int, table: pa.Table) -> None:
+        """Write a chunk."""
+        self.calls += 1
+        self.state.updateValue((bucket, chunk), (encode_table(table),))  # type: ignore[attr-defined]
+
+    def delete(self, bucket: int, chunk: int) -> None:
+        """Remove a chunk."""
+        self.calls += 1
+        self.state.removeKey((bucket, chunk))  # type: ignore[attr-defined]
 
 
 def conform(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -276,8 +314,9 @@ class KeyedProcessor(StatefulProcessor):
     """The operator's input watermark channels (set by the subclass)."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variable (called by Spark once per task)."""
+        """Declare the state variables (called by Spark once per task)."""
         self.state = handle.getValueState("operator", OPERATOR_STATE)
+        self.chunks = MapStateChunks(handle.getMapState("segments", SEGMENT_KEY, SEGMENT_VALUE))
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 import pyarrow as pa
@@ -41,10 +42,9 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from wire.api.windowing import Sliding, Tumbling
-from wire.compiler.arrow_types import arrow_payload_schema, spark_schema
 from wire.compiler.keyed import (
     NO_WATERMARK,
+    SEGMENT_INDEX,
     GroupInput,
     KeyedProcessor,
     OperatorState,
@@ -56,9 +56,8 @@ from wire.compiler.keyed import (
     passthrough,
     split_by_group,
 )
-from wire.errors import ConfigError
-from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
-from wire.runtime.envelope import (
+from wire.core.arrow_types import arrow_payload_schema, spark_schema
+from wire.core.envelope import (
     ENVELOPE_ARROW,
     ENVELOPE_COLUMNS,
     ET,
@@ -72,9 +71,14 @@ from wire.runtime.envelope import (
     side_batch,
     with_envelope,
 )
+from wire.core.windowing import Sliding, Tumbling
+from wire.errors import ConfigError
+from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
 from wire.state import assigners as A
+from wire.state import window_segments as WS
 from wire.state import windows as W
 from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, TopK, UserAggregator
+from wire.state.segments import Segments
 
 NO_KEY = "__key"
 """Synthetic constant key column used when a stream has no key."""
@@ -164,7 +168,13 @@ class WindowProcessor(KeyedProcessor):
     ) -> pd.DataFrame:
         """Merge the epoch's events into the windows, emit results by the watermark."""
         st = self.stage
-        windows = (op.tables or {}).get("windows")
+        tables = op.tables or {}
+        calls0 = self.chunks.calls
+        segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, partial(W.compact, spec=st.spec))
+        if "windows" in tables:  # a checkpoint written before the bucketed layout
+            WS.migrate(segments, tables.pop("windows"), st.spec)
+        bucketed = WS.bucketed(st.spec)
+        windows = None if bucketed else WS.load_whole(segments)
         late_parts: list[pa.Table] = []
         partials = list(group.blobs.get(PARTIALS, []))
         candidates = list(group.blobs.get(CANDIDATES, []))
@@ -190,6 +200,7 @@ class WindowProcessor(KeyedProcessor):
                 accepted_events.append(accepted)
             else:
                 partials.append(W.preaggregate(accepted, st.spec))
+        old_out = op.wm_out
         if st.spec.needs_events:
             events = [e for e in accepted_events if e.num_rows] or [
                 W.split_late(st.inputs.empty_table(), wm_in, st.spec)[0]]
@@ -197,10 +208,17 @@ class WindowProcessor(KeyedProcessor):
                                              events=pa.concat_tables(events))
         else:
             merged = pa.concat_tables(partials) if partials else st.partial.empty_table()
-            new_windows, results = W.advance(windows, merged, wm_in, new_in, st.spec)
-        old_out = op.wm_out
-        new_out = W.output_watermark(old_out, new_in, new_windows, st.spec)
-        op.wm_in, op.wm_out, op.tables = new_in, new_out, {"windows": new_windows}
+            if bucketed:
+                results = WS.advance_segments(segments, merged, wm_in, new_in, st.spec)
+            else:
+                new_windows, results = W.advance(windows, merged, wm_in, new_in, st.spec)
+        if bucketed:
+            new_out = WS.output_watermark(old_out, new_in, segments, st.spec)
+        else:
+            segments.replace(WS.WHOLE, new_windows)
+            new_out = W.output_watermark(old_out, new_in, new_windows, st.spec)
+        op.wm_in, op.wm_out = new_in, new_out
+        op.tables = {**tables, SEGMENT_INDEX: segments.index()}
 
         late_parts = [t for t in late_parts if t.num_rows]
         late = pa.concat_tables(late_parts) if late_parts else None
@@ -212,7 +230,8 @@ class WindowProcessor(KeyedProcessor):
         stats["late"] = 0 if late is None else late.num_rows
         stats["gauge:input_watermark"] = new_in
         stats["gauge:output_watermark"] = new_out
-        stats["gauge:open_windows"] = new_windows.num_rows
+        stats["gauge:open_windows"] = segments.rows()
+        stats["state_calls"] = self.chunks.calls - calls0
         return output_frame(
             st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=results,
             event_time=results.column("window_start"), watermark=old_out, side_in=group.table,

@@ -15,7 +15,7 @@ Time (SPEC §1, §2)
     Event times (column ``__et``), watermarks and bounds are int64 ms. ``wm_in`` is the
     watermark in force while the epoch's events arrived (the previous epoch's ``wm_out``),
     ``wm_out`` the watermark at the end of the epoch. Use ``-2**63`` for "no watermark
-    yet" and :data:`~wire.runtime.envelope.MAX_WATERMARK` for the end of the stream
+    yet" and :data:`~wire.core.envelope.MAX_WATERMARK` for the end of the stream
     (every buffered event is purged).
 
 Late events (SPEC §3; Flink's ``IntervalJoinOperator.isLate`` is ``t < watermark``)
@@ -52,14 +52,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.core.envelope import ENVELOPE_COLUMNS, ET, MAX_WATERMARK, SEQ
+from wire.core.time import INT64_MAX, INT64_MIN
 from wire.errors import ConfigError
-from wire.runtime.envelope import ENVELOPE_COLUMNS, ET, MAX_WATERMARK, SEQ
 
 LATE_REASON = "interval join: event_time + allowed_lateness < watermark"
 """The ``reason`` of every row of the late table."""
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 _TIME_COLUMNS = ("left_event_time", "right_event_time", "event_time")
 _LATE_COLUMNS = ("event_time", "watermark", "reason", "side")
 
@@ -127,12 +126,12 @@ class IntervalJoinSpec:
             raise ConfigError("key", self.key, f"a non-empty column name, none of {list(ENVELOPE_COLUMNS)}")
         for name in ("lower_ms", "upper_ms"):
             value = getattr(self, name)
-            if not _is_int(value) or not _INT64_MIN <= value <= _INT64_MAX:
+            if not _is_int(value) or not INT64_MIN <= value <= INT64_MAX:
                 raise ConfigError(name, value, "an int64 (milliseconds, may be negative)")
         if self.lower_ms > self.upper_ms:
             raise ConfigError("lower_ms", self.lower_ms, f"an int <= upper_ms ({self.upper_ms})")
         lateness = self.allowed_lateness_ms
-        if not _is_int(lateness) or not 0 <= lateness <= _INT64_MAX:
+        if not _is_int(lateness) or not 0 <= lateness <= INT64_MAX:
             raise ConfigError("allowed_lateness_ms", lateness, "an int >= 0 (milliseconds)")
         for name in ("left_prefix", "right_prefix"):
             if not isinstance(getattr(self, name), str):
@@ -227,9 +226,9 @@ def late_schema(spec: IntervalJoinSpec, left_schema: pa.Schema, right_schema: pa
 
 def _ge(t: np.ndarray, bound: int) -> np.ndarray:
     """Vectorized ``t >= bound`` for int64 ``t`` and a Python int ``bound`` (no overflow)."""
-    if bound <= _INT64_MIN:
+    if bound <= INT64_MIN:
         return np.ones(len(t), dtype=bool)
-    if bound > _INT64_MAX:
+    if bound > INT64_MAX:
         return np.zeros(len(t), dtype=bool)
     return t >= np.int64(bound)
 
@@ -238,9 +237,9 @@ def _shift(t: np.ndarray, delta: int) -> np.ndarray:
     """``t + delta``, saturating at the int64 limits."""
     out = t + np.int64(delta)
     if delta > 0:
-        out[out < t] = _INT64_MAX
+        out[out < t] = INT64_MAX
     elif delta < 0:
-        out[out > t] = _INT64_MIN
+        out[out > t] = INT64_MIN
     return out
 
 
@@ -435,17 +434,17 @@ def output_watermark(old_out: int, new_in: int, spec: IntervalJoinSpec) -> int:
         The output watermark forwarded so far (ms).
     new_in : int
         The join's input watermark after the epoch (ms, minimum over both inputs);
-        ``-2**63`` = none yet, :data:`~wire.runtime.envelope.MAX_WATERMARK` = end of input.
+        ``-2**63`` = none yet, :data:`~wire.core.envelope.MAX_WATERMARK` = end of input.
     spec : IntervalJoinSpec
         The join configuration (its ``allowed_lateness_ms``).
 
     Returns
     -------
     int
-        Never below ``old_out``; :data:`~wire.runtime.envelope.MAX_WATERMARK` once the
+        Never below ``old_out``; :data:`~wire.core.envelope.MAX_WATERMARK` once the
         input ended (no event can arrive any more, so nothing holds).
     """
     if new_in >= MAX_WATERMARK:
         return MAX_WATERMARK
     lateness = spec.allowed_lateness_ms
-    return max(old_out, new_in - lateness if new_in > _INT64_MIN + lateness else new_in)
+    return max(old_out, new_in - lateness if new_in > INT64_MIN + lateness else new_in)

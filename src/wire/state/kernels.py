@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.core.time import INT64_MAX, INT64_MIN
+
 EVENT_TIME = "__et"
 """Event column: int64 event time, ms since the Unix epoch (UTC), never null."""
 ARRIVAL = "__seq"
@@ -36,8 +38,6 @@ WINDOW_END = "__we"
 FIRED = "__fired"
 """State column: bool, True once the window emitted its ``final`` (or a non-early ``update``)."""
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)

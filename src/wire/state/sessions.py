@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from wire.runtime.envelope import MAX_WATERMARK
+from wire.core.envelope import MAX_WATERMARK
 from wire.state.kernels import (
     EVENT_TIME,
     WINDOW_END,
@@ -46,7 +46,7 @@ def session_groups(table: pa.Table, key: str) -> Groups:
 def closed_by(end: np.ndarray, watermark: int, spec: WindowSpec) -> np.ndarray:
     """Windows without state at ``watermark``: ``end + allowed_lateness <= watermark``.
 
-    At :data:`~wire.runtime.envelope.MAX_WATERMARK` (end of stream) every window is closed.
+    At :data:`~wire.core.envelope.MAX_WATERMARK` (end of stream) every window is closed.
     """
     if watermark >= MAX_WATERMARK:
         return np.ones(len(end), dtype=bool)

@@ -12,7 +12,7 @@ Time
     ``wm_in`` is the watermark in force while the epoch's events arrived (the
     previous epoch's ``wm_out``), ``wm_out`` the watermark at the end of the epoch.
     ``-2**63`` means "no watermark yet",
-    :data:`~wire.runtime.envelope.MAX_WATERMARK` the end of the stream (every window
+    :data:`~wire.core.envelope.MAX_WATERMARK` the end of the stream (every window
     fires and is purged).
 
 Events
@@ -107,6 +107,7 @@ __all__ = [
     "TumblingWindows",
     "WindowSpec",
     "advance",
+    "compact",
     "late_schema",
     "output_watermark",
     "output_watermark_hold",
@@ -117,6 +118,7 @@ __all__ = [
     "result_schema",
     "split_late",
     "state_schema",
+    "watermark_with_hold",
 ]
 
 LATE_REASON = "window closed: window_end + allowed_lateness <= watermark"
@@ -425,6 +427,37 @@ def _merge(state: pa.Table, partials: pa.Table, spec: WindowSpec) -> tuple[pa.Ta
     return rows, groups, pa.Table.from_arrays(columns, schema=partial)
 
 
+def compact(chunks: list[pa.Table], spec: WindowSpec) -> pa.Table:
+    """Merge state rows (or partials) of the same window into one row.
+
+    Parameters
+    ----------
+    chunks : list of pyarrow.Table
+        Tables in :func:`state_schema` (``__fired`` may be missing: False), several
+        rows per window allowed; each sorted by (key, ``__ws``, ``__we``).
+    spec : WindowSpec
+        The window configuration (sessions: overlapping sessions of a key merge).
+
+    Returns
+    -------
+    pyarrow.Table
+        In :func:`state_schema`: one row per window, sorted by (key, ``__ws``);
+        ``__fired`` is True when any merged row had it.
+    """
+    tables = [c if FIRED in c.column_names else
+              c.append_column(FIRED, pa.array(np.zeros(c.num_rows, bool))) for c in chunks]
+    schema = tables[0].schema
+    rows = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
+    if len(tables) > 1:
+        rows = rows.sort_by([(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END)])
+    groups = _windows(rows, spec)
+    if groups.n == rows.num_rows:
+        return rows
+    columns = _bounds(rows, groups, spec) + _partials(spec.aggregations, rows, groups)
+    columns.append(pa.array(_any(rows, FIRED, groups), pa.bool_()))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def _any(rows: pa.Table, name: str, groups: Groups) -> np.ndarray:
     values = rows.column(name).to_numpy(zero_copy_only=False).astype(bool)
     return np.logical_or.reduceat(values, groups.starts) if groups.n else values[:0]
@@ -528,7 +561,11 @@ def output_watermark(old_out: int, new_in: int, state: pa.Table | None, spec: Wi
     bounds how far back such a chain reaches, so its result may be late downstream.
     Checked by ``tests/unit/state/test_pipeline_metamorphic.py``.
     """
-    hold = output_watermark_hold(state, spec)
+    return watermark_with_hold(old_out, new_in, output_watermark_hold(state, spec), spec)
+
+
+def watermark_with_hold(old_out: int, new_in: int, hold: int | None, spec: WindowSpec) -> int:
+    """:func:`output_watermark` given the hold of the windows in state (None: no hold)."""
     if INT64_MIN < new_in < INT64_MAX:  # no watermark yet / end of input: nothing to add
         possible = earliest_start(new_in, spec.assigner)
         hold = possible if hold is None else min(hold, possible)

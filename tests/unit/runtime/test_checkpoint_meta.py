@@ -12,13 +12,26 @@ import pytest
 
 import wire
 from wire.errors import CheckpointError
-from wire.runtime.checkpoint import DEFAULT_KEY_GROUPS, list_epochs, open_checkpoint
+from wire.runtime.checkpoint import DEFAULT_KEY_GROUPS, default_key_groups, list_epochs, open_checkpoint
 
 
 def test_none_takes_default_for_a_new_checkpoint(tmp_path):
     meta = open_checkpoint(tmp_path / "ck", flow_id="f", key_groups=None)
     assert meta.key_groups == DEFAULT_KEY_GROUPS == 8
     assert json.loads((tmp_path / "ck" / "wire.json").read_text())["key_groups"] == 8
+
+
+@pytest.mark.parametrize(("parallelism", "expected"), [(1, 8), (2, 8), (4, 8), (5, 10), (64, 128)])
+def test_a_new_checkpoint_sizes_key_groups_from_spark_parallelism(tmp_path, parallelism, expected):
+    assert default_key_groups(parallelism) == expected
+    asked = []
+    meta = open_checkpoint(tmp_path / "ck", flow_id="f", key_groups=None,
+                           new_key_groups=lambda: asked.append(1) or default_key_groups(parallelism))
+    assert meta.key_groups == expected and asked == [1]
+    # an existing checkpoint keeps its number and does not ask (no SparkSession needed)
+    again = open_checkpoint(tmp_path / "ck", flow_id="f", key_groups=None,
+                            new_key_groups=lambda: pytest.fail("asked for an existing checkpoint"))
+    assert again.key_groups == expected
 
 
 def test_none_takes_the_recorded_value(tmp_path):
