@@ -20,7 +20,7 @@ def spark() -> Iterator[object]:
 def pg_server() -> Iterator[object]:
     """A throw-away PostgreSQL server on 127.0.0.1 for one test module (skips if none can start)."""
     from wire.errors import WireError
-    from wire.testing_pg import PostgresServer
+    from wire.testing.postgres import PostgresServer
 
     ok, reason = PostgresServer.available()
     if not ok:

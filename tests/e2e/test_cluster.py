@@ -22,7 +22,7 @@ import duckdb
 import pytest
 
 from wire.examples.flights import prepare_flights
-from wire.testing_cluster import StandaloneCluster, free_port
+from wire.testing.cluster import StandaloneCluster, free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 
 from wire.examples.flights import prepare_flights
 from wire.runtime.checkpoint import list_epochs
-from wire.testing_pg import PostgresServer
+from wire.testing.postgres import PostgresServer
 
 pytestmark = pytest.mark.spark
 DRIVER = Path(__file__).parent / "faults" / "driver.py"

@@ -13,7 +13,7 @@ import pytest
 
 import wire
 from wire.sources.redis_source import redis_stream
-from wire.testing_redis import RedisServer
+from wire.testing.redis import RedisServer
 
 pytestmark = pytest.mark.spark
 redis = pytest.importorskip("redis")

@@ -22,8 +22,8 @@ import redis
 
 import wire
 from wire.core.control_file import control_path, open_breakers
-from wire.testing_pg import PostgresServer
-from wire.testing_redis import RedisServer
+from wire.testing.postgres import PostgresServer
+from wire.testing.redis import RedisServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("n", pa.int64())])

@@ -15,7 +15,7 @@ from psycopg import sql
 import wire.sinks.postgres_sink as pg_mod
 from wire.errors import CheckpointError, ConfigError, WireError
 from wire.sinks.postgres_sink import MARKER_TABLE, PostgresAppendSink, PostgresUpsertSink, postgres
-from wire.testing_pg import PostgresServer
+from wire.testing.postgres import PostgresServer
 
 UTC = dt.UTC
 

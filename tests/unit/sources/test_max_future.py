@@ -223,7 +223,7 @@ def test_http_ingest_rejects_future_events_against_the_offsets_processing_time(t
 @pytest.fixture(scope="module")
 def redis_server():
     pytest.importorskip("redis")
-    from wire.testing_redis import RedisServer
+    from wire.testing.redis import RedisServer
 
     ok, reason = RedisServer.available()
     if not ok:

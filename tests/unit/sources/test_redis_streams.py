@@ -23,7 +23,7 @@ from wire.sources.redis_reader import (
     parse_id,
 )
 from wire.sources.redis_source import RedisBinding, redis_stream
-from wire.testing_redis import RedisServer
+from wire.testing.redis import RedisServer
 
 redis = pytest.importorskip("redis")
 

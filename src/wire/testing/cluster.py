@@ -25,25 +25,20 @@ Example::
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from wire.errors import WireError
+from wire.testing.server import HOST, ThrowawayServer, free_port, terminate
 
-HOST = "127.0.0.1"
+__all__ = ["HOST", "StandaloneCluster", "free_port", "spark_home"]
 
 
 def spark_home() -> Path:
@@ -56,14 +51,7 @@ def spark_home() -> Path:
     return home
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-class StandaloneCluster:
+class StandaloneCluster(ThrowawayServer):
     """A local Spark standalone master with ``workers`` workers, as a context manager.
 
     Parameters
@@ -105,6 +93,8 @@ class StandaloneCluster:
     ) -> None:
         if workers < 1:
             raise ValueError("a cluster needs at least one worker")
+        super().__init__()
+        self.keep_root = keep_dir
         self.workers = workers
         self.cores_per_worker = cores_per_worker
         self.memory_per_worker = memory_per_worker
@@ -121,18 +111,6 @@ class StandaloneCluster:
         self._logs: list[Any] = []
 
     # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> StandaloneCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def master_url(self) -> str:
@@ -158,40 +136,40 @@ class StandaloneCluster:
         """Start the master, then the workers; return once all workers are ALIVE."""
         if self._master is not None:
             raise WireError("the cluster is already started")
-        self.dir = Path(tempfile.mkdtemp(prefix="wire-cluster-"))
-        (self.dir / "conf").mkdir()
-        atexit.register(self.stop)
-        try:
-            self.master_port, self.webui_port = free_port(), free_port()
-            self._master = self._spawn(
-                "master",
-                "org.apache.spark.deploy.master.Master",
-                ["--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.webui_port)],
-                {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
-            )
-            self._wait(lambda s: s.get("status") == "ALIVE", "the master to start")
-            # the port it bound (Spark moves on to the next port if ours was taken meanwhile)
-            self.master_port = int(str(self.state()["url"]).rsplit(":", 1)[1])
-            for i in range(self.workers):
-                work = self.dir / f"worker-{i}"
-                (work / "local").mkdir(parents=True)
-                self._worker_webui_ports.append(free_port())
-                self._workers.append(self._spawn(
-                    f"worker-{i}",
-                    "org.apache.spark.deploy.worker.Worker",
-                    ["--host", HOST, "--port", "0", "--webui-port", str(self._worker_webui_ports[i]),
-                     "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
-                     "--work-dir", str(work), self.master_url],
-                    {"SPARK_LOCAL_DIRS": str(work / "local")},
-                ))
-            self.wait_for_workers(self.workers)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return super().start()
 
-    def stop(self) -> None:
-        """SIGKILL every daemon's process group (executors included) and remove :attr:`dir`."""
+    prefix = "wire-cluster-"
+
+    def _launch(self) -> None:
+        self.dir = self.root
+        assert self.dir is not None
+        (self.dir / "conf").mkdir()
+        self.master_port, self.webui_port = free_port(), free_port()
+        self._master = self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            ["--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.webui_port)],
+            {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
+        )
+        self._wait(lambda s: s.get("status") == "ALIVE", "the master to start")
+        # the port it bound (Spark moves on to the next port if ours was taken meanwhile)
+        self.master_port = int(str(self.state()["url"]).rsplit(":", 1)[1])
+        for i in range(self.workers):
+            work = self.dir / f"worker-{i}"
+            (work / "local").mkdir(parents=True)
+            self._worker_webui_ports.append(free_port())
+            self._workers.append(self._spawn(
+                f"worker-{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                ["--host", HOST, "--port", "0", "--webui-port", str(self._worker_webui_ports[i]),
+                 "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
+                 "--work-dir", str(work), self.master_url],
+                {"SPARK_LOCAL_DIRS": str(work / "local")},
+            ))
+        self.wait_for_workers(self.workers)
+
+    def _shutdown(self) -> None:
+        """SIGKILL every daemon's process group (executors included); :meth:`stop` removes :attr:`dir`."""
         for p in [*self._workers, *([self._master] if self._master else [])]:
             _kill_group(p)
         for f in self._logs:
@@ -200,10 +178,6 @@ class StandaloneCluster:
         self._workers.clear()
         self._worker_webui_ports.clear()
         self._master = None
-        if self.dir is not None and not self.keep_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
 
     def kill_worker(self, i: int) -> int:
         """SIGKILL worker ``i`` with its executor and Python workers (a lost machine).
@@ -316,12 +290,4 @@ def _get_json(url: str) -> dict[str, Any]:
 
 def _kill_group(p: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group led by ``p`` (by its PID) and reap ``p``."""
-    if p.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-    else:
-        # the daemon is gone; its executors may not be (same group id)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=10)
+    terminate(p, group=True, first=signal.SIGKILL)

@@ -26,21 +26,18 @@ is no ``runuser``), and the temp dir is handed to that user. Its parent director
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import pwd
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from wire.errors import WireError
+from wire.testing.server import HOST, ThrowawayServer, free_port, log_tail, wait_until
 
 __all__ = ["PostgresServer"]
 
@@ -50,7 +47,7 @@ _START_ATTEMPTS = 3
 _TIMEOUT_S = 60
 
 
-class PostgresServer:
+class PostgresServer(ThrowawayServer):
     """A throw-away PostgreSQL cluster; a context manager (``start`` / ``stop``).
 
     Parameters
@@ -73,14 +70,14 @@ class PostgresServer:
         run_as: str | None = None,
         base_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        super().__init__(base_dir=base_dir)
         self._requested_bindir = bindir
         self.bindir = _find_bindir(bindir)
         self.user = user
         self.run_as = run_as
-        self.base_dir = None if base_dir is None else os.fspath(base_dir)
         self.port: int | None = None
-        self.root: Path | None = None
-        self._atexit_registered = False
+
+    prefix = "wire-pg-"
 
     # --- availability ---------------------------------------------------------------
 
@@ -116,7 +113,7 @@ class PostgresServer:
         """The libpq connection string of the running server (TCP on 127.0.0.1)."""
         if self.port is None:
             raise WireError("PostgresServer: dsn asked before start()")
-        return f"host=127.0.0.1 port={self.port} user={self.user} dbname=postgres connect_timeout=10"
+        return f"host={HOST} port={self.port} user={self.user} dbname=postgres connect_timeout=10"
 
     def start(self) -> PostgresServer:
         """``initdb`` a new cluster in a temp dir and start it; return when it accepts connections.
@@ -130,41 +127,28 @@ class PostgresServer:
         ok, reason = self.available(self._requested_bindir, run_as=self.run_as)
         if not ok or self.bindir is None:
             raise WireError(f"PostgresServer: cannot start: {reason}")
-        if self.port is not None:
-            return self
-        self.root = Path(tempfile.mkdtemp(prefix="wire-pg-", dir=self.base_dir))
-        atexit.register(self.stop)
-        self._atexit_registered = True
-        try:
-            self._give_to_server_user(self.root)
-            self._run(
-                "initdb", "-D", str(self._data), "-U", self.user, "--auth=trust",
-                "-E", "UTF8", "--locale=C", "--no-sync",
-            )  # fmt: skip
-            self._start_on_free_port()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return super().start()
 
-    def stop(self) -> None:
-        """Stop the server (``pg_ctl stop -m fast``, else kill the postmaster) and delete its dir.
+    def _launch(self) -> None:
+        assert self.root is not None
+        self._give_to_server_user(self.root)
+        self._run(
+            "initdb", "-D", str(self._data), "-U", self.user, "--auth=trust",
+            "-E", "UTF8", "--locale=C", "--no-sync",
+        )  # fmt: skip
+        self._start_on_free_port()
 
-        Safe to call twice and after a failed start.
-        """
-        if self._atexit_registered:
-            atexit.unregister(self.stop)
-            self._atexit_registered = False
-        root, self.root, self.port = self.root, None, None
-        if root is None:
+    def _shutdown(self) -> None:
+        """``pg_ctl stop -m fast``, else kill the postmaster by its PID."""
+        self.port = None
+        if self.root is None:
             return
-        data = root / "data"
+        data = self.root / "data"
         if (data / "postmaster.pid").exists():
             try:
                 self._run("pg_ctl", "stop", "-D", str(data), "-m", "fast", "-w", "-t", "30")
             except (WireError, subprocess.TimeoutExpired):
                 _kill_postmaster(data / "postmaster.pid")
-        shutil.rmtree(root, ignore_errors=True)
 
     def halt(self) -> None:
         """Stop the server but keep its data and port (an outage); :meth:`resume` restarts it."""
@@ -178,14 +162,6 @@ class PostgresServer:
             raise WireError("PostgresServer: resume() before start()")
         self._run("pg_ctl", "start", "-D", str(self._data), "-l", str(self._log), "-w", "-t", "30")
         self._wait_ready()
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # --- internals ------------------------------------------------------------------
 
@@ -208,9 +184,9 @@ class PostgresServer:
         sockets = str(sock_dir) if len(str(sock_dir)) < 90 else ""
         base_conf = (self._data / "postgresql.conf").read_text(encoding="utf-8")
         for attempt in range(1, _START_ATTEMPTS + 1):
-            port = _free_port()
+            port = free_port()
             settings = {
-                "listen_addresses": "127.0.0.1",
+                "listen_addresses": HOST,
                 "port": str(port),
                 "unix_socket_directories": sockets,
                 "fsync": "off",
@@ -221,11 +197,12 @@ class PostgresServer:
                 "TimeZone": "UTC",
             }
             extra = "".join(f"{k} = '{v.replace(chr(39), chr(39) * 2)}'\n" for k, v in settings.items())
-            (self._data / "postgresql.conf").write_text(base_conf + "\n# wire.testing_pg\n" + extra, "utf-8")
+            conf = base_conf + "\n# wire.testing.postgres\n" + extra
+            (self._data / "postgresql.conf").write_text(conf, "utf-8")
             try:
                 self._run("pg_ctl", "start", "-D", str(self._data), "-l", str(self._log), "-w", "-t", "30")
             except WireError:
-                if attempt < _START_ATTEMPTS and "could not bind" in self._log_tail():
+                if attempt < _START_ATTEMPTS and "could not bind" in log_tail(self._log):
                     continue  # the free port was taken meanwhile: try another one
                 raise
             self.port = port
@@ -235,15 +212,14 @@ class PostgresServer:
     def _wait_ready(self) -> None:
         import psycopg
 
-        deadline = time.monotonic() + 30
-        while True:
+        def connects() -> bool:
             try:
                 psycopg.connect(self.dsn).close()
-                return
-            except psycopg.OperationalError as e:
-                if time.monotonic() > deadline:
-                    raise WireError(f"PostgresServer: not accepting connections: {e}") from e
-                time.sleep(0.05)
+            except psycopg.OperationalError:
+                return False
+            return True
+
+        wait_until(connects, timeout_s=30, what="PostgresServer: not accepting connections")
 
     def _give_to_server_user(self, path: Path) -> None:
         if os.geteuid() == 0:
@@ -269,15 +245,8 @@ class PostgresServer:
             output = (done.stderr or done.stdout).strip()
             raise WireError(
                 f"PostgresServer: {binary} {' '.join(args[:1])} failed (exit {done.returncode}): "
-                f"{output}\n--- server log ---\n{self._log_tail()}"
+                f"{output}\n--- server log ---\n{log_tail(self._log)}"
             )
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self._log.read_text(encoding="utf-8", errors="replace")
-        except (OSError, AssertionError):
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def _find_bindir(bindir: str | os.PathLike[str] | None) -> Path | None:
@@ -320,12 +289,6 @@ def _run_as_user(run_as: str | None) -> str:
         f"running as root (initdb refuses root), and no unprivileged OS user to run the server as: "
         f"tried {', '.join(repr(n) for n in names)}; create one or pass run_as=<user>"
     )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _kill_postmaster(pid_file: Path) -> None:

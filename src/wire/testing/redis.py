@@ -11,7 +11,8 @@ tests the same way::
 
 The server listens on ``127.0.0.1`` on a free port, keeps nothing on disk (``--save ""
 --appendonly no``) and works in its own temp dir, deleted at :meth:`RedisServer.stop`.
-It is stopped through its process id (SIGTERM, then SIGKILL), never by name.
+It is stopped through its process id (SIGTERM, then SIGKILL), never by name
+(:class:`wire.testing.server.ThrowawayServer`).
 
 Binary: ``binary`` if given, else ``$WIRE_REDIS_SERVER``, else ``redis-server`` on
 ``PATH``, else ``/usr/bin/redis-server``.
@@ -19,27 +20,21 @@ Binary: ``binary`` if given, else ``$WIRE_REDIS_SERVER``, else ``redis-server`` 
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import tempfile
-import time
 from pathlib import Path
-from types import TracebackType
 
 from wire.errors import WireError
+from wire.testing.server import HOST, ThrowawayServer, free_port, log_tail, terminate, wait_until
 
 __all__ = ["RedisServer"]
 
 _START_ATTEMPTS = 3
 _READY_TIMEOUT_S = 30.0
-_STOP_TIMEOUT_S = 10.0
 
 
-class RedisServer:
+class RedisServer(ThrowawayServer):
     """A throw-away Redis server; a context manager (``start`` / ``stop``).
 
     Parameters
@@ -50,16 +45,16 @@ class RedisServer:
         Where the temp dir is created; default the system temp dir.
     """
 
+    prefix = "wire-redis-"
+
     def __init__(
         self, binary: str | os.PathLike[str] | None = None, *, base_dir: str | os.PathLike[str] | None = None
     ) -> None:
+        super().__init__(base_dir=base_dir)
         self._requested = binary
         self.binary = _find_binary(binary)
-        self.base_dir = None if base_dir is None else os.fspath(base_dir)
         self.port: int | None = None
-        self.root: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._atexit_registered = False
 
     @classmethod
     def available(cls, binary: str | os.PathLike[str] | None = None) -> tuple[bool, str]:
@@ -83,7 +78,7 @@ class RedisServer:
         """The server's URL, ``redis://127.0.0.1:<port>/0``."""
         if self.port is None:
             raise WireError("RedisServer: url asked before start()")
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{HOST}:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -102,40 +97,7 @@ class RedisServer:
         ok, reason = self.available(self._requested)
         if not ok or self.binary is None:
             raise WireError(f"RedisServer: cannot start: {reason}")
-        if self._process is not None:
-            return self
-        self.root = Path(tempfile.mkdtemp(prefix="wire-redis-", dir=self.base_dir))
-        atexit.register(self.stop)
-        self._atexit_registered = True
-        try:
-            self._start_on_free_port()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM to its PID, SIGKILL after 10 s) and delete its dir.
-
-        Safe to call twice and after a failed start.
-        """
-        if self._atexit_registered:
-            atexit.unregister(self.stop)
-            self._atexit_registered = False
-        process, self._process, self.port = self._process, None, None
-        if process is not None:
-            _terminate(process)
-        root, self.root = self.root, None
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        return super().start()
 
     # --- internals ------------------------------------------------------------------
 
@@ -144,12 +106,12 @@ class RedisServer:
         assert self.root is not None
         return self.root / "redis.log"
 
-    def _start_on_free_port(self) -> None:
+    def _launch(self) -> None:
         assert self.root is not None and self.binary is not None
         for attempt in range(1, _START_ATTEMPTS + 1):
-            port = _free_port()
+            port = free_port()
             cmd = [
-                str(self.binary), "--port", str(port), "--bind", "127.0.0.1",
+                str(self.binary), "--port", str(port), "--bind", HOST,
                 "--save", "", "--appendonly", "no", "--dir", str(self.root),
                 "--daemonize", "no", "--logfile", str(self._log),
             ]  # fmt: skip
@@ -163,42 +125,39 @@ class RedisServer:
                 return
             except WireError:
                 self._process, self.port = None, None
-                _terminate(process)
-                if attempt < _START_ATTEMPTS and "Address already in use" in self._log_tail():
+                terminate(process)
+                if attempt < _START_ATTEMPTS and "Address already in use" in log_tail(self._log):
                     continue  # the free port was taken meanwhile: try another one
                 raise
+
+    def _shutdown(self) -> None:
+        process, self._process, self.port = self._process, None, None
+        if process is not None:
+            terminate(process)
 
     def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
         import redis
 
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                raise WireError(
-                    f"RedisServer: redis-server exited with {process.returncode}: {err.strip()}\n"
-                    f"--- server log ---\n{self._log_tail()}"
-                )
-            client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1)
+        def pong() -> bool:
+            client = redis.Redis(host=HOST, port=self.port, socket_connect_timeout=1)
             try:
-                if client.ping():
-                    return
-            except redis.exceptions.RedisError as e:
-                if time.monotonic() > deadline:
-                    raise WireError(
-                        f"RedisServer: not answering PING on port {self.port}: {e}\n"
-                        f"--- server log ---\n{self._log_tail()}"
-                    ) from e
-                time.sleep(0.05)
+                return bool(client.ping())
+            except redis.exceptions.RedisError:
+                return False
             finally:
                 client.close()
 
-    def _log_tail(self, lines: int = 20) -> str:
+        def exited() -> str | None:
+            if process.poll() is None:
+                return None
+            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            return f"redis-server exited with {process.returncode}: {err.strip()}"
+
         try:
-            text = self._log.read_text(encoding="utf-8", errors="replace")
-        except (OSError, AssertionError):
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+            wait_until(pong, timeout_s=_READY_TIMEOUT_S, what=f"RedisServer on port {self.port}",
+                       alive=exited)
+        except WireError as e:
+            raise WireError(f"{e}\n--- server log ---\n{log_tail(self._log)}") from None
 
 
 def _find_binary(binary: str | os.PathLike[str] | None) -> Path | None:
@@ -213,24 +172,3 @@ def _find_binary(binary: str | os.PathLike[str] | None) -> Path | None:
         return Path(on_path)
     fallback = Path("/usr/bin/redis-server")
     return fallback if fallback.is_file() and os.access(fallback, os.X_OK) else None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's PID, then SIGKILL it if it has not exited in time."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            process.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            process.wait(timeout=_STOP_TIMEOUT_S)
-    if process.stderr is not None:
-        process.stderr.close()
