@@ -3,8 +3,10 @@
 Each side gets a ``mapInArrow`` pre-stage that packs its events into one Arrow IPC
 blob row per key group (port ``left`` / ``right``); the two envelope-only streams
 are unioned and grouped by key group into one transformWithStateInPandas
-processor (:class:`JoinProcessor`) that runs :func:`wire.state.join.join_epoch`
-once per key group per epoch over both sides' buffers. The input watermark is the
+processor (:class:`JoinProcessor`) that runs :func:`wire.state.join_segments.join_segments`
+once per key group per epoch: both sides' buffers are bucketed by event time in a
+MapState of chunks; the epoch reads the buckets that can hold partners, appends its
+accepted events, and drops expired buckets (issue 12). The input watermark is the
 minimum over both sides' channels; the output watermark is
 :func:`wire.state.join.output_watermark` (Beam watermark-hold rule, SPEC §2):
 ``in - allowed_lateness`` (a joined row's event time is the later of its two events,
@@ -24,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from wire.compiler.keyed import (
+    SEGMENT_INDEX,
     GroupInput,
     KeyedProcessor,
     OperatorState,
@@ -48,6 +51,8 @@ from wire.core.envelope import (
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
 from wire.state import join as J
+from wire.state import join_segments as JS
+from wire.state.segments import Segments
 
 LEFT, RIGHT = "left", "right"
 
@@ -116,19 +121,23 @@ class JoinProcessor(KeyedProcessor):
         """Join the epoch's new events with both buffers."""
         st = self.stage
         tables = op.tables or {}
-        left_state, right_state, joined, late = J.join_epoch(
-            tables.get(LEFT), tables.get(RIGHT), self._side(group.blobs, LEFT),
-            self._side(group.blobs, RIGHT), wm_in, new_in, st.spec,
-        )
+        calls0 = self.chunks.calls
+        segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, pa.concat_tables)
+        if LEFT in tables or RIGHT in tables:  # a checkpoint written before the bucketed layout
+            JS.migrate(segments, tables.pop(LEFT, None), tables.pop(RIGHT, None), st.spec)
+        joined, late = JS.join_segments(
+            segments, self._side(group.blobs, LEFT), self._side(group.blobs, RIGHT), wm_in, new_in, st.spec)
         old_out = op.wm_out
         new_out = J.output_watermark(old_out, new_in, st.spec)
-        op.wm_in, op.wm_out, op.tables = new_in, new_out, {LEFT: left_state, RIGHT: right_state}
+        op.wm_in, op.wm_out = new_in, new_out
+        op.tables = {**tables, SEGMENT_INDEX: segments.index()}
         stats = {
             "joined": joined.num_rows,
             "late": late.num_rows,
             "gauge:input_watermark": new_in,
             "gauge:output_watermark": new_out,
-            "gauge:buffered": left_state.num_rows + right_state.num_rows,
+            "gauge:buffered": segments.rows(),
+            "state_calls": self.chunks.calls - calls0,
         }
         return output_frame(
             st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=joined,

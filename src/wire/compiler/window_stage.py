@@ -21,8 +21,13 @@
    rows leave on channel ``<step>/<key group>`` to every downstream key group, so
    a second keyed operator (a window of windows) takes the minimum over them.
 
-The number of Python↔JVM state calls per epoch is ``2 × key_groups``,
-independent of the number of keys.
+State (issue 12): tumbling and sliding windows keep their state in a ``segments``
+MapState bucketed by window end (:mod:`wire.state.window_segments`): an epoch appends
+new partials to the open buckets' chunks without reading them and reads a bucket only
+when it fires or late/early rows need it. Python↔JVM state calls per epoch and key
+group: 2 for the ValueState, plus one per chunk written, read or deleted (metric
+``state_calls``), independent of the number of keys; sessions and windows with
+callbacks keep one chunk per key group, read and rewritten each epoch.
 
 Before the pre-stage, the input is projected to the payload columns the window reads
 (:func:`window_input_columns`): ``mapInArrow`` is opaque to Spark's optimizer, so

@@ -417,6 +417,16 @@ def join_epoch(
     return lall.filter(pa.array(keep_l)), rall.filter(pa.array(keep_r)), joined, late
 
 
+def accepted(events: pa.Table, schema: pa.Schema, wm_in: int, spec: IntervalJoinSpec) -> pa.Table:
+    """The events of one side that :func:`join_epoch` accepts: what enters the buffer.
+
+    Accepted: ``t + allowed_lateness >= wm_in``. Returned in ``schema`` (the side's
+    :func:`state_schema`), in input order.
+    """
+    rows = _normalize(events, schema, "events")
+    return rows.filter(pa.array(_ge(rows.column(ET).to_numpy(), int(wm_in) - spec.allowed_lateness_ms)))
+
+
 def output_watermark(old_out: int, new_in: int, spec: IntervalJoinSpec) -> int:
     """The join's new output watermark (ms): ``max(old_out, new_in - allowed_lateness_ms)``.
 
