@@ -10,7 +10,8 @@ Parquet file per epoch, both engines in the same run and SparkSession (``local[2
   (default 1,000,000), each event a random key: every epoch touches old sessions.
 
 Wire: ``wire.sources.files`` -> ``window(...).aggregate(n=count())`` -> Parquet (its
-window state: one Arrow table per key group in transformWithState, RocksDB). Plain
+window state: tumbling bucketed by window end in a MapState of chunks, sessions one table
+per key group; transformWithState on RocksDB). Plain
 PySpark: ``withWatermark`` + ``groupBy(window|session_window, key).count()`` in append
 mode with the RocksDB state store (the same ``spark.sql.streaming.stateStore.providerClass``).
 
@@ -20,7 +21,7 @@ epochs. The run's end (Wire's final watermark epoch, which closes every window a
 writes millions of rows) is not counted: it is output, not state growth.
 
 Usage: .venv/bin/python bench/state_growth.py [--workload tumbling|session] [--epochs 15]
-       [--epoch-size 200000] [--keys 1000000]
+       [--epoch-size 200000] [--keys 1000000] [--no-warmup]
 """
 
 from __future__ import annotations
@@ -101,17 +102,27 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--epoch-size", type=int, default=200_000)
     p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                   help="run both engines once on a tiny input first (default: on)")
     args = p.parse_args()
     spark = wire.spark("local[2]")
     src = OUT / f"input_{args.workload}"
     write_input(src, args.workload, args.epochs, args.epoch_size, args.keys)
     out = OUT / f"run_{args.workload}"
     shutil.rmtree(out, ignore_errors=True)
+    if args.warmup:  # both engines once on a tiny input: neither pays the cold JVM in the measured run
+        tiny = OUT / f"warmup_{args.workload}"
+        write_input(tiny, args.workload, 2, 1000, 1000)
+        run_wire(spark, str(tiny / "*.parquet"), args.workload, 1000, out / "warmup")
+        run_plain(spark, tiny, args.workload, out / "warmup")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.workload}, {args.epochs} epochs "
           f"of {args.epoch_size:,} events")
-    wire_times = epoch_ms(run_wire(spark, str(src / "*.parquet"), args.workload, args.epoch_size, out),
-                          args.epochs)
-    plain_times = epoch_ms(run_plain(spark, src, args.workload, out), args.epochs)
+    wire_progress = run_wire(spark, str(src / "*.parquet"), args.workload, args.epoch_size, out)
+    plain_progress = run_plain(spark, src, args.workload, out)
+    wire_times, plain_times = epoch_ms(wire_progress, args.epochs), epoch_ms(plain_progress, args.epochs)
+    for engine, progress in (("wire", wire_progress), ("plain", plain_progress)):
+        first = next(p for p in progress if p["numInputRows"] > 0)
+        print(f"{engine} first data epoch, ms: {first['durationMs']}")
     report("wire", wire_times)
     report("plain", plain_times)
     print(f"Wire / plain total time: {sum(wire_times) / sum(plain_times):.2f}x")

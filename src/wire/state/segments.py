@@ -168,12 +168,13 @@ class Segments:
             del chunks[-self.fanout:]
             self._put(bucket, merged, level=tail[0].level + 1)
 
-    def replace(self, bucket: int, table: pa.Table | None) -> None:
-        """Make ``table`` the bucket's only chunk (None or empty: drop the bucket)."""
+    def replace(self, bucket: int, table: pa.Table | list[pa.Table] | None) -> None:
+        """Make ``table`` (or each table of a list) the bucket's chunks; nothing: drop the bucket."""
         self.drop(bucket)
-        if table is not None and table.num_rows:
-            self._buckets[bucket] = []
-            self._put(bucket, table, level=BASE_LEVEL)
+        tables = table if isinstance(table, list) else [table]
+        for t in tables:
+            if t is not None and t.num_rows:
+                self._put(bucket, t, level=BASE_LEVEL)
 
     def drop(self, bucket: int) -> None:
         """Delete every chunk of ``bucket``."""

@@ -29,6 +29,8 @@ window's state); they are rewritten each epoch, as measured in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +44,9 @@ from wire.state.windows import advance, compact, watermark_with_hold
 
 WHOLE = 0
 """The one bucket of state kept whole (sessions, callbacks)."""
+
+SLICE_ROWS = 500_000
+"""Stored rows of a firing bucket merged at once (see :func:`advance_segments`)."""
 
 
 def bucketed(spec: WindowSpec) -> bool:
@@ -68,8 +73,43 @@ def _state(chunks: list[pa.Table], fired: bool, spec: WindowSpec) -> pa.Table | 
     return _with_fired(compact(chunks, spec), fired) if chunks else None
 
 
+def _slices(
+    chunks: list[pa.Table], partials: pa.Table, key: str, slice_rows: int
+) -> Iterator[tuple[list[pa.Table], pa.Table]]:
+    """Split a bucket's chunks and partials into key ranges of about ``slice_rows`` stored rows.
+
+    Every row of one key lands in the same slice (ranges of the key's sort order; null
+    keys in the first), so each slice is a complete set of windows.
+    """
+    total = sum(c.num_rows for c in chunks)
+    if total <= slice_rows:
+        yield chunks, partials
+        return
+    columns = [c.column(key) for c in [*chunks, partials]]
+    keys = pc.unique(pa.chunked_array([a for col in columns for a in col.chunks], type=columns[0].type))
+    keys = keys.filter(pc.is_valid(keys))
+    keys = keys.take(pc.array_sort_indices(keys))
+    n = min(-(-total // slice_rows), len(keys))
+    if n < 2:
+        yield chunks, partials
+        return
+    cuts = [keys[i * len(keys) // n] for i in range(1, n)]
+    for i in range(n):
+        def part(t: pa.Table, i: int = i) -> pa.Table:
+            k = t.column(key)
+            if i == 0:
+                mask = pc.or_(pc.is_null(k), pc.less(k, cuts[0]))
+            elif i == n - 1:
+                mask = pc.greater_equal(k, cuts[-1])
+            else:
+                mask = pc.and_(pc.greater_equal(k, cuts[i - 1]), pc.less(k, cuts[i]))
+            return t.filter(pc.fill_null(mask, False))
+        yield [part(c) for c in chunks], part(partials)
+
+
 def advance_segments(
-    segments: Segments, partials: pa.Table, wm_in: int, wm_out: int, spec: WindowSpec
+    segments: Segments, partials: pa.Table, wm_in: int, wm_out: int, spec: WindowSpec,
+    *, slice_rows: int = SLICE_ROWS,
 ) -> pa.Table:
     """One epoch of one key group over bucketed state; the results of :func:`~wire.state.windows.advance`.
 
@@ -84,6 +124,11 @@ def advance_segments(
         Watermarks (ms) in force while the events arrived and after the epoch.
     spec : WindowSpec
         Tumbling or sliding windows without callbacks (:func:`bucketed`).
+    slice_rows : int
+        A firing bucket with more stored rows is merged and emitted in key ranges of
+        about this many rows (:data:`SLICE_ROWS`), and written back as one chunk per
+        range: the working set of sorting and merging is one slice, never the whole
+        bucket. The results do not depend on it.
 
     Returns
     -------
@@ -109,11 +154,13 @@ def advance_segments(
         p = new.get(end, partials.slice(0, 0))
         ended_in = bool(le_bound(np.asarray([end], np.int64), wm_in)[0])
         ended_out = bool(le_bound(np.asarray([end], np.int64), wm_out)[0])
-        if ended_out and not ended_in:  # every window of the bucket emits final
-            state = _state(list(segments.read(end)), False, spec)
-            kept, out = advance(state, p, wm_in, wm_out, spec)
-            segments.replace(end, kept)
-            results.append(out)
+        if ended_out and not ended_in:  # every window of the bucket emits final, slice by slice
+            kept_parts = []
+            for chunks, part in _slices(list(segments.read(end)), p, spec.key, slice_rows):
+                kept, out = advance(_state(chunks, False, spec), part, wm_in, wm_out, spec)
+                kept_parts.append(kept)
+                results.append(out)
+            segments.replace(end, kept_parts)
             continue
         if ended_in or spec.emit == "update":  # update / early rows of the touched windows
             keys = pc.unique(p.column(spec.key))
