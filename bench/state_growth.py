@@ -8,6 +8,12 @@ Parquet file per epoch, both engines in the same run and SparkSession (``local[2
   million by default), so every epoch adds new state and touches none of the old.
 * ``session``: session windows (gap 1 hour, so none closes) over ``--keys`` keys
   (default 1,000,000), each event a random key: every epoch touches old sessions.
+* ``join``: an unbounded stream-stream join (``join(within=None)``; plain: inner join
+  without watermarks): left has the tumbling workload's unique keys, right every 10th
+  of them; both buffers grow for the whole run.
+
+Peak memory: resident bytes of the process tree (driver, JVM, Python workers),
+sampled every 0.2 s while each engine runs.
 
 Wire: ``wire.sources.files`` -> ``window(...).aggregate(n=count())`` -> Parquet (its
 window state: tumbling bucketed by window end in a MapState of chunks, sessions one table
@@ -22,6 +28,7 @@ writes millions of rows) is not counted: it is output, not state growth.
 
 Usage: .venv/bin/python bench/state_growth.py [--workload tumbling|session] [--epochs 15]
        [--epoch-size 200000] [--keys 1000000] [--no-warmup]
+       (--workload join as well)
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -49,11 +57,61 @@ def write_input(d: Path, workload: str, epochs: int, epoch_size: int, keys: int)
     n = epochs * epoch_size
     rng = np.random.default_rng(11)
     ts = np.arange(n, dtype=np.int64) * (HOUR_MS // 2) // n  # all within the first half hour
-    ids = np.arange(n) if workload == "tumbling" else rng.integers(0, keys, n)
+    ids = rng.integers(0, keys, n) if workload == "session" else np.arange(n)
     key = np.char.add("u", ids.astype(str))
     for i in range(epochs):
         sl = slice(i * epoch_size, (i + 1) * epoch_size)
-        pq.write_table(pa.table({"key": key[sl], "ts": ts[sl]}), d / f"part-{i:05d}.parquet")
+        if workload == "join":  # left: the epoch's keys; right: every 10th of them, 1 s later
+            (d / "left").mkdir(exist_ok=True)
+            (d / "right").mkdir(exist_ok=True)
+            pq.write_table(pa.table({"key": key[sl], "ts": ts[sl]}), d / "left" / f"part-{i:05d}.parquet")
+            pq.write_table(pa.table({"key": key[sl][::10], "ts": ts[sl][::10] + 1000}),
+                           d / "right" / f"part-{i:05d}.parquet")
+        else:
+            pq.write_table(pa.table({"key": key[sl], "ts": ts[sl]}), d / f"part-{i:05d}.parquet")
+
+
+class PeakMemory:
+    """Peak resident memory (bytes) of this process and all its descendants, sampled every 0.2 s."""
+
+    def __enter__(self) -> PeakMemory:
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss(os.getpid()))
+            self._stop.wait(0.2)
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and its descendants, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            status = (d / "status").read_text()
+        except OSError:
+            continue
+        parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        kb = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+        rss[int(d.name)] = int(kb[0]) * 1024 if kb else 0
+    tree, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid and c not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(rss.get(p, 0) for p in tree)
 
 
 def epoch_ms(progress: list[dict], epochs: int) -> list[int]:
@@ -64,6 +122,15 @@ def epoch_ms(progress: list[dict], epochs: int) -> list[int]:
 
 def run_wire(spark, glob: str, workload: str, epoch_size: int, out: Path) -> list[dict]:
     flow = wire.Flow("state-growth")
+    if workload == "join":  # an unbounded join (within=None): both buffers grow all run
+        root = glob.rsplit("/", 1)[0]
+        left, right = (flow.source(wire.sources.files(f"{root}/{side}/*.parquet", format="parquet"),
+                                   event_time="ts", key="key", max_events_per_epoch=epoch_size // div,
+                                   name=side) for side, div in (("left", 1), ("right", 10)))
+        left.join(right, name="pairs").sink(wire.sinks.parquet(out / "wire"), name="pairs_out")
+        running = flow.start(str(out / "wire_ck"), spark=spark)
+        running.await_termination()
+        return list(running.query.recentProgress)
     src = flow.source(wire.sources.files(glob, format="parquet"), event_time="ts", key="key",
                       max_events_per_epoch=epoch_size, name="events")
     window = wire.Tumbling("1h") if workload == "tumbling" else wire.Session("1h")
@@ -75,6 +142,14 @@ def run_wire(spark, glob: str, workload: str, epoch_size: int, out: Path) -> lis
 
 
 def run_plain(spark, src: Path, workload: str, out: Path) -> list[dict]:
+    if workload == "join":  # stream-stream inner join without watermarks: unbounded state
+        left, right = (spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1)
+                       .parquet(str(src / side)) for side in ("left", "right"))
+        pairs = left.join(right.withColumnRenamed("ts", "right_ts"), "key")
+        q = (pairs.writeStream.outputMode("append").format("parquet").option("path", str(out / "plain"))
+             .option("checkpointLocation", str(out / "plain_ck")).trigger(availableNow=True).start())
+        q.awaitTermination()
+        return list(q.recentProgress)
     df = (spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1)
           .parquet(str(src)))
     df = df.withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "0 seconds")
@@ -98,7 +173,7 @@ def report(engine: str, times: list[int]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workload", choices=("tumbling", "session"), default="tumbling")
+    p.add_argument("--workload", choices=("tumbling", "session", "join"), default="tumbling")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--epoch-size", type=int, default=200_000)
     p.add_argument("--keys", type=int, default=1_000_000)
@@ -117,8 +192,12 @@ def main() -> None:
         run_plain(spark, tiny, args.workload, out / "warmup")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.workload}, {args.epochs} epochs "
           f"of {args.epoch_size:,} events")
-    wire_progress = run_wire(spark, str(src / "*.parquet"), args.workload, args.epoch_size, out)
-    plain_progress = run_plain(spark, src, args.workload, out)
+    with PeakMemory() as wire_mem:
+        wire_progress = run_wire(spark, str(src / "*.parquet"), args.workload, args.epoch_size, out)
+    with PeakMemory() as plain_mem:
+        plain_progress = run_plain(spark, src, args.workload, out)
+    print(f"peak RSS of the process tree (Python driver + JVM + Python workers): wire "
+          f"{wire_mem.peak / 2**30:.2f} GiB, plain {plain_mem.peak / 2**30:.2f} GiB")
     wire_times, plain_times = epoch_ms(wire_progress, args.epochs), epoch_ms(plain_progress, args.epochs)
     for engine, progress in (("wire", wire_progress), ("plain", plain_progress)):
         first = next(p for p in progress if p["numInputRows"] > 0)
@@ -126,6 +205,9 @@ def main() -> None:
     report("wire", wire_times)
     report("plain", plain_times)
     print(f"Wire / plain total time: {sum(wire_times) / sum(plain_times):.2f}x")
+    if args.workload == "join":  # both engines must find the same pairs
+        rows = [pq.ParquetDataset(str(out / e)).read(columns=["key"]).num_rows for e in ("wire", "plain")]
+        print(f"pairs: wire {rows[0]:,}, plain {rows[1]:,}" + ("" if rows[0] == rows[1] else "  MISMATCH"))
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
