@@ -228,8 +228,9 @@ class Flow:
         key_groups:
             Keyed state is partitioned into this many key groups (hash of key mod
             ``key_groups``); fixed for the life of a checkpoint. ``None``: the
-            checkpoint's recorded value, or 8 for a new checkpoint
-            (:data:`wire.runtime.checkpoint.DEFAULT_KEY_GROUPS`).
+            checkpoint's recorded value, or for a new checkpoint
+            ``max(8, 2 * spark.sparkContext.defaultParallelism)``
+            (:func:`wire.runtime.checkpoint.default_key_groups`).
         max_epochs:
             Stop after this many epochs have completed in this run (the next epoch,
             already planned, is replayed on restart). For tests and demos.

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,13 +58,22 @@ def spark_checkpoint(checkpoint: str | os.PathLike[str]) -> str:
 
 
 DEFAULT_KEY_GROUPS = 8
-"""Key groups of a new checkpoint when the flow does not choose (``key_groups=None``).
+"""The fewest key groups a new checkpoint gets when the flow does not choose
+(``key_groups=None``); see :func:`default_key_groups`."""
 
-Each key group costs a few Python↔JVM state calls per stateful operator and epoch, so
-fewer groups lower the fixed cost of an epoch (measured on Nexmark q5/q7/q11 with epochs
-of 500k events: 8 groups ~25% faster than 16); more groups than Spark shuffle
-partitions spread keyed state evenly over them. Raise it for a cluster with many cores.
-"""
+
+def default_key_groups(parallelism: int) -> int:
+    """Key groups of a new checkpoint on a Spark with ``parallelism`` task slots.
+
+    ``max(8, 2 * parallelism)``: each stateful operator runs one task per key group
+    that has data, so the key groups cap its parallelism; two per slot even out
+    skew between groups. Each key group also costs a few Python↔JVM state calls per
+    operator and epoch, so more groups than that only add fixed cost (measured on
+    Nexmark q5/q7/q11 with epochs of 500k events on 2 cores: 8 groups ~25% faster
+    than 16). ``parallelism`` is Spark's ``defaultParallelism`` (cores of a local
+    master, executor cores of a cluster). The number is fixed for the checkpoint's life.
+    """
+    return max(DEFAULT_KEY_GROUPS, 2 * int(parallelism))
 
 
 WAY_OUT = (
@@ -79,11 +89,14 @@ def open_checkpoint(
     flow_id: str,
     key_groups: int | None,
     plan: Plan | None = None,
+    new_key_groups: Callable[[], int] | None = None,
 ) -> CheckpointMeta:
     """Create or verify ``<checkpoint>/wire.json``; called at run start, before Spark runs.
 
-    ``key_groups=None`` takes the checkpoint's recorded number of key groups, or
-    :data:`DEFAULT_KEY_GROUPS` for a new checkpoint.
+    ``key_groups=None`` takes the checkpoint's recorded number of key groups, or for a
+    new checkpoint ``new_key_groups()`` (called only then; the runner passes
+    :func:`default_key_groups` of the SparkSession's parallelism), or
+    :data:`DEFAULT_KEY_GROUPS` without it.
 
     With ``plan``, ``wire.json`` also records the plan's fingerprint under ``"steps"``
     (:func:`wire.plan.fingerprint.plan_fingerprint`: per step id, each source,
@@ -140,7 +153,7 @@ def open_checkpoint(
                 f"it is partial or not a Wire checkpoint. {WAY_OUT}"
             )
         if key_groups is None:
-            key_groups = DEFAULT_KEY_GROUPS
+            key_groups = new_key_groups() if new_key_groups is not None else DEFAULT_KEY_GROUPS
         meta = CheckpointMeta(flow_id, key_groups, uuid.uuid4().hex)
         _write_meta(root, _document(meta, current))
         return meta

@@ -30,7 +30,7 @@ from wire.core.control_file import control_path, set_breaker, set_stopping, writ
 from wire.delivery.sink import ExecutorSink, Sink
 from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
-from wire.runtime.checkpoint import epochs_settled, open_checkpoint, spark_checkpoint
+from wire.runtime.checkpoint import default_key_groups, epochs_settled, open_checkpoint, spark_checkpoint
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
@@ -395,14 +395,23 @@ def start_plan(
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
     plan, kept = keep_unsunk_ports(plan, checkpoint)
-    meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan)
+    spark_log = None
+    started: list[SparkSession] = [] if spark is None else [spark]
+
+    def session() -> SparkSession:
+        nonlocal spark_log
+        if not started:
+            if SparkSession.getActiveSession() is None:  # Wire starts the JVM: its chatter goes to a file
+                spark_log = str(Path(checkpoint) / SPARK_LOG)
+            started.append(spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}",
+                                         log_file=spark_log))
+        return started[0]
+
+    meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan,
+                           new_key_groups=lambda: default_key_groups(session().sparkContext.defaultParallelism))
     control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
-    spark_log = None
-    if spark is None:
-        if SparkSession.getActiveSession() is None:  # Wire starts the JVM: its chatter goes to a file
-            spark_log = str(Path(checkpoint) / SPARK_LOG)
-        spark = spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}", log_file=spark_log)
+    spark = session()
     compiled = compile_plan(plan, spark, meta.key_groups, control)
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
