@@ -407,8 +407,10 @@ def start_plan(
                                          log_file=spark_log))
         return started[0]
 
-    meta = open_checkpoint(checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan,
-                           new_key_groups=lambda: default_key_groups(session().sparkContext.defaultParallelism))
+    meta = open_checkpoint(
+        checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan,
+        new_key_groups=lambda: default_key_groups(session().sparkContext.defaultParallelism),
+    )
     control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = session()
