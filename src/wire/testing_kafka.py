@@ -12,7 +12,15 @@ Used by Wire's own Kafka tests and usable by users' tests the same way::
 The broker is ``noida-db start --only kafka --kafka-port N --data-dir D`` (the dev extra
 pins noida-db 0.2.3; it prints a harmless glibc warning at start). It is stopped
 through its process id (SIGTERM, then SIGKILL), never by name; :meth:`restart` stops
-it and starts it again on the same port and data dir (its data survives).
+it and starts it again on the same port and data dir.
+
+Restart, measured on 2026-11-23 (noida-db 0.2.3, confluent-kafka 2.16.1, one run each):
+after a SIGTERM restart with the same data dir the topics (with their partition counts),
+all records (100 of 100, same offsets) and the group's committed offsets were there; after
+a SIGKILL, records produced and flushed 0.5 s before, and also just before (flush returned,
+no wait), were all there (150 of 150, 160 of 160), consistent with it writing ``kafka.json``
+in its data dir before it acknowledges (not read in its source). A restart took about
+15 ms. Transactions open at the moment of a restart were not measured.
 
 What noida-db 0.2.3 supports, measured with confluent-kafka 2.16.1: topics with several
 partitions, adding partitions (``create_partitions``), keyed produce, record timestamps
@@ -20,7 +28,7 @@ partitions, adding partitions (``create_partitions``), keyed produce, record tim
 ``committed`` (with ``assign``, no group membership needed), idempotent producers,
 transactions (``init_transactions`` fences an older producer with the same
 transactional id, aborts its open transaction), and ``read_committed`` hiding aborted
-and open transactions; data kept across a restart with the same data dir. Limits:
+and open transactions; data kept across a restart with the same data dir (above). Limits:
 one broker (no replication, no leader failover); not measured: consumer-group
 rebalancing with ``subscribe``, compaction, retention, ``send_offsets_to_transaction``.
 """
