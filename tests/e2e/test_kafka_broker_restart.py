@@ -1,14 +1,18 @@
 """A Kafka broker restart while a flow reads it: the flow waits or retries, then resumes without loss
 or duplicates.
 
-noida-db 0.2.3 keeps topics, records and group offsets across a restart with the same data
-dir, after SIGTERM and after SIGKILL (measured: see :mod:`wire.testing_kafka`), so the
-restart here is a real one: the same topic, stopped with records still to read, started
-again on the same port. The oracle is pandas over the produced records, never a run.
+noida-db 0.2.3 keeps topics, records and group offsets across a SIGTERM restart with the same
+data dir (measured: see :mod:`wire.testing_kafka`), so the restart here is a real one: the
+same topic, the broker stopped (SIGTERM to its process group) with records still to read,
+started again on the same port. Down for 3 s, the running query just waits; down for 15 s
+(more than the source's 10 s request timeout) the query may fail (1 run in 3), and is then
+started again from its checkpoint, as ``flow.run(max_restarts=n)`` does. The oracle is pandas over the produced
+records, never a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pandas as pd
@@ -70,9 +74,20 @@ def test_broker_restart_mid_run(spark, kafka_broker, tmp_path, down_s):
         time.sleep(down_s)
         b.start()
         b.produce(topic, [(e["v"] % 4, e["k"].encode(), e, None) for e in second])
+        failed = not running.is_active()
+        if failed:
+            # What flow.run(max_restarts=n) does: start again from the checkpoint.
+            with contextlib.suppress(Exception):
+                running.stop()
+            running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
         wait_for(lambda: len(rows(out)) >= N1 + N2 or not running.is_active(), what="all events")
         assert running.is_active(), running.last_error
         assert at_kill < N1, "the broker went down after the first batch was read: not mid-run"
+        # Down for less than the source's request timeout (10 s) the query waits. Longer, it
+        # may fail (the planner's get_watermark_offsets: _UNKNOWN_PARTITION), seen in 1 of 3
+        # runs of down-15s on 2026-11-23; the other 2 waited. Either way the data below holds.
+        if down_s < 10:
+            assert not failed, "the query failed although the broker was down < 10 s"
         # The group commit of an epoch is made when Spark plans the next one; once the topic is
         # drained no further epoch comes (no window here whose watermark ticks), so the group's
         # offsets may stay one epoch (<= 40 records) behind: never ahead (measured, 2026-11-23).
