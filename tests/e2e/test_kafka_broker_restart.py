@@ -6,8 +6,8 @@ data dir (measured: see :mod:`wire.testing_kafka`), so the restart here is a rea
 same topic, the broker stopped (SIGTERM to its process group) with records still to read,
 started again on the same port. Down for 3 s, the running query just waits; down for 15 s
 (more than the source's 10 s request timeout) the query may fail (1 run in 3), and is then
-started again from its checkpoint, as ``flow.run(max_restarts=n)`` does. The oracle is pandas over the produced
-records, never a run.
+started again from its checkpoint, as ``flow.run(max_restarts=n)`` does. The oracle is
+pandas over the produced records, never a run.
 """
 
 from __future__ import annotations
