@@ -28,7 +28,7 @@ from pathlib import Path
 
 import wire
 from wire.sources.kafka_source import kafka
-from wire.testing_kafka import KafkaBroker
+from wire.testing.kafka import KafkaBroker
 
 SCHEMA_FIELDS = [("ts", "int64"), ("key", "string"), ("value", "float64")]
 

@@ -37,7 +37,7 @@ def pg_server() -> Iterator[object]:
 @pytest.fixture(scope="module")
 def kafka_broker() -> Iterator[object]:
     """A throw-away noida-db Kafka broker on 127.0.0.1 for one test module (skips if none can start)."""
-    from wire.testing_kafka import KafkaBroker
+    from wire.testing.kafka import KafkaBroker
 
     ok, reason = KafkaBroker.available()
     if not ok:

@@ -2,7 +2,7 @@
 or duplicates.
 
 noida-db 0.2.3 keeps topics, records and group offsets across a SIGTERM restart with the same
-data dir (measured: see :mod:`wire.testing_kafka`), so the restart here is a real one: the
+data dir (measured: see :mod:`wire.testing.kafka`), so the restart here is a real one: the
 same topic, the broker stopped (SIGTERM to its process group) with records still to read,
 started again on the same port. Down for 3 s, the running query just waits; down for 15 s
 (more than the source's 10 s request timeout) the query may fail (1 run in 3), and is then

@@ -233,7 +233,7 @@ def _main_kafka(args: argparse.Namespace) -> int:
     broker = None
     bootstrap = args.kafka_bootstrap
     if bootstrap is None:
-        from wire.testing_kafka import KafkaBroker
+        from wire.testing.kafka import KafkaBroker
 
         ok, reason = KafkaBroker.available()
         if not ok:

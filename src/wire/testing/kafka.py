@@ -10,8 +10,9 @@ Used by Wire's own Kafka tests and usable by users' tests the same way::
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
 
 The broker is ``noida-db start --only kafka --kafka-port N --data-dir D`` (the dev extra
-pins noida-db 0.2.3; it prints a harmless glibc warning at start). It is stopped
-through its process id (SIGTERM, then SIGKILL), never by name; :meth:`restart` stops
+pins noida-db 0.2.3; it prints a harmless glibc warning at start). It is a
+:class:`~wire.testing.server.ThrowawayServer`: stopped through its process group id
+(SIGTERM, then SIGKILL), never by name; :meth:`restart` stops
 it and starts it again on the same port and data dir.
 
 Restart, measured on 2026-11-23 (noida-db 0.2.3, confluent-kafka 2.16.1, one run each,
@@ -38,23 +39,18 @@ rebalancing with ``subscribe``, compaction, retention, ``send_offsets_to_transac
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from wire.errors import WireError
+from wire.testing.server import HOST, ThrowawayServer, accepts, free_port, log_tail, terminate, wait_until
 
 __all__ = ["KafkaBroker"]
 
@@ -62,13 +58,14 @@ _READY_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 10.0
 
 
-class KafkaBroker:
+class KafkaBroker(ThrowawayServer):
     """A throw-away noida-db Kafka broker; a context manager (``start`` / ``stop``)."""
 
-    def __init__(self, *, base_dir: str | os.PathLike[str] | None = None) -> None:
-        self.base_dir = None if base_dir is None else os.fspath(base_dir)
+    prefix = "wire-kafka-"
+
+    def __init__(self, *, base_dir: str | None = None) -> None:
+        super().__init__(base_dir=base_dir)
         self.port: int | None = None
-        self.root: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
     @staticmethod
@@ -95,38 +92,20 @@ class KafkaBroker:
         """``127.0.0.1:<port>``."""
         if self.port is None:
             raise WireError("KafkaBroker: bootstrap asked before start()")
-        return f"127.0.0.1:{self.port}"
+        return f"{HOST}:{self.port}"
 
     @property
     def pid(self) -> int | None:
         """The broker's process id while it runs."""
         return None if self._process is None else self._process.pid
 
-    def start(self) -> KafkaBroker:
+    def start(self) -> Self:
         """Start the broker (a new temp data dir and free port the first time); return when it answers."""
-        if self._process is not None:
+        if self.root is not None:  # after kill(): the same port and data dir
+            if self._process is None:
+                self._launch()
             return self
-        binary = self.binary()
-        if binary is None:
-            raise WireError(f"KafkaBroker: cannot start: {self.available()[1]}")
-        if self.root is None:
-            self.root = Path(tempfile.mkdtemp(prefix="wire-kafka-", dir=self.base_dir))
-            atexit.register(self.stop)
-        if self.port is None:
-            self.port = _free_port()
-        log = open(self.root / "broker.log", "ab")  # noqa: SIM115 - handed to the process
-        self._process = subprocess.Popen(
-            [binary, "start", "--only", "kafka", "--kafka-port", str(self.port), "--host", "127.0.0.1",
-             "--data-dir", str(self.root / "data")],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        log.close()
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return super().start()
 
     def kill(self) -> None:
         """Stop the broker (SIGTERM, then SIGKILL, to its process group); keep the port and data dir.
@@ -136,36 +115,11 @@ class KafkaBroker:
         The broker is started in a session of its own and the whole group is signalled,
         then the port is waited free.
         """
-        process, self._process = self._process, None
-        if process is None:
-            return
-        self._signal_group(process, signal.SIGTERM)
-        try:
-            process.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._signal_group(process, signal.SIGKILL)
-            process.wait(timeout=_STOP_TIMEOUT_S)
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
-        while _port_open(self.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _port_open(self.port):
-            self._signal_group(process, signal.SIGKILL)
+        self._stop_process(signal.SIGTERM)
 
     def sigkill(self) -> None:
         """Kill the broker at once (SIGKILL to its process group); keep the port and data dir."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        self._signal_group(process, signal.SIGKILL)
-        process.wait(timeout=_STOP_TIMEOUT_S)
-        deadline = time.monotonic() + _STOP_TIMEOUT_S
-        while _port_open(self.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    @staticmethod
-    def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)  # its own session: the group id is its pid
+        self._stop_process(signal.SIGKILL)
 
     def restart(self) -> None:
         """Stop the broker and start it again on the same port with the same data."""
@@ -174,12 +128,8 @@ class KafkaBroker:
 
     def stop(self) -> None:
         """Stop the broker and delete its data dir; safe to call twice."""
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
-        self.kill()
-        root, self.root, self.port = self.root, None, None
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
+        super().stop()
+        self.port = None
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` with ``partitions`` partitions (replication factor 1)."""
@@ -231,13 +181,54 @@ class KafkaBroker:
         finally:
             consumer.close()
 
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
+    def _launch(self) -> None:
+        binary = self.binary()
+        if binary is None:
+            raise WireError(f"KafkaBroker: cannot start: {self.available()[1]}")
+        assert self.root is not None
+        if self.port is None:
+            self.port = free_port()
+        log = open(self.root / "broker.log", "ab")  # noqa: SIM115 - handed to the process
+        self._process = subprocess.Popen(
+            [binary, "start", "--only", "kafka", "--kafka-port", str(self.port), "--host", HOST,
+             "--data-dir", str(self.root / "data")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+        wait_until(self._answers, timeout_s=_READY_TIMEOUT_S, what=f"KafkaBroker on {self.bootstrap}",
+                   interval_s=0.1, alive=self._died)
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def _shutdown(self) -> None:
+        self._stop_process(signal.SIGTERM)
+
+    def _stop_process(self, first: signal.Signals) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        terminate(process, timeout_s=_STOP_TIMEOUT_S, group=True, first=first)
+        port = self.port
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        while port is not None and accepts(port, 0.2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if port is not None and accepts(port, 0.2):  # the native server outlived its wrapper
+            terminate(process, timeout_s=_STOP_TIMEOUT_S, group=True, first=signal.SIGKILL)
+
+    def _answers(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        if self.port is None or not accepts(self.port):
+            return False
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+        except Exception:
+            return False
+        return True
+
+    def _died(self) -> str | None:
+        if self._process is None or self._process.poll() is None:
+            return None
+        log = None if self.root is None else self.root / "broker.log"
+        return f"noida-db exited with {self._process.returncode}:\n{log_tail(log)}"
 
     def _wait_partitions(self, admin: object, topic: str, n: int) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
@@ -248,46 +239,3 @@ class KafkaBroker:
                 return
             time.sleep(0.05)
         raise WireError(f"KafkaBroker: topic {topic!r} does not show {n} partitions")
-
-    def _wait_ready(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        assert self._process is not None
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        while True:
-            if self._process.poll() is not None:
-                code = self._process.returncode
-                raise WireError(f"KafkaBroker: noida-db exited with {code}:\n{self._log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port or 0), timeout=0.5):
-                    pass
-                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
-                return
-            except Exception as e:
-                if time.monotonic() > deadline:
-                    raise WireError(f"KafkaBroker: not answering on {self.bootstrap}: {e}\n"
-                                    f"{self._log_tail()}") from e
-                time.sleep(0.1)
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            text = (self.root / "broker.log").read_text(errors="replace")  # type: ignore[operator]
-        except (OSError, TypeError):
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _port_open(port: int | None) -> bool:
-    if port is None:
-        return False
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
