@@ -1,0 +1,509 @@
+"""The self-correcting sink's pure logic (SPEC §8): desired collection, correction, CAS loop.
+
+No Spark and no database here: :mod:`wire.sinks.self_correcting_sink` binds this
+logic to PostgreSQL and Delta tables (each a :class:`CasTable`); the unit tests bind
+it to :class:`MemoryTable`.
+
+Terms
+    *Desired collection* — the flow's current result collection, one row per key
+    (:class:`DesiredCollection`). An epoch's rows replace the earlier row of their
+    key (a window's ``update`` replaces its ``final``); a row flagged in the
+    retraction column deletes its key; with ``covers=(start, end)`` a row also
+    retracts the earlier rows of the same remaining key whose ``[start, end)`` it
+    covers (a session that absorbed other sessions).
+    *Persisted collection* — what the target table holds now.
+    *Frontier* — an int recorded in the table next to its rows: its *upper*. A
+    writer whose epoch ``e`` is done has desired frontier ``e + 1``.
+    *Batch description* ``(lower, upper)`` — minted once per epoch on the driver
+    (:func:`mint`): ``lower`` is the table's upper as read, ``upper`` the writer's
+    desired frontier. None when the table is already at or past it (another
+    replica wrote that far): the writer writes nothing.
+    *Correction* — desired − persisted over a set of keys (:func:`correction`):
+    the keys to delete and the rows to insert; only differing keys appear.
+    *Append* — :meth:`CasTable.compare_and_append`: the correction and the new
+    upper in one atomic step that succeeds only if the table's upper still equals
+    ``lower`` (compare-and-set).
+
+The CAS loop (:meth:`SelfCorrectingWriter.write`), once per epoch:
+
+1. read the persisted rows of the epoch's touched keys, the table's upper and
+   whether it *drifted* (changed outside the protocol: the store's fingerprint
+   of the table differs from the one recorded at the last append);
+2. a *full* check (every key of desired ∪ persisted) instead when: the table
+   drifted, its upper is not the one this writer last appended or confirmed
+   (another replica wrote, or this writer is new / restarted / was behind), a
+   periodic check is due (``full_check_every``), or the sink is read-only;
+3. read-only: report the distance (keys differing) and write nothing;
+4. mint ``(lower, upper)``; None: behind, write nothing;
+5. empty correction: nothing to write, the table already equals the desired
+   collection (the writer confirms the upper it read);
+6. compare-and-append; on a conflict (the upper moved, or the table changed in
+   any way since the read) count it and go back to 1 with a full check — never
+   a blind append.
+
+Invariant (tested with randomized interleavings of two writers): after a
+successful append by a writer at epoch ``e``, the table equals that writer's
+desired collection at ``e`` (absent concurrent edits outside the protocol, which
+the next epoch's drift check finds).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from wire.errors import WireError
+
+Key = tuple[Any, ...]
+Row = dict[str, Any]
+
+__all__ = [
+    "BatchDescription",
+    "CasTable",
+    "Correction",
+    "DesiredCollection",
+    "DesiredStore",
+    "EpochOutcome",
+    "MemoryTable",
+    "SelfCorrectingWriter",
+    "Snapshot",
+    "correction",
+    "mint",
+    "norm",
+]
+
+
+def norm(value: Any) -> Any:
+    """A value in the form both sides of a comparison share (hashable).
+
+    NaN equals NaN; aware datetimes compare by instant; Decimals that are whole
+    compare equal to ints; lists / dicts become tuples.
+    """
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else value
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return ("tz", value.timestamp())
+    if isinstance(value, list | tuple):
+        return tuple(norm(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, norm(v)) for k, v in value.items()))
+    return value
+
+
+def key_of(row: Mapping[str, Any], key: Sequence[str]) -> Key:
+    """The normalized key tuple of ``row``."""
+    return tuple(norm(row[k]) for k in key)
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any], columns: Sequence[str]) -> bool:
+    return all(norm(a.get(c)) == norm(b.get(c)) for c in columns)
+
+
+# --- batch descriptions ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchDescription:
+    """Bounds ``[lower, upper)`` of one append; minted once per epoch (SPEC §8).
+
+    ``lower`` is the table's recorded upper that the append expects; ``upper`` the
+    frontier it records. ``lower < upper``.
+    """
+
+    lower: int
+    upper: int
+
+    def __post_init__(self) -> None:
+        """Refuse an empty or backwards description."""
+        if not self.lower < self.upper:
+            raise ValueError(f"batch description needs lower < upper, got ({self.lower}, {self.upper})")
+
+
+def mint(table_upper: int, desired_upper: int) -> BatchDescription | None:
+    """The description to append up to ``desired_upper`` onto a table at ``table_upper``.
+
+    None when ``desired_upper <= table_upper``: the table is already at or past the
+    writer's frontier (another replica, or this writer before a replay, wrote it).
+    """
+    if desired_upper <= table_upper:
+        return None
+    return BatchDescription(table_upper, desired_upper)
+
+
+# --- the desired collection ------------------------------------------------------------
+
+
+class DesiredCollection:
+    """The flow's current result collection: one row (dict) per key.
+
+    Parameters
+    ----------
+    key:
+        Key column names.
+    retract_column:
+        A boolean column: a row with True deletes its key (and is not kept).
+    covers:
+        ``(start, end)`` column names: a row also retracts the rows of the same key
+        without ``start`` / ``end`` whose ``[start, end)`` lies inside its own (a
+        merged session). Both columns must be in ``key`` or be ``start`` in ``key``.
+    """
+
+    def __init__(self, key: Sequence[str], *, retract_column: str | None = None,
+                 covers: tuple[str, str] | None = None, schema: pa.Schema | None = None) -> None:
+        self.key = tuple(key)
+        self.retract_column = retract_column
+        self.covers = covers
+        self.schema = schema
+        """Arrow schema of the rows (set by the first :meth:`apply`), without retraction column."""
+        self.rows: dict[Key, Row] = {}
+        self._groups: dict[Key, set[Key]] = {}
+
+    def _group(self, row: Mapping[str, Any]) -> Key:
+        assert self.covers is not None
+        return tuple(norm(row[k]) for k in self.key if k not in self.covers)
+
+    def _put(self, k: Key, row: Row) -> None:
+        self.rows[k] = row
+        if self.covers is not None:
+            self._groups.setdefault(self._group(row), set()).add(k)
+
+    def _drop(self, k: Key) -> None:
+        row = self.rows.pop(k, None)
+        if row is not None and self.covers is not None:
+            members = self._groups.get(self._group(row))
+            if members is not None:
+                members.discard(k)
+
+    def apply(self, table: pa.Table) -> set[Key]:
+        """Fold one epoch's rows in (in row order); return the keys touched.
+
+        Touched keys: every key replaced, added or retracted (the correction is
+        computed over them).
+
+        Raises
+        ------
+        WireError
+            When a key or covers column is missing from the rows.
+        """
+        needed = [*self.key, *(self.covers or ())]
+        missing = [c for c in needed if c not in table.column_names]
+        if missing:
+            raise WireError(
+                f"self-correcting sink: column(s) {missing} not among the rows' {table.column_names}")
+        data = table
+        if self.retract_column is not None and self.retract_column in table.column_names:
+            data = table.drop_columns([self.retract_column])
+        if self.schema is None and table.num_rows:
+            self.schema = data.schema
+        flags = (table.column(self.retract_column).to_pylist()
+                 if self.retract_column is not None and self.retract_column in table.column_names
+                 else [False] * table.num_rows)
+        touched: set[Key] = set()
+        for row, retract in zip(data.to_pylist(), flags, strict=True):
+            k = key_of(row, self.key)
+            touched.add(k)
+            if retract:
+                self._drop(k)
+                continue
+            if self.covers is not None:
+                start, end = self.covers
+                lo, hi = row[start], row[end]
+                for other in list(self._groups.get(self._group(row), ())):
+                    old = self.rows[other]
+                    if other != k and lo <= old[start] and old[end] <= hi:
+                        self._drop(other)
+                        touched.add(other)
+            self._put(k, row)
+        return touched
+
+    def columns(self) -> list[str]:
+        """The data columns (from the schema)."""
+        return list(self.schema.names) if self.schema is not None else list(self.key)
+
+    def to_arrow(self) -> pa.Table:
+        """All rows as one Arrow table in :attr:`schema` (sorted by key)."""
+        if self.schema is None:
+            return pa.table({})
+        rows = [self.rows[k] for k in sorted(self.rows, key=repr)]
+        return pa.Table.from_pylist(rows, schema=self.schema)
+
+    def load(self, table: pa.Table) -> None:
+        """Replace the contents with ``table``'s rows (as written by :meth:`to_arrow`)."""
+        self.rows.clear()
+        self._groups.clear()
+        if table.num_columns:
+            self.schema = table.schema
+        for row in table.to_pylist():
+            self._put(key_of(row, self.key), row)
+
+
+class DesiredStore:
+    """The desired collection of every epoch, kept as Parquet files under ``directory``.
+
+    ``desired-<epoch>.parquet`` holds the collection after ``epoch``; written
+    atomically (rename) after the epoch's rows were folded in. To process epoch
+    ``e`` the sink loads the newest file of an epoch ``< e`` (a replay of ``e`` after
+    a crash finds ``e - 1`` and recomputes ``e`` from the same rows). Files older
+    than ``e - 1`` are removed once ``e`` is saved. Cost: one Parquet write of the
+    whole collection per epoch, and its disk size twice.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def _epochs(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        out = []
+        for p in self.directory.glob("desired-*.parquet"):
+            stem = p.stem[len("desired-"):]
+            if stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def load_before(self, epoch: int) -> tuple[int, pa.Table] | None:
+        """The newest saved ``(epoch', table)`` with ``epoch' < epoch``, or None."""
+        older = [e for e in self._epochs() if e < epoch]
+        if not older:
+            return None
+        e = older[-1]
+        return e, pq.read_table(self.directory / f"desired-{e}.parquet")
+
+    def save(self, epoch: int, table: pa.Table) -> None:
+        """Write the collection after ``epoch``; drop files older than ``epoch - 1``."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / f"desired-{epoch}.parquet"
+        tmp = final.with_suffix(".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+        for e in self._epochs():
+            if e < epoch - 1:
+                (self.directory / f"desired-{e}.parquet").unlink(missing_ok=True)
+
+
+# --- corrections -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Correction:
+    """desired − persisted over some keys: delete every persisted row of ``deletes``, insert ``inserts``.
+
+    ``differing`` counts the keys whose persisted rows differ from the desired row
+    (missing, extra, altered or duplicated); ``keys`` the keys compared.
+    """
+
+    deletes: frozenset[Key]
+    inserts: tuple[Row, ...]
+    differing: frozenset[Key]
+    keys: int
+
+    @property
+    def size(self) -> int:
+        """Rows this correction writes: keys deleted plus rows inserted."""
+        return len(self.deletes) + len(self.inserts)
+
+    @property
+    def empty(self) -> bool:
+        """True when the persisted rows already equal the desired ones."""
+        return not self.deletes and not self.inserts
+
+
+def correction(desired: Mapping[Key, Row], persisted: Iterable[Row], key: Sequence[str],
+               columns: Sequence[str], keys: Collection[Key] | None = None) -> Correction:
+    """The correction that makes the persisted rows of ``keys`` equal the desired ones.
+
+    ``keys`` None compares every key of ``desired`` and ``persisted`` (a full check);
+    otherwise persisted rows of other keys are ignored. A key whose persisted rows
+    are exactly one row equal (on ``columns``, :func:`norm`) to the desired row is
+    left alone; otherwise its persisted rows are deleted (if any) and the desired
+    row inserted (if any).
+    """
+    by_key: dict[Key, list[Row]] = {}
+    for row in persisted:
+        k = key_of(row, key)
+        if keys is None or k in keys:
+            by_key.setdefault(k, []).append(row)
+    compare = set(desired) | set(by_key) if keys is None else set(keys)
+    deletes: set[Key] = set()
+    inserts: list[Row] = []
+    differing: set[Key] = set()
+    for k in compare:
+        want = desired.get(k)
+        have = by_key.get(k, [])
+        if want is not None and len(have) == 1 and _same(have[0], want, columns):
+            continue
+        if want is None and not have:
+            continue
+        differing.add(k)
+        if have:
+            deletes.add(k)
+        if want is not None:
+            inserts.append(want)
+    return Correction(frozenset(deletes), tuple(inserts), frozenset(differing), len(compare))
+
+
+# --- the compare-and-set loop ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a :class:`CasTable` read: its upper, the rows asked for, and drift."""
+
+    upper: int
+    rows: list[Row]
+    drifted: bool
+    """The table changed outside the protocol since the last append recorded it."""
+    token: Any = None
+    """What :meth:`CasTable.compare_and_append` checks besides the upper: the table's
+    state as read (a fingerprint, a Delta version), so that a change of any kind
+    between this read and the append fails the append."""
+
+
+class CasTable(Protocol):
+    """A target table with a recorded upper frontier (PostgreSQL, Delta, in memory)."""
+
+    def read(self, keys: Collection[Key] | None) -> Snapshot:
+        """One consistent read: the upper, the rows of ``keys`` (None: all rows), drift."""
+        ...
+
+    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
+        """Atomically apply ``corr`` and record ``desc.upper`` iff the upper is ``desc.lower``.
+
+        ``token`` is the :attr:`Snapshot.token` of the read the correction was
+        computed from. Returns False (and changes nothing) when the upper is not
+        ``desc.lower`` or the table changed since that read.
+        """
+        ...
+
+
+Status = Literal["written", "unchanged", "behind", "read_only"]
+
+
+@dataclass(frozen=True)
+class EpochOutcome:
+    """What one :meth:`SelfCorrectingWriter.write` did.
+
+    ``status``: ``"written"`` (appended a correction), ``"unchanged"`` (nothing
+    differed), ``"behind"`` (the table is at or past this writer's frontier),
+    ``"read_only"`` (computed, wrote nothing). ``corrections`` rows written (keys
+    deleted + rows inserted); ``drift`` keys found differing that this epoch did not
+    touch (hand edits, another writer's different contents); ``distance`` keys
+    differing from the desired collection before this epoch's append; ``conflicts``
+    failed compare-and-sets; ``full`` whether every key was compared.
+    """
+
+    status: Status
+    description: BatchDescription | None
+    corrections: int
+    drift: int
+    distance: int
+    conflicts: int
+    full: bool
+    table_upper: int
+
+
+@dataclass
+class SelfCorrectingWriter:
+    """The per-epoch CAS loop of one replica's sink (module docstring).
+
+    ``full_check_every`` > 0 compares every key every that many epochs even without
+    drift; ``max_conflicts`` bounds the retries of one epoch (then WireError).
+    """
+
+    key: tuple[str, ...]
+    full_check_every: int = 0
+    max_conflicts: int = 1000
+    last_upper: int | None = None
+    """The upper this writer last appended or confirmed; None: unknown (full check next)."""
+    epochs: int = field(default=0)
+
+    def write(self, table: CasTable, desired: DesiredCollection, touched: Collection[Key], upper: int,
+              *, read_only: bool = False) -> EpochOutcome:
+        """Make ``table`` equal ``desired`` (as of frontier ``upper``) for this epoch.
+
+        Raises
+        ------
+        WireError
+            After ``max_conflicts`` failed compare-and-sets in one epoch.
+        """
+        self.epochs += 1
+        periodic = self.full_check_every > 0 and self.epochs % self.full_check_every == 0
+        full = read_only or periodic or self.last_upper is None
+        conflicts = 0
+        columns = desired.columns()
+        while True:
+            snap = table.read(None if full else touched)
+            if not full and (snap.drifted or snap.upper != self.last_upper):
+                full = True
+                continue
+            corr = correction(desired.rows, snap.rows, self.key, columns, None if full else touched)
+            drift = len(corr.differing - set(touched)) if full else 0
+            if read_only:
+                self.last_upper = None
+                return EpochOutcome("read_only", None, 0, drift, len(corr.differing), conflicts, full,
+                                    snap.upper)
+            desc = mint(snap.upper, upper)
+            if desc is None:
+                self.last_upper = None
+                return EpochOutcome("behind", None, 0, 0, len(corr.differing), conflicts, full, snap.upper)
+            if corr.empty:
+                self.last_upper = snap.upper
+                return EpochOutcome("unchanged", desc, 0, drift, 0, conflicts, full, snap.upper)
+            if table.compare_and_append(desc, corr, snap.token):
+                self.last_upper = desc.upper
+                return EpochOutcome("written", desc, corr.size, drift, len(corr.differing), conflicts, full,
+                                    desc.upper)
+            conflicts += 1
+            if conflicts >= self.max_conflicts:
+                raise WireError(f"self-correcting sink: {conflicts} compare-and-set conflicts in one epoch")
+            full = True
+
+
+class MemoryTable:
+    """An in-memory :class:`CasTable` (rows, upper, and a fingerprint for drift), for tests.
+
+    :meth:`edit` changes rows outside the protocol (drift); :attr:`appends` counts
+    successful appends.
+    """
+
+    def __init__(self, key: Sequence[str]) -> None:
+        self.key = tuple(key)
+        self.rows: list[Row] = []
+        self.upper = 0
+        self.recorded: tuple[Any, ...] = self._fingerprint()
+        self.appends = 0
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        return tuple(sorted(repr(sorted((c, norm(v)) for c, v in r.items())) for r in self.rows))
+
+    def read(self, keys: Collection[Key] | None) -> Snapshot:
+        """The upper, a copy of the rows of ``keys`` (None: all), drift."""
+        rows = [dict(r) for r in self.rows if keys is None or key_of(r, self.key) in keys]
+        now = self._fingerprint()
+        return Snapshot(self.upper, rows, now != self.recorded, now)
+
+    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
+        """Apply ``corr`` and set the upper iff the upper is ``desc.lower`` and the rows are as read."""
+        if self.upper != desc.lower or self._fingerprint() != token:
+            return False
+        self.rows = [r for r in self.rows if key_of(r, self.key) not in corr.deletes]
+        self.rows += [dict(r) for r in corr.inserts]
+        self.upper = desc.upper
+        self.recorded = self._fingerprint()
+        self.appends += 1
+        return True
+
+    def edit(self, rows: list[Row]) -> None:
+        """Replace the rows outside the protocol (a hand edit: the upper stays)."""
+        self.rows = [dict(r) for r in rows]

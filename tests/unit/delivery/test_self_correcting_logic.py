@@ -1,0 +1,228 @@
+"""Pure logic of the self-correcting sink (SPEC §8): desired collection, correction, CAS loop.
+
+Expectations are derived by hand or from a reference fold of the epochs (a plain
+dict per key), never from captured output.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from wire.delivery.self_correcting import (
+    BatchDescription,
+    DesiredCollection,
+    DesiredStore,
+    MemoryTable,
+    SelfCorrectingWriter,
+    correction,
+    mint,
+)
+from wire.errors import WireError
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("gone", pa.bool_())])
+
+
+def _rows(*triples):
+    return pa.table({"k": [t[0] for t in triples], "v": [t[1] for t in triples],
+                     "gone": [t[2] if len(t) > 2 else False for t in triples]}, schema=SCHEMA)
+
+
+def _desired() -> DesiredCollection:
+    return DesiredCollection(("k",), retract_column="gone")
+
+
+def test_mint_only_forward():
+    assert mint(3, 5) == BatchDescription(3, 5)
+    assert mint(5, 5) is None
+    assert mint(7, 5) is None
+    with pytest.raises(ValueError):
+        BatchDescription(4, 4)
+
+
+def test_update_replaces_and_retraction_deletes():
+    d = _desired()
+    assert d.apply(_rows(("a", 1), ("b", 2))) == {("a",), ("b",)}
+    assert d.apply(_rows(("a", 5), ("b", None, True))) == {("a",), ("b",)}
+    assert d.rows == {("a",): {"k": "a", "v": 5}}
+    assert d.schema.names == ["k", "v"]
+
+
+def test_covers_retracts_merged_sessions():
+    d = DesiredCollection(("user", "window_start"), covers=("window_start", "window_end"))
+    t = pa.table({"user": ["u", "u", "w"], "window_start": [0, 100, 0], "window_end": [50, 150, 50],
+                  "n": [1, 1, 1]})
+    d.apply(t)
+    # a late event bridges u's two sessions: [0, 150) covers [0, 50) and [100, 150)
+    merged = pa.table({"user": ["u"], "window_start": [0], "window_end": [150], "n": [3]})
+    touched = d.apply(merged)
+    assert touched == {("u", 0), ("u", 100)}
+    assert sorted(d.rows) == [("u", 0), ("w", 0)]
+    assert d.rows[("u", 0)]["n"] == 3
+
+
+def test_correction_by_hand():
+    desired = {("a",): {"k": "a", "v": 1}, ("b",): {"k": "b", "v": 2}, ("c",): {"k": "c", "v": 3}}
+    persisted = [{"k": "a", "v": 1}, {"k": "b", "v": 9}, {"k": "d", "v": 4}, {"k": "c", "v": 3},
+                 {"k": "c", "v": 3}]
+    full = correction(desired, persisted, ("k",), ("k", "v"))
+    # b altered, d extra, c duplicated; a equal
+    assert full.differing == {("b",), ("c",), ("d",)}
+    assert full.deletes == {("b",), ("c",), ("d",)}
+    assert sorted(r["k"] for r in full.inserts) == ["b", "c"]
+    assert full.size == 5
+    only_a_b = correction(desired, persisted, ("k",), ("k", "v"), keys={("a",), ("b",)})
+    assert only_a_b.differing == {("b",)} and only_a_b.keys == 2
+    nan = correction({("a",): {"k": "a", "v": float("nan")}}, [{"k": "a", "v": float("nan")}],
+                     ("k",), ("k", "v"))
+    assert nan.empty
+
+
+def test_desired_store_keeps_two_epochs(tmp_path):
+    store = DesiredStore(tmp_path)
+    d = _desired()
+    for e in range(4):
+        d.apply(_rows((f"k{e}", e)))
+        store.save(e, d.to_arrow())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["desired-2.parquet", "desired-3.parquet"]
+    e, t = store.load_before(3)
+    assert e == 2 and t.num_rows == 3
+    back = _desired()
+    back.load(t)
+    assert back.rows == {(f"k{i}",): {"k": f"k{i}", "v": i} for i in range(3)}
+    assert store.load_before(2) is None
+
+
+def test_writer_repairs_drift_and_skips_replay():
+    table = MemoryTable(("k",))
+    d = _desired()
+    w = SelfCorrectingWriter(("k",))
+    touched = d.apply(_rows(("a", 1), ("b", 2)))
+    out = w.write(table, d, touched, 1)
+    assert out.status == "written" and out.full and out.corrections == 2
+    table.edit([{"k": "a", "v": 100}, {"k": "x", "v": 0}])  # b deleted, a altered, x inserted by hand
+    touched = d.apply(_rows(("c", 3)))
+    out = w.write(table, d, touched, 2)
+    assert out.status == "written" and out.full and out.drift == 3
+    assert sorted(map(tuple, (r.values() for r in table.rows))) == [("a", 1), ("b", 2), ("c", 3)]
+    # a replay of epoch 1 (upper 2) after a crash: the table is already there
+    again = SelfCorrectingWriter(("k",))
+    assert again.write(table, d, touched, 2).status == "behind"
+    ro = SelfCorrectingWriter(("k",)).write(table, d, set(), 3, read_only=True)
+    assert ro.status == "read_only" and ro.distance == 0 and table.upper == 2
+
+
+def test_writer_gives_up_after_max_conflicts():
+    class Moving(MemoryTable):
+        def compare_and_append(self, desc, corr, token):
+            self.upper += 1
+            return False
+
+    d = _desired()
+    touched = d.apply(_rows(("a", 1)))
+    w = SelfCorrectingWriter(("k",), max_conflicts=3)
+    with pytest.raises(WireError, match="3 compare-and-set conflicts"):
+        w.write(Moving(("k",)), d, touched, 10_000)
+
+
+# --- randomized interleaving of two writers ---------------------------------------------
+
+_events = st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 9), st.booleans()), max_size=5)
+
+
+class _Interleaved:
+    """A view of a MemoryTable through which one writer reads; after each read a scripted
+    action may run: the other writer's next epoch, or a hand edit (drift)."""
+
+    def __init__(self, table, actions):
+        self.table = table
+        self.actions = actions
+
+    def read(self, keys):
+        snap = self.table.read(keys)
+        if self.actions:
+            self.actions.pop(0)()
+        return snap
+
+    def compare_and_append(self, desc, corr, token):
+        return self.table.compare_and_append(desc, corr, token)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(epochs=st.lists(_events, min_size=1, max_size=8),
+       schedule=st.lists(st.sampled_from(["A", "B", "A>B", "B>A", "edit", "A>edit"]), max_size=30),
+       edits=st.lists(st.lists(st.tuples(st.sampled_from("abcdefx"), st.integers(0, 99)), max_size=4),
+                      min_size=1, max_size=5))
+def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits):
+    tables = [_rows(*[(k, v, gone) for k, v, gone in events]) if events else _rows() for events in epochs]
+    # the reference: fold every epoch into a plain dict
+    expected: dict[str, int] = {}
+    for events in epochs:
+        for k, v, gone in events:
+            if gone:
+                expected.pop(k, None)
+            else:
+                expected[k] = v
+    table = MemoryTable(("k",))
+    replicas = {n: {"desired": _desired(), "writer": SelfCorrectingWriter(("k",)), "next": 0} for n in "AB"}
+    conflicts = 0
+    edit_iter = iter(edits * 10)
+
+    def hand_edit():
+        table.edit([{"k": k, "v": v} for k, v in next(edit_iter)] + table.rows[:2])
+
+    def step(name, actions=()):
+        nonlocal conflicts
+        r = replicas[name]
+        e = r["next"]
+        if e >= len(tables):
+            for a in actions:
+                a()
+            return
+        r["next"] += 1
+        touched = r["desired"].apply(tables[e])
+        out = r["writer"].write(_Interleaved(table, list(actions)), r["desired"], touched, e + 1)
+        conflicts += out.conflicts
+
+    for action in schedule:
+        if action in ("A", "B"):
+            step(action)
+        elif action == "edit":
+            hand_edit()
+        elif action == "A>edit":
+            step("A", [hand_edit])
+        else:
+            first, second = action.split(">")
+            step(first, [lambda s=second: step(s)])
+    for name in "AB":  # both replicas run to the end of the input
+        while replicas[name]["next"] < len(tables):
+            step(name)
+    # the epoch after the end of input (no rows): finds and repairs drift left by an edit
+    final = replicas["A"]
+    final["writer"].write(table, final["desired"], set(), len(tables) + 1)
+    keys = [r["k"] for r in table.rows]
+    assert len(keys) == len(set(keys)), "duplicate keys"
+    assert {r["k"]: r["v"] for r in table.rows} == expected
+    assert {r["k"]: r["v"] for r in replicas["B"]["desired"].rows.values()} == expected
+
+
+def test_interleaved_append_is_a_conflict_then_resolved():
+    table = MemoryTable(("k",))
+    a, b = _desired(), _desired()
+    wa, wb = SelfCorrectingWriter(("k",)), SelfCorrectingWriter(("k",))
+    rows = _rows(("a", 1), ("b", 2))
+    tb = b.apply(rows)
+
+    def b_writes():
+        assert wb.write(table, b, tb, 1).status == "written"
+
+    out = wa.write(_Interleaved(table, [b_writes]), a, a.apply(rows), 1)
+    # A read upper 0, B appended (0, 1) meanwhile: A's append failed, A re-read and was behind
+    assert out.conflicts == 1 and out.status == "behind"
+    more = _rows(("a", 7))
+    tb = b.apply(more)
+    out = wa.write(_Interleaved(table, [lambda: wb.write(table, b, tb, 2)]), a, a.apply(more), 2)
+    assert out.conflicts == 1 and out.status == "behind"
+    assert sorted((r["k"], r["v"]) for r in table.rows) == [("a", 7), ("b", 2)]
