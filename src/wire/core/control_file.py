@@ -146,3 +146,16 @@ def check_bind(host: str, *, token: str | None, allow_remote: bool, server: str)
             f"a non-empty string: the {server} bound to the non-loopback host {host!r} requires "
             "'Authorization: Bearer <token>' on every request",
         )
+
+
+def set_sink_mode(path: str | os.PathLike[str], sink: str, mode: str) -> None:
+    """Switch a self-correcting sink step to ``"write"`` or ``"read_only"`` (SPEC §8)."""
+    doc = read_control(path)
+    doc.setdefault("sinks", {}).setdefault(sink, {})["mode"] = mode
+    write_control(path, doc)
+
+
+def sink_mode(path: str | os.PathLike[str] | None, sink: str) -> str | None:
+    """The mode a sink step was switched to (``"write"`` / ``"read_only"``), None if never."""
+    mode = read_control(path).get("sinks", {}).get(sink, {}).get("mode")
+    return mode if isinstance(mode, str) else None

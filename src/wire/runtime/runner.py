@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
+from wire.core.envelope import metrics_table
 from wire.delivery.sink import ExecutorSink, Sink
 from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
@@ -206,9 +207,14 @@ class EpochDispatcher:
                 else:
                     rows = result.driver_rows.get(node.source.port_id())
                     if rows is None or rows.num_rows == 0:
-                        continue
-                    node.sink.write_epoch(epoch, with_epoch(rows, epoch))
+                        if not getattr(node.sink, "wants_empty_epochs", False):
+                            continue
+                        rows = pa.table({})
+                    node.sink.write_epoch(epoch, with_epoch(rows, epoch) if rows.num_columns else rows)
                     written = rows.num_rows
+                    report = getattr(node.sink, "epoch_metrics", None)  # the self-correcting sink's
+                    if report is not None and (counters := report()):
+                        self.summary.add_metrics(metrics_table(node.step, counters))
             except Exception as e:
                 self.last_error = f"epoch {epoch}: sink {node.step!r} raised {e!r}"
                 raise
@@ -424,6 +430,9 @@ def start_plan(
     opened: list[Sink] = []
     try:
         for node in sinks:
+            bind = getattr(node.sink, "bind_checkpoint", None)  # sinks that keep state under it
+            if bind is not None:
+                bind(checkpoint)
             node.sink.open(flow_id=plan.flow_id, sink_id=node.step, checkpoint_id=meta.checkpoint_id)
             opened.append(node.sink)
         writer = (

@@ -15,6 +15,10 @@ constructor        guarantee       how a replayed epoch is handled
 ``kafka(servers, topic)``
                    exactly_once    one transaction per epoch + epoch marker; skipped
                    at_least_once   ``transactional=False``: idempotent producer, re-sent
+``self_correcting(target, key=...)``
+                   idempotent      PostgreSQL / Delta table kept equal to the results:
+                                   correction appended with compare-and-set on the
+                                   table's upper; replay finds the upper, writes nothing
 ``console()``      at_least_once   printed again
 ``guarded(sink)``  (the sink's)    retried until accepted, behind a circuit breaker
 ``round_robin()``  at_least_once   slices may be re-sent to another member
@@ -40,6 +44,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.sinks.kafka_sink import KafkaSink, KafkaTransactionalSink, kafka
     from wire.sinks.postgres_sink import PostgresAppendSink, PostgresUpsertSink, postgres
     from wire.sinks.redis_sink import RedisStreamSink, redis_stream_sink
+    from wire.sinks.self_correcting_sink import SelfCorrectingSink, self_correcting
     from wire.sinks.sqlite_sink import SqliteSink, sqlite
     from wire.sinks.webhook_sink import WebhookSink, webhook
 
@@ -52,6 +57,7 @@ _LAZY: LazyTable = {
        for n in ("GuardedSink", "RoundRobinSink", "guarded", "round_robin")},
     **{n: ("wire.sinks.file_sinks", n) for n in ("console", "jsonl", "parquet")},
     "Sink": ("wire.delivery.sink", "Sink"),
+    **{n: ("wire.sinks.self_correcting_sink", n) for n in ("SelfCorrectingSink", "self_correcting")},
     **{n: ("wire.sinks.sqlite_sink", n) for n in ("SqliteSink", "sqlite")},
     **{n: ("wire.sinks.webhook_sink", n) for n in ("WebhookSink", "webhook")},
 }
@@ -66,6 +72,7 @@ __all__ = [
     "PostgresUpsertSink",
     "RedisStreamSink",
     "RoundRobinSink",
+    "SelfCorrectingSink",
     "Sink",
     "SqliteSink",
     "WebhookSink",
@@ -78,6 +85,7 @@ __all__ = [
     "postgres",
     "redis_stream_sink",
     "round_robin",
+    "self_correcting",
     "sqlite",
     "webhook",
 ]

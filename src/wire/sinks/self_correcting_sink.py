@@ -1,0 +1,628 @@
+"""The self-correcting sink (SPEC §8): a PostgreSQL or Delta table kept equal to the flow's results.
+
+Built by :func:`self_correcting`. The logic (desired collection, correction, batch
+descriptions, the compare-and-set loop) is :mod:`wire.delivery.self_correcting`;
+this module binds it to two kinds of table and to the runtime.
+
+Where the desired collection lives — the choice and its cost
+    The sink is a *driver sink*: each epoch's rows for its port reach the driver
+    (they are the flow's results, typically window rows, far fewer than the
+    input). The sink folds them into the **desired collection** (one row per key),
+    kept in memory on the driver and saved after every epoch as one Parquet file
+    under the flow's checkpoint, ``<checkpoint>/self_correcting/<sink step>/
+    desired-<epoch>.parquet`` (:class:`~wire.delivery.self_correcting.DesiredStore`;
+    the two newest epochs are kept, so a replayed epoch recomputes from the one
+    before). Cost per epoch: the epoch's rows on the driver, one Parquet write of
+    the whole collection, and the reads of the table below; memory: the collection.
+    Each replica has its own checkpoint, hence its own desired collection: nothing
+    is shared between replicas but the table.
+
+What the table holds
+    The rows of the desired collection, without the columns in ``drop`` (by
+    default the per-run ``epoch`` and the ``emit`` kind, which differ between
+    replicas and runs), and its **upper frontier**: ``epoch + 1`` of the last epoch
+    appended. PostgreSQL: a row of ``<schema>.wire_sc_frontiers`` (``schema_name,
+    table_name, upper, nrows, digest, writer, updated_at``), updated in the same
+    transaction as the rows; the table gets a primary key on ``key``. Delta: the
+    application transaction (``txn``) ``"wire.self_correcting"`` whose version is
+    the upper, set by the same commit as the rows (a ``MERGE``), which carries
+    ``wire.sc.upper`` in its commit info.
+
+Per epoch (driver, :meth:`SelfCorrectingSink.write_epoch`)
+    1. fold the rows into the desired collection, save it;
+    2. read the table's upper and the persisted rows of the keys the epoch touched
+       — all keys when the table *drifted* (PostgreSQL: its row count and the sum
+       of ``hashtextextended(row::text, 0)`` differ from those the last append
+       recorded; Delta: the newest commit is not one of the sink's), when another
+       writer appended since this one, or every ``full_check_every`` epochs;
+    3. mint ``(lower, upper) = (table upper, epoch + 1)``; nothing to write if the
+       table is already there (another replica, or a replay);
+    4. append the correction (desired − persisted) with compare-and-set.
+       PostgreSQL: one transaction ``LOCK TABLE ... IN EXCLUSIVE MODE`` (hand edits
+       wait), ``UPDATE wire_sc_frontiers SET upper = <upper> WHERE upper = <lower>``,
+       check the table's fingerprint is the one read, ``DELETE`` the corrected keys,
+       ``COPY`` the new rows, record the new fingerprint. Delta: a ``MERGE`` commit
+       made on the version read with no commit retries, so any commit in between
+       (another replica's, a hand edit) fails it. A failed compare-and-set is
+       counted and the loop re-reads everything and recomputes: never a blind
+       append.
+
+    In **read-only** mode step 2 always reads every key, step 4 is skipped, and the
+    distance (keys differing) is reported. The mode is the ``read_only`` argument
+    at build time, switched while running by ``PATCH
+    /v1/flows/{id}/sinks/{sink} {"mode": "write" | "read_only"}`` or ``wire
+    sink-mode``, through the flow's control file (a restart goes back to the
+    build-time mode).
+
+Metrics per sink step (in the run summary, REST status and ``/metrics``):
+counters ``sc_corrections`` (rows written: keys deleted + rows inserted),
+``sc_drift_rows`` (keys found differing that the epoch did not touch),
+``sc_cas_conflicts``, ``sc_epochs_behind``; gauges ``sc_read_only`` (1 / 0),
+``sc_distance`` (keys differing before the epoch's append), ``sc_corrections_last_epoch``,
+``sc_table_upper``.
+
+Replicas and frontiers
+    The frontier is the epoch id, so replicas of one flow agree on what a frontier
+    means when their epochs cut the input at the same places (sources with a fixed
+    ``max_events_per_epoch`` over the same files or offsets). Whatever the cuts,
+    every append leaves the table equal to the appending replica's desired
+    collection (a full check whenever someone else wrote), and the replica with the
+    highest final epoch writes last, so replicas that both run to the end leave
+    the table equal to the result of the whole input.
+
+Limits: key columns must be of a type that compares exactly (integers, strings,
+booleans, dates, timestamps without time zone); values must be scalars
+(PostgreSQL types as in :mod:`wire.sinks.postgres_sink`). The correction is
+computed on the driver; executors do not write (SPEC §8's parallel write is not
+implemented).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from wire.core.control_file import control_path, sink_mode
+from wire.delivery.self_correcting import (
+    BatchDescription,
+    Correction,
+    DesiredCollection,
+    DesiredStore,
+    EpochOutcome,
+    Key,
+    Row,
+    SelfCorrectingWriter,
+    Snapshot,
+)
+from wire.delivery.sink import Sink
+from wire.errors import ConfigError, WireError, needs_extra
+
+__all__ = ["FRONTIER_TABLE", "SelfCorrectingSink", "self_correcting"]
+
+FRONTIER_TABLE = "wire_sc_frontiers"
+"""PostgreSQL: the table (in the sink's ``schema``) recording each target table's upper."""
+DELTA_APP_ID = "wire.self_correcting"
+"""Delta: the application transaction whose version is the table's upper."""
+DELTA_MARK = "wire.sc.upper"
+"""Delta: the commit-info key of the sink's commits."""
+MODES = ("write", "read_only")
+_OP = "__wire_op"
+
+
+class _Conflict(Exception):
+    """Raised inside a compare-and-set transaction to roll it back."""
+
+
+def _exact_key_type(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_boolean(t) or pa.types.is_date(t)
+            or (pa.types.is_timestamp(t) and t.tz is None))
+
+
+# --- PostgreSQL -----------------------------------------------------------------------
+
+
+class _PgTable:
+    """A PostgreSQL table as a :class:`~wire.delivery.self_correcting.CasTable`."""
+
+    def __init__(self, conn: Any, schema: str, table: str, key: tuple[str, ...], columns: list[str],
+                 writer: str) -> None:
+        from psycopg import sql
+
+        self.conn = conn
+        self.sql = sql
+        self.schema, self.table, self.key, self.columns, self.writer = schema, table, key, columns, writer
+        self.ident = sql.Identifier(schema, table)
+        self.frontier = sql.Identifier(schema, FRONTIER_TABLE)
+        types = dict(conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+            (schema, table)).fetchall())
+        self.key_types = [types[k] for k in key]
+        conn.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (schema_name text NOT NULL, table_name text NOT NULL, "
+            "upper bigint NOT NULL, nrows bigint NOT NULL, digest text NOT NULL, writer text, "
+            "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (schema_name, table_name))"
+        ).format(self.frontier))
+        conn.execute(sql.SQL(
+            "INSERT INTO {} (schema_name, table_name, upper, nrows, digest) VALUES (%s, %s, 0, 0, '0') "
+            "ON CONFLICT DO NOTHING").format(self.frontier), (schema, table))
+
+    def _fingerprint(self) -> tuple[int, str]:
+        row = self.conn.execute(self.sql.SQL(
+            "SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)), 0)::text FROM {} AS t"
+        ).format(self.ident)).fetchone()
+        return int(row[0]), str(row[1])
+
+    def _keys_clause(self, keys: Collection[Key]) -> tuple[Any, list[list[Any]]]:
+        sql = self.sql
+        cols = sql.SQL(", ").join(map(sql.Identifier, self.key))
+        arrays = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in self.key_types)
+        clause = sql.SQL("({}) IN (SELECT * FROM unnest({}))").format(cols, arrays)
+        values = [[k[i] for k in keys] for i in range(len(self.key))]
+        return clause, values
+
+    def read(self, keys: Collection[Key] | None) -> Snapshot:
+        """Upper, fingerprint and rows (of ``keys``; None: all) in one repeatable-read transaction."""
+        sql = self.sql
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            upper, nrows, digest = self.conn.execute(sql.SQL(
+                "SELECT upper, nrows, digest FROM {} WHERE schema_name = %s AND table_name = %s"
+            ).format(self.frontier), (self.schema, self.table)).fetchone()
+            now = self._fingerprint()
+            select = sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, self.columns)), self.ident)
+            if keys is None:
+                cur = self.conn.execute(select)
+            elif not keys:
+                cur = None
+            else:
+                clause, values = self._keys_clause(keys)
+                cur = self.conn.execute(sql.SQL("{} WHERE {}").format(select, clause), values)
+            rows = [] if cur is None else [dict(zip(self.columns, r, strict=True)) for r in cur.fetchall()]
+        return Snapshot(int(upper), rows, now != (int(nrows), digest), now)
+
+    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
+        """One transaction: lock, CAS the upper, check the fingerprint, delete, insert, record."""
+        sql = self.sql
+        try:
+            with self.conn.transaction():
+                self.conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self.ident))
+                moved = self.conn.execute(sql.SQL(
+                    "UPDATE {} SET upper = %s, writer = %s, updated_at = now() "
+                    "WHERE schema_name = %s AND table_name = %s AND upper = %s RETURNING 1"
+                ).format(self.frontier),
+                    (desc.upper, self.writer, self.schema, self.table, desc.lower)).fetchone()
+                if moved is None or self._fingerprint() != token:
+                    raise _Conflict
+                if corr.deletes:
+                    clause, values = self._keys_clause(corr.deletes)
+                    self.conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(self.ident, clause), values)
+                if corr.inserts:
+                    cols = sql.SQL(", ").join(map(sql.Identifier, self.columns))
+                    copy = sql.SQL("COPY {} ({}) FROM STDIN").format(self.ident, cols)
+                    with self.conn.cursor().copy(copy) as cp:
+                        for row in corr.inserts:
+                            cp.write_row([row.get(c) for c in self.columns])
+                nrows, digest = self._fingerprint()
+                self.conn.execute(sql.SQL(
+                    "UPDATE {} SET nrows = %s, digest = %s WHERE schema_name = %s AND table_name = %s"
+                ).format(self.frontier), (nrows, digest, self.schema, self.table))
+        except _Conflict:
+            return False
+        return True
+
+
+# --- Delta ------------------------------------------------------------------------------
+
+
+class _DeltaTable:
+    """A Delta table as a :class:`~wire.delivery.self_correcting.CasTable` (deltalake, no JVM)."""
+
+    def __init__(self, path: str, key: tuple[str, ...], schema: pa.Schema, writer: str) -> None:
+        from deltalake import CommitProperties, DeltaTable
+
+        self.path, self.key, self.writer = path, key, writer
+        self.columns = schema.names
+        self.schema = schema
+        if not DeltaTable.is_deltatable(path):
+            with contextlib.suppress(Exception):  # another replica may create it at the same moment
+                DeltaTable.create(path, schema, mode="ignore",
+                                  commit_properties=CommitProperties(custom_metadata={DELTA_MARK: "0"}))
+            if not DeltaTable.is_deltatable(path):
+                raise WireError(f"self-correcting sink: cannot create the Delta table at {path}")
+
+    def read(self, keys: Collection[Key] | None) -> Snapshot:
+        """Upper (txn version), drift (newest commit not the sink's), rows; token = version read."""
+        from deltalake import DeltaTable
+
+        dt = DeltaTable(self.path)
+        version = dt.version()
+        upper = dt.transaction_version(DELTA_APP_ID) or 0
+        newest = dt.history(1)
+        drifted = bool(newest) and DELTA_MARK not in newest[0]
+        if keys is not None and not keys:
+            return Snapshot(int(upper), [], drifted, version)
+        data = dt.to_pyarrow_table(columns=self.columns)
+        if keys is not None:
+            first = pa.array(sorted({k[0] for k in keys}), data.schema.field(self.key[0]).type)
+            data = data.filter(pc.is_in(data.column(self.key[0]), value_set=first))
+        rows = data.to_pylist()
+        if keys is not None and len(self.key) > 1:
+            rows = [r for r in rows if tuple(r[k] for k in self.key) in keys]
+        return Snapshot(int(upper), rows, drifted, version)
+
+    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
+        """One ``MERGE`` commit on the version read, no retries: delete keys, insert rows, set txn."""
+        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake.exceptions import CommitFailedError
+
+        dt = DeltaTable(self.path, version=token)
+        if (dt.transaction_version(DELTA_APP_ID) or 0) != desc.lower:
+            return False
+        source_schema = self.schema.append(pa.field(_OP, pa.string()))
+        rows: list[Row] = [{**r, _OP: "u"} for r in corr.inserts]
+        rows += [{**dict(zip(self.key, k, strict=True)), _OP: "d"} for k in corr.deletes]
+        source = pa.Table.from_pylist(rows, schema=source_schema)
+        on = " AND ".join(f't."{k}" = s."{k}"' for k in self.key)
+        props = CommitProperties(max_commit_retries=0,
+                                 app_transactions=[Transaction(DELTA_APP_ID, desc.upper)],
+                                 custom_metadata={DELTA_MARK: str(desc.upper), "wire.sc.writer": self.writer})
+        try:
+            (dt.merge(source, predicate=f"{on} AND s.\"{_OP}\" = 'd'", source_alias="s", target_alias="t",
+                      commit_properties=props)
+             .when_matched_delete()
+             .when_not_matched_insert(updates={c: f's."{c}"' for c in self.columns},
+                                      predicate=f"s.\"{_OP}\" = 'u'")
+             .execute())
+        except CommitFailedError:
+            return False
+        return True
+
+
+# --- the sink -------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What the sink holds while a flow runs (between ``open`` and ``close``)."""
+
+    flow: str
+    sink: str
+    state_dir: Path
+    control: str | None
+    desired: DesiredCollection
+    writer: SelfCorrectingWriter
+    store: DesiredStore
+    loaded: int | None = None
+    """The epoch whose desired collection is in memory."""
+    table: Any = None
+    conn: Any = None
+    last: EpochOutcome | None = None
+    counters: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class SelfCorrectingSink(Sink):
+    """Keeps a PostgreSQL or Delta table equal to the flow's results; see :func:`self_correcting`."""
+
+    guarantee: ClassVar[str] = "idempotent"
+    wants_empty_epochs: ClassVar[bool] = True
+    """The runner calls :meth:`write_epoch` also for epochs without rows for the sink
+    (drift is repaired and the mode applied at every epoch)."""
+
+    backend: str
+    key: tuple[str, ...]
+    dsn: str | None = field(default=None, repr=False)
+    path: str | None = None
+    table: str | None = None
+    schema: str = "public"
+    drop: tuple[str, ...] = ("epoch", "emit")
+    retract_column: str | None = None
+    covers: tuple[str, str] | None = None
+    read_only: bool = False
+    full_check_every: int = 0
+    state_dir: str | None = None
+    _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
+    _checkpoint: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def describe(self) -> str:
+        """E.g. ``"self_correcting postgres public.hourly key=(origin, window_start) (idempotent)"``."""
+        where = f"{self.schema}.{self.table}" if self.backend == "postgres" else str(self.path)
+        return f"self_correcting {self.backend} {where} key=({', '.join(self.key)}) ({self.guarantee})"
+
+    def bind_checkpoint(self, checkpoint: str) -> None:
+        """Runner, before :meth:`open`: the flow's checkpoint directory (desired collection, control file)."""
+        self._checkpoint[:] = [str(checkpoint)]
+
+    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Driver, run start: find the state directory and connect (PostgreSQL).
+
+        Raises
+        ------
+        WireError
+            When neither ``state_dir`` nor the flow's checkpoint is known, or the
+            database cannot be reached.
+        """
+        self.close()
+        checkpoint = self._checkpoint[0] if self._checkpoint else None
+        if self.state_dir is not None:
+            state = Path(self.state_dir)
+        elif checkpoint is not None:
+            state = Path(checkpoint) / "self_correcting" / sink_id
+        else:
+            raise WireError(f"{self.describe()}: no state_dir and no checkpoint to keep the desired "
+                            "collection in")
+        run = _Run(
+            flow=flow_id, sink=sink_id, state_dir=state,
+            control=control_path(checkpoint) if checkpoint is not None else None,
+            desired=DesiredCollection(self.key, retract_column=self.retract_column, covers=self.covers),
+            writer=SelfCorrectingWriter(self.key, full_check_every=self.full_check_every),
+            store=DesiredStore(state),
+        )
+        if self.backend == "postgres":
+            from wire.sinks.postgres_sink import _connect
+
+            try:
+                run.conn = _connect(str(self.dsn), f"wire {flow_id}/{sink_id} self-correcting")
+            except Exception as e:
+                raise WireError(f"{self.describe()}: cannot open: {e}") from e
+        object.__setattr__(self, "_run", run)
+
+    def close(self) -> None:
+        """Driver, run end: disconnect."""
+        run = self._run
+        object.__setattr__(self, "_run", None)
+        if run is not None and run.conn is not None:
+            run.conn.close()
+
+    def mode(self) -> str:
+        """``"read_only"`` or ``"write"``: the control file's switch, else the build-time mode."""
+        run = self._run
+        switched = sink_mode(run.control, run.sink) if run is not None else None
+        if switched in MODES:
+            return str(switched)
+        return "read_only" if self.read_only else "write"
+
+    def last_outcome(self) -> EpochOutcome | None:
+        """What the last epoch did (None before the first)."""
+        return self._run.last if self._run is not None else None
+
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        """Fold the epoch's rows into the desired collection, save it, and correct the table.
+
+        Called on the driver once per epoch (also with no rows), before the epoch
+        commits; a replay recomputes the epoch from the saved collection before it
+        and finds the table already at its upper (nothing written).
+
+        Raises
+        ------
+        WireError
+            Before :meth:`open`; when a key column is missing or not of an exact
+            type; when the table does not fit the rows or the database fails; after
+            too many compare-and-set conflicts in one epoch. The epoch then fails
+            and is replayed.
+        """
+        run = self._run
+        if run is None:
+            raise WireError(f"{self.describe()}: epoch written before open")
+        run.last = None
+        if run.loaded is None or run.loaded >= epoch:
+            saved = run.store.load_before(epoch)
+            run.desired.load(saved[1] if saved is not None else pa.table({}))
+            if saved is None:
+                run.desired.schema = None
+        drop = [c for c in self.drop if c in table.column_names and c not in self.key]
+        rows = table.drop_columns(drop) if drop else table
+        touched: set[Key] = set()
+        if rows.num_rows:
+            bad = [f"{k}: {rows.schema.field(k).type}" for k in self.key
+                   if k in rows.column_names and not _exact_key_type(rows.schema.field(k).type)]
+            if bad:
+                raise WireError(f"{self.describe()}: key columns need an exactly comparable type "
+                                f"(integer, string, bool, date, timestamp without tz), got {bad}")
+            touched = run.desired.apply(rows)
+        run.store.save(epoch, run.desired.to_arrow())
+        run.loaded = epoch
+        if run.desired.schema is None:
+            return  # no row ever: no table to create, nothing to compare
+        try:
+            target = self._table(run)
+            read_only = self.mode() == "read_only"
+            out = run.writer.write(target, run.desired, touched, epoch + 1, read_only=read_only)
+        except WireError:
+            raise
+        except Exception as e:
+            if run.conn is not None:
+                with contextlib.suppress(Exception):
+                    run.conn.close()
+                run.conn, run.table = None, None
+            raise WireError(f"{self.describe()}: epoch {epoch} not written: {e}") from e
+        run.last = out
+        run.counters["sc_corrections"] += out.corrections
+        run.counters["sc_drift_rows"] += out.drift
+        run.counters["sc_cas_conflicts"] += out.conflicts
+        run.counters["sc_epochs_behind"] += out.status == "behind"
+
+    def epoch_metrics(self) -> dict[str, int]:
+        """Runner, after :meth:`write_epoch`: this epoch's counters and the gauges (``gauge:`` names)."""
+        run = self._run
+        if run is None or run.last is None:
+            return {}
+        run_last = run.last
+        return {
+            "sc_corrections": run_last.corrections,
+            "sc_drift_rows": run_last.drift,
+            "sc_cas_conflicts": run_last.conflicts,
+            "sc_epochs_behind": int(run_last.status == "behind"),
+            "gauge:sc_read_only": int(run_last.status == "read_only"),
+            "gauge:sc_distance": run_last.distance,
+            "gauge:sc_corrections_last_epoch": run_last.corrections,
+            "gauge:sc_table_upper": run_last.table_upper,
+        }
+
+    def totals(self) -> dict[str, int]:
+        """Counters summed over this run (corrections, drift rows, conflicts, epochs behind)."""
+        return dict(self._run.counters) if self._run is not None else {}
+
+    def _table(self, run: _Run) -> Any:
+        if run.table is not None:
+            return run.table
+        assert run.desired.schema is not None
+        schema = run.desired.schema
+        columns = schema.names
+        writer = f"{run.flow}/{run.sink}@{run.state_dir}"
+        if self.backend == "postgres":
+            from wire.sinks.postgres_sink import _connect, _Target
+
+            if run.conn is None or run.conn.closed or run.conn.broken:
+                run.conn = _connect(str(self.dsn), f"wire {run.flow}/{run.sink} self-correcting")
+            from psycopg import sql
+
+            lock = "wire self-correcting setup"  # replicas starting together: one sets up at a time
+            run.conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
+            try:
+                create = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}")
+                run.conn.execute(create.format(sql.Identifier(self.schema)))
+                _Target(self.schema, str(self.table), self.key, self.describe()).ensure(run.conn, schema)
+                run.table = _PgTable(run.conn, self.schema, str(self.table), self.key, columns, writer)
+            finally:
+                run.conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
+        else:
+            run.table = _DeltaTable(str(self.path), self.key, schema, writer)
+        return run.table
+
+
+def _check_key(key: object) -> tuple[str, ...]:
+    accepted = "a column name or a non-empty sequence of distinct column names"
+    names = (key,) if isinstance(key, str) else key
+    if not isinstance(names, tuple | list) or not names:
+        raise ConfigError("key", key, accepted)
+    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise ConfigError("key", key, accepted)
+    return tuple(names)
+
+
+def _is_dsn(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://")) or any(
+        f"{k}=" in target for k in ("dbname", "host", "user", "port"))
+
+
+def self_correcting(
+    target: str | os.PathLike[str],
+    *,
+    key: str | Sequence[str],
+    table: str | None = None,
+    schema: str = "public",
+    drop: Sequence[str] = ("epoch", "emit"),
+    retract_column: str | None = None,
+    covers: tuple[str, str] | None = None,
+    read_only: bool = False,
+    full_check_every: int = 0,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> Sink:
+    """Keep a table equal to the flow's current results, writing only the difference (SPEC §8).
+
+    ``target`` is a PostgreSQL connection string or URL (then ``table`` is required)
+    or a Delta table path. The table holds one row per ``key``: an epoch's row
+    replaces the earlier row of its key (a window's ``update`` replaces its
+    ``final``); a row with True in ``retract_column`` deletes its key; with
+    ``covers=("window_start", "window_end")`` a row also deletes the rows of the
+    same key without the window columns whose window it covers (sessions merged by
+    a late event). Per epoch the sink computes the correction desired − persisted
+    over the keys the epoch touched (every key when the table drifted, another
+    replica wrote, or a periodic check is due) and appends it with a
+    compare-and-set on the table's recorded upper frontier (``epoch + 1``), in one
+    transaction (PostgreSQL) or one commit (Delta); on a conflict it re-reads and
+    recomputes. Several replicas of one flow (each its own checkpoint) may write
+    one table; a read-only replica writes nothing and reports its distance. The
+    table is written when the epoch's rows are folded in, on the driver, before
+    the epoch commits. Details, costs and metrics: :mod:`wire.sinks.self_correcting_sink`.
+
+    Guarantee: ``idempotent`` — a replayed epoch finds the table at its upper and
+    writes nothing; the table converges to the result collection.
+
+    Parameters
+    ----------
+    target:
+        ``"postgresql://..."`` / ``"host=... dbname=..."``, or a Delta table path.
+    key:
+        Column(s) identifying a result row, e.g. ``("origin", "window_start")``;
+        integer, string, bool, date or naive timestamp columns.
+    table:
+        PostgreSQL table name (required for PostgreSQL, not allowed for Delta).
+    schema:
+        PostgreSQL schema of the table and of ``wire_sc_frontiers``.
+    drop:
+        Columns not written (default the per-run ``epoch`` and the ``emit`` kind).
+    retract_column:
+        Boolean column whose True rows delete their key.
+    covers:
+        ``(start, end)`` columns; ``start`` must be in ``key``.
+    read_only:
+        Start as a read-only standby (switch to write over REST or ``wire sink-mode``).
+    full_check_every:
+        Compare every key every N epochs (0: only on drift or another writer).
+    state_dir:
+        Where to keep the desired collection; default under the flow's checkpoint.
+
+    Returns
+    -------
+    Sink
+        A :class:`SelfCorrectingSink`.
+
+    Raises
+    ------
+    ConfigError
+        On a malformed ``key``, ``table`` missing for PostgreSQL or given for Delta,
+        ``covers`` not two column names with ``start`` in ``key``, ``read_only`` not a
+        bool, ``full_check_every`` not an int >= 0, ``drop`` naming a key column.
+
+    Examples
+    --------
+    >>> sink = self_correcting("/tmp/hourly_delta", key=("origin", "window_start"))
+    >>> sink.describe()
+    'self_correcting delta /tmp/hourly_delta key=(origin, window_start) (idempotent)'
+    """
+    keys = _check_key(key)
+    if not isinstance(target, str | os.PathLike) or not os.fspath(target):
+        raise ConfigError("target", target, "a PostgreSQL connection string / URL or a Delta table path")
+    text = os.fspath(target)
+    if not isinstance(read_only, bool):
+        raise ConfigError("read_only", read_only, "True or False")
+    if isinstance(full_check_every, bool) or not isinstance(full_check_every, int) or full_check_every < 0:
+        raise ConfigError("full_check_every", full_check_every, "an int >= 0 (0: no periodic full check)")
+    drops = (drop,) if isinstance(drop, str) else tuple(drop)
+    if any(not isinstance(d, str) for d in drops) or set(drops) & set(keys):
+        raise ConfigError("drop", drop, "column names, none of them a key column")
+    if covers is not None and (not isinstance(covers, tuple | list) or len(covers) != 2
+                               or not all(isinstance(c, str) for c in covers) or covers[0] not in keys):
+        raise ConfigError("covers", covers, "None or (start column, end column) with the start column in key")
+    if retract_column is not None and (not isinstance(retract_column, str) or retract_column in keys):
+        raise ConfigError("retract_column", retract_column, "None or a boolean column name, not a key column")
+    common: dict[str, Any] = dict(
+        key=keys, drop=drops, retract_column=retract_column,
+        covers=tuple(covers) if covers is not None else None, read_only=read_only,
+        full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None)
+    if isinstance(text, str) and _is_dsn(text):
+        from wire.sinks.postgres_sink import _check_dsn, _check_name
+
+        if table is None:
+            raise ConfigError("table", table, "the table name, required when target is a PostgreSQL DSN")
+        return SelfCorrectingSink(backend="postgres", dsn=_check_dsn(text), table=_check_name("table", table),
+                                  schema=_check_name("schema", schema), **common)
+    if table is not None:
+        raise ConfigError("table", table, "None when target is a Delta table path (table is for PostgreSQL)")
+    with needs_extra("delta", "wire.sinks.self_correcting"):
+        import deltalake  # noqa: F401
+    return SelfCorrectingSink(backend="delta", path=text, **common)
