@@ -2,7 +2,8 @@
 
 A running flow on Spark, the control plane serving it; the page must show the flow's
 operator graph, a watermark plot whose points advance, refuse pause without the token
-and say so, pause with the token (no new epoch, "paused" shown) and resume.
+and say so, pause with the token (no new epoch, "paused" shown) and resume, and, with
+the token, a malformed record's dead-letter reason among the recent dead letters.
 
 Skipped, with the reason, when Playwright or Chromium is missing. Set
 ``WIRE_CHROMIUM`` to use another Chromium binary and ``WIRE_DASHBOARD_SCREENSHOT`` to a
@@ -77,6 +78,9 @@ def test_dashboard_graph_plots_and_pause_resume_in_chromium(spark, browser, tmp_
     try:
         write_events(src / "a.jsonl", range(0, 100))
         wait_for(lambda: running.summary.input_events == 100, "the first file")
+        (src / "a_bad.tmp").write_text('[1, 2]\n')
+        (src / "a_bad.tmp").rename(src / "a_bad.jsonl")  # its one line: a dead letter
+        wait_for(lambda: running.summary.total("malformed") == 1, "the malformed record")
         page.goto(url + "/")
 
         # the graph shows the flow's steps, linked source -> filter -> window -> sink
@@ -84,6 +88,9 @@ def test_dashboard_graph_plots_and_pause_resume_in_chromium(spark, browser, tmp_
             expect(page.locator(f'#graph g.node[data-step="{step}"] text.step')).to_have_text(step)
         assert page.locator("#graph path.edge").count() >= 3
         expect(page.locator("#flow-status")).to_have_text("running", timeout=30_000)
+        # samples show record content: none without the token, and the page says why
+        expect(page.locator("#samples-note")).to_contain_text("type the token")
+        assert page.locator("#dead-letters tr.sample").count() == 0
 
         # the watermark plot's points advance as new events come
         write_events(src / "b.jsonl", range(100, 200))
@@ -106,6 +113,12 @@ def test_dashboard_graph_plots_and_pause_resume_in_chromium(spark, browser, tmp_
         # with the token: paused, no new epoch, and the page shows it
         page.fill("#token", TOKEN)
         page.click("#token-form button[type=submit]")
+        dead = page.locator("#dead-letters tr.sample")
+        expect(dead).to_have_count(1, timeout=10_000)
+        expect(dead.locator("td.reason")).to_have_text("jsonl: expected a JSON object, got list")
+        expect(dead.locator("td.location")).to_have_text(f"{src / 'a_bad.jsonl'}:1")
+        expect(dead.locator("td.record")).to_have_text("[1, 2]")
+        expect(page.locator("#samples-note")).to_have_text("")
         page.click("#pause-flow")
         expect(page.locator("#flow-status")).to_have_text("paused", timeout=10_000)
         assert read_control(running.control_file)["paused"] is True

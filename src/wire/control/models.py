@@ -149,3 +149,31 @@ class FlowHistory(BaseModel):
     malformed: dict[str, list[int | None]] = Field(description="per step, dead letters so far")
     breakers: dict[str, list[str | None]] = Field(description="per sink, its breaker's state")
     paused: dict[str, list[bool | None]] = Field(description="per source, paused or not")
+
+
+class RecentEventBody(BaseModel):
+    """One sampled dead letter or late event (:class:`wire.runtime.samples.RecentEvent`)."""
+
+    kind: Literal["dead_letter", "late"]
+    step: str = Field(description="dead letter: the step that rejected it (a source); late: the window "
+                      "or join step")
+    reason: str | None = Field(description="why it was rejected or late")
+    record: str = Field(description="dead letter: the raw record; late: the event's other columns as "
+                        "JSON; cut to 300 characters (ending in '…' when cut)")
+    location: str | None = Field(description="dead letters: where it came from, e.g. `in/a.jsonl:3` "
+                                 "(1-based line); late: null")
+    event_time: int | None = Field(description="the event's event time (ms since the Unix epoch); null "
+                                   "for a dead letter")
+    watermark: int | None = Field(description="late events: the watermark it was late against (ms); "
+                                  "dead letters: null")
+    epoch: int = Field(description="the epoch (Spark batch id) that produced it")
+    processing_time: int = Field(description="when its epoch committed, ms since the Unix epoch")
+
+
+class FlowSamples(BaseModel):
+    """``GET /v1/flows/{id}/samples``: the flow's newest dead letters and late events."""
+
+    id: str
+    size: int = Field(description="the most kept of each kind (the newest; older ones are dropped)")
+    dead_letters: list[RecentEventBody] = Field(description="newest first")
+    late: list[RecentEventBody] = Field(description="newest first")

@@ -2,8 +2,9 @@
 
 The report is the dashboard's page with everything inlined (style sheets, uPlot, the
 dashboard's script) and the data embedded as JSON instead of read from a control plane:
-the operator graph (``<checkpoint>/graph.json``), the last status and the history built
-from the epoch log (:mod:`wire.runtime.epoch_log`, one sample per epoch). One file, no
+the operator graph (``<checkpoint>/graph.json``), the last status, the history built
+from the epoch log (:mod:`wire.runtime.epoch_log`, one sample per epoch) and the last
+run's newest dead letters and late events (``<checkpoint>/samples.json``). One file, no
 server, nothing fetched: it can be mailed or archived next to the run's outputs.
 """
 
@@ -20,7 +21,7 @@ from wire.control.status import Counters, source_lag
 from wire.core.time import NO_WATERMARK
 from wire.errors import WireError
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint
-from wire.runtime.epoch_log import EPOCH_LOG, GRAPH_FILE, read_epoch_log
+from wire.runtime.epoch_log import EPOCH_LOG, GRAPH_FILE, SAMPLES_FILE, read_epoch_log
 
 
 def _text(name: str) -> str:
@@ -39,7 +40,7 @@ def _counters(record: dict[str, Any]) -> Counters:
 
 
 def report_data(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
-    """What the report page shows: ``summary``, ``status``, ``history`` and ``graph``.
+    """What the report page shows: ``summary``, ``status``, ``history``, ``graph``, ``samples``.
 
     Raises
     ------
@@ -74,12 +75,16 @@ def report_data(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     graph_file = root / GRAPH_FILE
     graph = json.loads(graph_file.read_text()) if graph_file.exists() else {"nodes": [], "edges": []}
     columns = history.columns()
+    samples_file = root / SAMPLES_FILE
+    samples = (json.loads(samples_file.read_text()) if samples_file.exists()
+               else {"size": 0, "dead_letters": [], "late": []})
     return {
         "summary": {"id": flow_id, "status": done, "epochs": len(records), "input_events": c.input_events},
         "status": status,
         "history": {"id": flow_id, "interval_s": None, "max_samples": len(records), "minutes": None,
                     **columns},
         "graph": graph,
+        "samples": {"id": flow_id, **samples},
     }
 
 

@@ -25,6 +25,9 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
   minutes (default 15), one array per series (:mod:`wire.control.history`); the plane
   samples every flow every ``history_interval_s`` and keeps ``history_max_samples``.
 * ``GET /v1/flows/{id}/graph``: the flow's operator graph (steps and edges) from its plan.
+* ``GET /v1/flows/{id}/samples``: the flow's newest dead letters and late events, at most
+  50 of each (:mod:`wire.runtime.samples`). They hold record content, so this route
+  always needs the token, on loopback too.
 * ``GET /metrics``: Prometheus text format (:mod:`wire.control.metrics`).
 * ``GET /``: the dashboard, a static page (HTML, JS, CSS and the vendored uPlot, served
   from the package under ``/dashboard/``) over the routes above; see
@@ -33,7 +36,8 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
 Authentication: every state-changing call (``PATCH``) needs ``Authorization: Bearer
 <token>``; a missing or wrong token answers 401 and changes nothing. On the loopback
 interface (the default) reads (``GET /v1/...``, ``/metrics``) are open: they reveal
-counters and watermarks, never data. Binding any other address (e.g. ``0.0.0.0``)
+counters and watermarks, never data (``/v1/flows/{id}/samples``, which shows records,
+needs the token everywhere). Binding any other address (e.g. ``0.0.0.0``)
 needs ``allow_remote=True`` and an explicit ``token``, and then every read needs the
 token too (Prometheus: ``authorization: {credentials: <token>}`` in the scrape config).
 The OpenAPI schema and the docs page stay open: they describe the routes, no flow; so do
@@ -64,8 +68,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from wire.control.history import DEFAULT_INTERVAL_S, DEFAULT_MAX_SAMPLES, HistoryBuffer, HistorySampler
 from wire.control.metrics import FlowCollector
-from wire.control.models import ErrorBody, FlowGraph, FlowHistory, FlowStatus, FlowSummary, StatusChange
-from wire.control.status import FlowHandle, RateMeter, source_steps, status_of, summary_of
+from wire.control.models import (
+    ErrorBody,
+    FlowGraph,
+    FlowHistory,
+    FlowSamples,
+    FlowStatus,
+    FlowSummary,
+    StatusChange,
+)
+from wire.control.status import FlowHandle, RateMeter, samples_of, source_steps, status_of, summary_of
 from wire.core.control_file import check_bind, is_loopback, set_paused
 from wire.errors import ConfigError, WireError
 from wire.plan.graph import graph_of
@@ -393,6 +405,25 @@ def create_app(plane: ControlPlane) -> FastAPI:
         """The flow's operator graph from its plan: steps (sources, operators, sinks) and edges."""
         flow, _ = plane.get(flow_id)
         return FlowGraph.model_validate(graph_of(flow.plan))
+
+    @app.get("/v1/flows/{flow_id}/samples", response_model=FlowSamples, tags=["flows"],
+             responses={401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
+                        404: {"model": ErrorBody}},
+             dependencies=[Depends(authorized)])
+    def get_samples(flow_id: FlowId) -> FlowSamples:
+        """The flow's newest dead letters and late events (at most 50 of each), newest first.
+
+        Needs `Authorization: Bearer <token>` on every interface: the items hold record
+        content. Each item: `kind` (`dead_letter` or `late`), `step`, `reason`, `record`
+        (dead letter: the raw record; late: the event's other columns as JSON; at most 300
+        characters), `location` (dead letters, e.g. `in/a.jsonl:3`), `event_time` and
+        `watermark` (late events: the event's event time and the watermark it was late
+        against), `epoch` and `processing_time` (when its epoch committed). Times are ms
+        since the Unix epoch. Taken from the epochs this run committed; a restarted flow
+        starts a new sample.
+        """
+        flow, _ = plane.get(flow_id)
+        return samples_of(flow_id, flow)
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> Response:

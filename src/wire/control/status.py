@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from wire.control.models import (
     DriverTraffic,
+    FlowSamples,
     FlowState,
     FlowStatus,
     FlowSummary,
@@ -36,7 +37,9 @@ class FlowHandle(Protocol):
     """What the control plane reads from a running flow (:class:`wire.RunningFlow` fits).
 
     Optional hooks, used when present: ``breakers() -> Mapping[str, str]`` (per sink, its
-    breaker's state) and ``last_error: str | None`` (why the last epoch failed).
+    breaker's state), ``last_error: str | None`` (why the last epoch failed) and
+    ``summary.samples`` (a :class:`wire.runtime.samples.SampleBuffer`: recent dead letters
+    and late events).
     """
 
     plan: Any
@@ -268,3 +271,14 @@ def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
         error=error,
         spark=spark_progress(flow),
     )
+
+
+def samples_of(flow_id: str, flow: FlowHandle) -> FlowSamples:
+    """The flow's newest dead letters and late events (``GET /v1/flows/{id}/samples``).
+
+    Empty lists when the flow's summary keeps no samples (``summary.samples`` missing).
+    """
+    buffer = getattr(flow.summary, "samples", None)
+    if buffer is None:
+        return FlowSamples(id=flow_id, size=0, dead_letters=[], late=[])
+    return FlowSamples.model_validate({"id": flow_id, **buffer.to_dict()})

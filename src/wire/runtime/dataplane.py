@@ -9,10 +9,12 @@ the writer
    the ``epoch`` column to the rows of its port and calls the epoch's stager, which
    writes them to the sink's staging location and returns a receipt;
 3. for each **driver sink**, returns the rows of its port as an Arrow IPC blob;
-4. returns the partition's metric records and the count of each ``emit`` value.
+4. returns the partition's metric records and the count of each ``emit`` value;
+5. returns previews of the last rows of each dead-letter and late port
+   (:mod:`wire.runtime.samples`, at most ``SAMPLE_SIZE`` per port and task).
 
 What reaches the driver is one small Arrow table (:data:`RESULT_SCHEMA`): receipts,
-metrics, emit counts, and only the rows of driver sinks. The driver then commits
+metrics, emit counts, the previews, and only the rows of driver sinks. The driver then commits
 each executor sink with its receipts and writes the driver sinks.
 """
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,11 +34,13 @@ from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError
 from wire.plan.nodes import ALL_STEPS, PortRef
 from wire.runtime.ports import split_ports
+from wire.runtime.samples import SAMPLE_SIZE, preview_rows
 
 STAGED = "staged"
 ROWS = "rows"
 METRICS = "metrics"
 EMITTED = "emitted"
+SAMPLE = "sample"
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -52,8 +57,10 @@ RESULT_SCHEMA = pa.schema(
 
 ``kind`` ``"staged"`` (``target`` = sink step, ``receipt`` = the stager's JSON receipt),
 ``"rows"`` (``target`` = port id, ``blob`` = the port's rows for a driver sink, Arrow
-IPC), ``"metrics"`` (``blob`` = metric records) or ``"emitted"`` (``receipt`` = JSON
-``{emit value: count}`` of the main port)."""
+IPC), ``"metrics"`` (``blob`` = metric records), ``"emitted"`` (``receipt`` = JSON
+``{emit value: count}`` of the main port) or ``"sample"`` (``target`` = a dead-letter or
+late port id, ``rows`` = the port's rows in the task, ``receipt`` = JSON list of
+previews of its last rows, :func:`wire.runtime.samples.preview_rows`)."""
 
 RESULT_DDL = (
     "kind string, target string, partition int, rows bigint, bytes bigint, receipt string, blob binary"
@@ -101,12 +108,16 @@ class PartitionWriter:
         The port id of the terminal step's data rows.
     routes:
         One route per sink.
+    sample_size:
+        Previews returned per dead-letter or late port (its last rows; 0: none).
     """
 
-    def __init__(self, epoch: int, main_port: str, routes: list[Route]) -> None:
+    def __init__(self, epoch: int, main_port: str, routes: list[Route], *,
+                 sample_size: int = SAMPLE_SIZE) -> None:
         self.epoch = epoch
         self.main_port = main_port
         self.routes = routes
+        self.sample_size = sample_size
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Process one task's rows; yield at most one result batch (:data:`RESULT_SCHEMA`)."""
@@ -153,6 +164,12 @@ class PartitionWriter:
             counts = pc.value_counts(main.column("emit")).to_pylist()
             emitted = {str(c["values"]): int(c["counts"]) for c in counts}
             records.append(_record(EMITTED, "", partition, main.num_rows, 0, receipt=json.dumps(emitted)))
+        for port_id, rows in ports.items():
+            previews = preview_rows(port_id, rows, limit=self.sample_size) if rows.num_rows else []
+            if previews:
+                receipt = json.dumps(previews, default=str)
+                records.append(_record(SAMPLE, port_id, partition, rows.num_rows, len(receipt),
+                                       receipt=receipt))
         return records
 
 
@@ -176,6 +193,8 @@ class EpochResult:
     """Data rows that reached the driver (those of driver sinks)."""
     received_bytes: int
     """Bytes of the job's result that reached the driver (receipts, metrics, rows)."""
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """Previews of dead letters and late events (:mod:`wire.runtime.samples`), by partition."""
 
     @staticmethod
     def from_table(result: pa.Table) -> EpochResult:
@@ -185,6 +204,7 @@ class EpochResult:
         row_parts: dict[str, list[pa.Table]] = {}
         metric_parts: list[pa.Table] = []
         emitted: Counter[str] = Counter()
+        samples: list[dict[str, Any]] = []
         received_rows = 0
         for rec in result.to_pylist():
             kind = rec["kind"]
@@ -198,6 +218,8 @@ class EpochResult:
                 metric_parts.append(decode_table(rec["blob"]))
             elif kind == EMITTED:
                 emitted.update(json.loads(rec["receipt"]))
+            elif kind == SAMPLE:
+                samples.extend(json.loads(rec["receipt"]))
         return EpochResult(
             staged=staged,
             driver_rows={
@@ -207,4 +229,5 @@ class EpochResult:
             emitted=emitted,
             received_rows=received_rows,
             received_bytes=result.nbytes,
+            samples=samples,
         )

@@ -8,7 +8,10 @@ run), ``epochs``, ``epoch_ms`` (the epoch's wall time), ``metrics`` and ``gauges
 
 Bounded: when the file holds ``2 * max_records`` lines it is rewritten with the newest
 ``max_records`` (default 10,000 epochs, a few MB). ``<checkpoint>/graph.json`` holds the
-flow's operator graph (:func:`wire.plan.graph.graph_of`), written when a run starts.
+flow's operator graph (:func:`wire.plan.graph.graph_of`), written when a run starts, and
+``<checkpoint>/samples.json`` the run's newest dead letters and late events
+(:meth:`wire.runtime.samples.SampleBuffer.to_dict`), rewritten after each epoch that
+produced some (at most 100 previews, a few tens of kB).
 
 Writing is best effort: a full disk must not fail the flow, so an ``OSError`` stops the
 log for the rest of the run and is reported in :attr:`EpochLog.error`.
@@ -27,6 +30,7 @@ from wire.plan.nodes import Plan
 
 EPOCH_LOG = "epochs.jsonl"
 GRAPH_FILE = "graph.json"
+SAMPLES_FILE = "samples.json"
 DEFAULT_MAX_RECORDS = 10_000
 
 
@@ -50,6 +54,18 @@ class EpochLog:
             (self.path.parent / GRAPH_FILE).write_text(json.dumps(graph_of(plan)))
         except OSError as e:
             self.error = f"cannot write {self.path.parent / GRAPH_FILE}: {e}"
+
+    def write_samples(self, samples: Any) -> None:
+        """Replace ``samples.json`` with ``samples`` (a :class:`~wire.runtime.samples.SampleBuffer`)."""
+        if self.error is not None:
+            return
+        path = self.path.parent / SAMPLES_FILE
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(samples.to_dict()))
+            tmp.replace(path)
+        except OSError as e:
+            self.error = f"cannot write {path}: {e}"
 
     def append(self, summary: Any, batch: int, epoch_s: float) -> None:
         """Record the run's counters after epoch ``batch`` (``summary``: a ``RunSummary``)."""

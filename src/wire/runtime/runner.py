@@ -35,6 +35,7 @@ from wire.runtime.checkpoint import default_key_groups, epochs_settled, open_che
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
+from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session
 
 
@@ -61,7 +62,8 @@ class RunSummary:
     (console, webhook, Redis stream, memory, guarded, round_robin) receive theirs there."""
     driver_bytes: list[int] = field(default_factory=list)
     """Per epoch, the bytes of the epoch job's result that reached the driver:
-    receipts, metric records and the rows of driver sinks."""
+    receipts, metric records, previews of dead letters and late events, and the rows of
+    driver sinks."""
     stopped_early: bool = False
     source_steps: tuple[str, ...] = ()
     restarts: int = 0
@@ -81,6 +83,10 @@ class RunSummary:
     """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
 
     Watermarks are the minimum over an operator's key groups, other gauges the sum."""
+
+    samples: SampleBuffer = field(default_factory=SampleBuffer, compare=False, repr=False)
+    """The newest dead letters and late events of committed epochs, at most
+    ``SAMPLE_SIZE`` (50) of each (:mod:`wire.runtime.samples`); ``samples.newest("late")``."""
 
     def add_metrics(self, metrics: pa.Table) -> None:
         """Fold one epoch's metric records (counters add up; gauges replace)."""
@@ -119,6 +125,7 @@ class RunSummary:
         self.driver_bytes += later.driver_bytes
         self.gauges.update(later.gauges)
         self.kept.update(later.kept)
+        self.samples.extend(later.samples)
         self.stopped_early = later.stopped_early
         return self
 
@@ -224,11 +231,14 @@ class EpochDispatcher:
         self.summary.driver_bytes.append(result.received_bytes)
         if result.metrics is not None:
             self.summary.add_metrics(result.metrics)
+        self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
         self.summary.epochs += 1
         now = time.perf_counter()
         self.summary.epoch_wall_seconds.append(now - self._last)
         if self.epoch_log is not None:
             self.epoch_log.append(self.summary, epoch, now - self._last)
+            if result.samples:
+                self.epoch_log.write_samples(self.summary.samples)
         self._last = now
         if self.progress:
             n_main = sum(result.emitted.values())

@@ -1,7 +1,8 @@
 // Wire dashboard: a static page over the control plane's JSON API (no build step).
 //
 // Reads GET /v1/flows, /v1/flows/{id}, /v1/flows/{id}/history and /v1/flows/{id}/graph
-// every REFRESH_MS; pause / resume send PATCH with the bearer token typed into the page
+// every REFRESH_MS, and /v1/flows/{id}/samples (recent dead letters and late events: record
+// content, so only with the token); pause / resume send PATCH with the bearer token typed into the page
 // (kept in this tab's sessionStorage, sent only to this control plane). Plots: uPlot.
 // `wire report` inlines this script with the data in <script id="wire-data">: the same
 // page, read once from that data, read only.
@@ -71,6 +72,7 @@
     if (path === "/v1/flows") return [STATIC.summary];
     if (path.includes("/history")) return STATIC.history;
     if (path.endsWith("/graph")) return STATIC.graph;
+    if (path.endsWith("/samples")) return STATIC.samples || { size: 0, dead_letters: [], late: [] };
     return STATIC.status;
   }
 
@@ -187,6 +189,57 @@
     } catch (e) {
       const hint = e.status === 401 ? " (type the control plane's token above)" : "";
       say(`refused: ${verb} ${what}: ${e.message}${hint}`, "error");
+    }
+  }
+
+  // ---- recent dead letters and late events ----------------------------------------
+
+  function fmtClock(ms) {
+    return new Date(ms).toISOString().replace("T", " ").replace("Z", "");
+  }
+
+  function fillRows(table, items, cells, empty) {
+    const body = $(table).tBodies[0];
+    body.replaceChildren();
+    if (!items.length) {
+      const tr = el("tr");
+      tr.append(el("td", { class: "empty", colspan: $(table).tHead.rows[0].cells.length }, empty));
+      body.append(tr);
+      return;
+    }
+    for (const item of items) {
+      const tr = el("tr", { class: "sample" });
+      for (const [cls, text] of cells(item)) tr.append(el("td", { class: cls }, text ?? "-"));
+      body.append(tr);
+    }
+  }
+
+  function renderSamples(samples, note) {
+    $("samples-note").textContent = note || "";
+    fillRows("dead-letters", samples.dead_letters, (d) => [
+      ["time", fmtClock(d.processing_time)], ["epoch", String(d.epoch)], ["step", d.step],
+      ["location", d.location], ["reason", d.reason], ["record", d.record],
+    ], note ? "-" : "no dead letter yet");
+    fillRows("late-events", samples.late, (d) => [
+      ["time", fmtClock(d.processing_time)], ["epoch", String(d.epoch)], ["step", d.step],
+      ["event-time", fmtEventTime(d.event_time)], ["watermark", fmtEventTime(d.watermark)],
+      ["reason", d.reason], ["record", d.record],
+    ], note ? "-" : "no late event yet");
+  }
+
+  const NO_SAMPLES = { dead_letters: [], late: [] };
+  const SAMPLES_NEED_TOKEN = "the samples show record content: type the token above to see them";
+
+  async function loadSamples(id) {
+    if (!STATIC && !state.token) {
+      renderSamples(NO_SAMPLES, SAMPLES_NEED_TOKEN);
+      return;
+    }
+    try {
+      renderSamples(await api(`/v1/flows/${id}/samples`));
+    } catch (e) {
+      renderSamples(NO_SAMPLES, e.status === 401 ? `${SAMPLES_NEED_TOKEN} (401: ${e.detail})`
+                                                 : `cannot read the samples: ${e.message}`);
     }
   }
 
@@ -397,6 +450,7 @@
       ]);
       renderStatus(status);
       renderPlots(hist);
+      await loadSamples(id);
       loadError("");
     } catch (e) {
       loadError(e.status === 401
