@@ -10,6 +10,8 @@ Commands::
     wire status [FLOW_ID] --url URL [--token TOKEN]
     wire pause FLOW_ID --url URL --token TOKEN [--connector STEP]
     wire resume FLOW_ID --url URL --token TOKEN [--connector STEP]
+    wire sink-mode DIR SINK write|read_only
+    wire sink-mode FLOW_ID SINK write|read_only --url URL --token TOKEN
 
 ``--url`` / ``--token`` talk to a running :class:`wire.control.ControlPlane` (they also
 read ``WIRE_URL`` / ``WIRE_TOKEN``); ``status`` needs the token only for a control plane
@@ -35,7 +37,7 @@ from rich.table import Table
 
 from wire.api.flow import Flow
 from wire.control import client as control_client
-from wire.core.control_file import control_path, read_control, set_paused
+from wire.core.control_file import control_path, read_control, set_paused, set_sink_mode
 from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 from wire.errors import WireError, missing_extra
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint, list_epochs
@@ -212,6 +214,41 @@ def resume(
 ) -> None:
     """Resume a paused flow (or one source); exits non-zero as ``pause`` does."""
     _change(target, False, connector, url, token)
+
+
+@app.command("sink-mode")
+def sink_mode(
+    target: Annotated[str, typer.Argument(help="the flow's checkpoint directory, or its id with --url")],
+    sink: Annotated[str, typer.Argument(help="the self-correcting sink's step id")],
+    mode: Annotated[str, typer.Argument(help="write or read_only")],
+    url: Url = None,
+    token: Token = None,
+) -> None:
+    """Switch a self-correcting sink to write or read-only mode from its next epoch (SPEC §8).
+
+    A standby replica started with ``read_only=True`` takes over writing this way.
+    Exits 1 when TARGET is not a Wire checkpoint (without --url) or the control plane
+    refuses; 2 on an unknown mode or --url without a token.
+    """
+    if mode not in ("write", "read_only"):
+        console.print(f"[red]error:[/red] mode {mode!r}: accepted 'write' or 'read_only'")
+        raise typer.Exit(2)
+    if url is None:
+        if not is_checkpoint(target):
+            console.print(f"[red]error:[/red] {target!r} is not a Wire checkpoint (no {META_FILE})")
+            raise typer.Exit(1)
+        set_sink_mode(control_path(target), sink, mode)
+        console.print(f"sink {sink}: {mode} ({target})")
+        return
+    if not token:
+        console.print("[red]error:[/red] --url needs --token (or WIRE_TOKEN)")
+        raise typer.Exit(2)
+    try:
+        control_client.set_sink_mode(url, token, target, sink, mode)
+    except WireError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(1) from e
+    console.print(f"sink {sink} of {target!r}: {mode}")
 
 
 @app.command()

@@ -90,3 +90,18 @@ def resume(
         As :func:`pause`.
     """
     return _set(url, token, flow_id, connector, "running", timeout_s)
+
+
+def set_sink_mode(
+    url: str, token: str, flow_id: str, sink: str, mode: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Any:
+    """Switch a self-correcting sink step to ``"write"`` or ``"read_only"``; return its status.
+
+    Raises
+    ------
+    ControlPlaneError
+        On no answer or an HTTP error (401: bad token, 404: no such flow or
+        self-correcting sink, 409: the flow is stopped, 422: unknown mode).
+    """
+    path = "/v1/flows/" + _path(flow_id) + "/sinks/" + _path(sink)
+    return _request("PATCH", url, path, token=token, body={"mode": mode}, timeout_s=timeout_s)
