@@ -77,6 +77,7 @@ from wire.control.models import (
     FlowSummary,
     StatusChange,
 )
+from wire.control.sink_modes import add_sink_mode_routes
 from wire.control.status import FlowHandle, RateMeter, samples_of, source_steps, status_of, summary_of
 from wire.core.control_file import check_bind, is_loopback, set_paused
 from wire.errors import ConfigError, WireError
@@ -445,5 +446,7 @@ def create_app(plane: ControlPlane) -> FastAPI:
     def metrics() -> Response:
         """Prometheus text exposition of every registered flow's metrics."""
         return Response(generate_latest(plane.registry), media_type=CONTENT_TYPE_LATEST)
+
+    add_sink_mode_routes(app, plane, authorized, reads, changes)  # self-correcting sinks (SPEC §8)
 
     return app
