@@ -149,11 +149,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._unacked: dict | None = None
         self._caught_up = False
         self._started: int | None = None
+        self._down_since: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.update(_consumer=None, _pos={}, _stash={}, _eof={}, _known=None, _avro=None,
-                     _unacked=None, _caught_up=False)
+                     _unacked=None, _caught_up=False, _down_since=None)
         return state
 
     @property
@@ -215,12 +216,53 @@ class KafkaStreamReader(DataSourceStreamReader):
         ``start`` when paused (control file: pause, stop, open breaker) or when nothing
         is new and the watermark does not tick. The first call in a planner process
         commits the group's offsets up to ``start``, should a crash have come between an
-        epoch's commit and its group commit.
+        epoch's commit and its group commit. While the brokers cannot be reached it
+        returns ``start`` (no epoch, the watermark held) for up to the source's
+        ``unavailable_timeout``, then raises :class:`~wire.errors.WireError`.
         """
+        from confluent_kafka import KafkaException
+
         b = self._binding
         sized = self._sizer.budget(self._clock())
         if is_paused(b.control_file, b.step):
             return start
+        try:
+            end = self._admit(start, limit, sized)
+        except KafkaException as e:
+            return self._unreachable(start, e)
+        if self._down_since is not None:
+            warnings.warn(f"kafka source {b.step!r}: the brokers answer again after "
+                          f"{time.monotonic() - self._down_since:.1f} s", RuntimeWarning, stacklevel=2)
+            self._down_since = None
+        return end
+
+    def _unreachable(self, start: dict, error: Exception) -> dict:
+        """An outage while planning: no new epoch (``start``), until ``unavailable_timeout``.
+
+        The watermark does not advance while the brokers cannot be asked (an outage is not
+        idleness). The consumer is reassigned on the next call, since records it fetched
+        for the failed call were not admitted.
+        """
+        b, src = self._binding, self._binding.source
+        err = error.args[0] if error.args else None
+        if err is not None and hasattr(err, "fatal") and err.fatal():
+            raise WireError(f"kafka source {b.step!r}: fatal Kafka error: {err}") from error
+        self._pos, self._stash, self._eof = {}, {}, {}
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+            warnings.warn(f"kafka source {b.step!r}: brokers unreachable, waiting (up to "
+                          f"unavailable_timeout={src.unavailable_timeout} ms): {error}",
+                          RuntimeWarning, stacklevel=3)
+        down_ms = (now - self._down_since) * 1000
+        if src.unavailable_timeout is not None and down_ms > src.unavailable_timeout:
+            raise WireError(f"kafka source {b.step!r}: the brokers have been unreachable for "
+                            f"{down_ms / 1000:.1f} s, more than unavailable_timeout="
+                            f"{src.unavailable_timeout} ms; last error: {error}") from error
+        return start
+
+    def _admit(self, start: dict, limit: ReadLimit, sized: int) -> dict:
+        """:meth:`latestOffset`'s work once not paused; raises ``KafkaException`` on an outage."""
         if not self._caught_up or self._unacked is not None:
             self._commit(self._unacked or start)
             self._caught_up = True

@@ -76,6 +76,7 @@ class KafkaSource(SchemaDataclassDict):
     watermark_interval: int = 200
     discovery_interval: int = 5_000
     request_timeout: int = 10_000
+    unavailable_timeout: int | None = 300_000
     bounded: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -105,6 +106,9 @@ class KafkaSource(SchemaDataclassDict):
             object.__setattr__(self, "idle_timeout", idle)
         for name in ("watermark_interval", "discovery_interval", "request_timeout"):
             object.__setattr__(self, name, to_millis(getattr(self, name), parameter=name))
+        if self.unavailable_timeout is not None:
+            wait = to_millis(self.unavailable_timeout, parameter="unavailable_timeout", allow_zero=False)
+            object.__setattr__(self, "unavailable_timeout", wait)
 
     def _check_topics(self) -> None:
         if (self.topics is None) == (self.pattern is None):
@@ -216,6 +220,7 @@ def kafka(
     watermark_interval: Duration = 200,
     discovery_interval: Duration = "5s",
     request_timeout: Duration = "10s",
+    unavailable_timeout: Duration | None = "5m",
 ) -> KafkaSource:
     """Read Kafka topics as a stream of events; each topic-partition has its own watermark.
 
@@ -300,6 +305,11 @@ def kafka(
         How often the planner looks for new partitions and topics.
     request_timeout:
         Timeout of the planner's metadata, offset and commit requests.
+    unavailable_timeout:
+        How long the planner waits through a broker outage (requests failing or timing
+        out) before the flow fails with :class:`~wire.errors.WireError`; meanwhile no
+        epoch starts and the watermark holds. None: wait for good. An executor reading
+        an epoch's recorded range fails its task after 60 s without records.
 
     Returns
     -------
@@ -328,7 +338,7 @@ def kafka(
         bootstrap_servers, topics if topics is None or isinstance(topics, str) else tuple(topics), pattern,
         group, schema, value_format, key_format, avro_schema, avro_framing,  # type: ignore[arg-type]
         start, tuple((config or {}).items()), idle_timeout, watermark_interval,  # type: ignore[arg-type]
-        discovery_interval, request_timeout,  # type: ignore[arg-type]
+        discovery_interval, request_timeout, unavailable_timeout,  # type: ignore[arg-type]
     )
 
 
