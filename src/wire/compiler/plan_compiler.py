@@ -27,12 +27,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from wire.compiler.branches import pack_port
 from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import compile_window
-from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_WATERMARK, PORT
+from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_SIDE, KIND_WATERMARK, PORT
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -79,44 +80,25 @@ class CompiledFlow:
 def chain_of(plan: Plan) -> list[Node]:
     """The plan's operators in compile order (upstream first), checking the topology.
 
-    Supported: sources merged by ``union`` and linear chains of operators; one
-    terminal operator whose ``out`` port may be sunk; late and dead-letter ports of
-    any step.
+    A flow is a directed acyclic graph: sources, merged by ``union`` or joined; any
+    stream may feed any number of operators and sinks (branches). The order is the
+    plan's (a step is built after its upstreams). Late, dead-letter and overflow ports
+    of any step may be sunk.
 
     Raises
     ------
     PlanError
-        No source, a stream consumed by two operators, several terminal streams, or
-        a sink on a port that the compiled flow does not produce.
+        No source, no sink, or a sink on a port that the compiled flow does not
+        produce.
     """
     ops = [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode)]
     if not any(isinstance(n, SourceNode) for n in ops):
         raise PlanError(f"flow {plan.flow_id!r} has no source")
-    consumers: dict[str, list[str]] = {}
-    for n in ops:
-        for up in upstreams(n):
-            consumers.setdefault(up, []).append(n.step)
-    for step, nxt in consumers.items():
-        if len(nxt) > 1:
-            raise PlanError(
-                f"step {step!r} feeds several operators {nxt}; this version of Wire compiles "
-                "a flow to one query without branches (use one chain per flow)"
-            )
-    terminals = [n.step for n in ops if n.step not in consumers]
-    if len(terminals) != 1:
-        raise PlanError(
-            f"flow {plan.flow_id!r} has several unconnected streams {terminals}; merge them "
-            "with union() or build separate flows"
-        )
-    terminal = terminals[0]
     steps = {n.step: n for n in ops}
     for sink in (*plan.sinks(), *plan.drops()):
         ref = sink.source
-        if ref.port == OUT and ref.step != terminal:
-            raise PlanError(
-                f"sink {sink.step!r} reads {ref.step!r}, which is not the end of the chain "
-                f"({terminal!r}); sinks on intermediate streams are not supported yet"
-            )
+        if ref.port == OUT and ref.step not in steps:
+            raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
         if ref.port == LATE and not isinstance(
             steps.get(ref.step), WindowAggregateNode | IntervalJoinNode
         ):
@@ -129,16 +111,24 @@ def chain_of(plan: Plan) -> list[Node]:
             raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
     if not plan.sinks():
         raise PlanError(f"flow {plan.flow_id!r} has no sink: nothing would be written")
-    order: list[Node] = []
+    return ops
 
-    def visit(step: str) -> None:
-        node = steps[step]
-        for up in upstreams(node):
-            visit(up)
-        order.append(node)
 
-    visit(terminal)
-    return order
+def outputs_of(plan: Plan, order: list[Node]) -> tuple[str, list[tuple[str, bool]]]:
+    """The compiled query's outputs: the main step, and the other streams that reach it.
+
+    The main step is the first terminal stream (no operator reads it) whose ``out``
+    port a sink reads, else the first terminal; its data rows are the query's data
+    rows. Every other terminal, and every other step whose ``out`` port a sink reads,
+    is returned as ``(step, pack)``: its side rows reach the query's result, and with
+    ``pack`` its data rows too, as side rows of port ``"<step>.out"``.
+    """
+    read_by_ops = {up for n in order for up in upstreams(n)}
+    terminals = [n.step for n in order if n.step not in read_by_ops]
+    sunk = {s.source.step for s in plan.sinks() if s.source.port == OUT}
+    main = next((t for t in terminals if t in sunk), terminals[0])
+    others = [n.step for n in order if n.step != main and (n.step in sunk or n.step not in read_by_ops)]
+    return main, [(step, step in sunk) for step in others]
 
 
 @dataclass
@@ -210,6 +200,20 @@ def _compile(
     admission = _paused_admission(plan)
     late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE and not s.kept}
     done: dict[str, _Compiled] = {}
+    taken: set[str] = set()
+
+    def take(step: str) -> _Compiled:
+        """A step's stream for one more reader (a branch).
+
+        The first reader gets every row; later readers get the data and watermark rows
+        only, so that side rows (late events, dead letters, metrics) reach the result once.
+        """
+        cur = done[step]
+        if step not in taken:
+            taken.add(step)
+            return cur
+        return replace(cur, df=cur.df.where(F.col(KIND) != F.lit(KIND_SIDE)))
+
     opened: list[_Opened] = []  # sources that can prune (first compilation only)
     bounded = True
     for node in order:
@@ -235,14 +239,14 @@ def _compile(
             bounded = bounded and ends
             continue
         if isinstance(node, IntervalJoinNode):
-            left, right = done[node.left], done[node.right]
+            left, right = take(node.left), take(node.right)
             df = compile_join(left.df, right.df, node, left_key=left.key, right_key=right.key,
                               key_groups=key_groups, channels=left.channels + right.channels)
             done[node.step] = _Compiled(df, left.key, tuple(f"{node.step}/{g}" for g in range(key_groups)),
                                         False)
             continue
         if isinstance(node, UnionNode):
-            ins = [done[u] for u in node.upstreams]
+            ins = [take(u) for u in node.upstreams]
             df = ins[0].df
             for other in ins[1:]:
                 if sorted(other.df.columns) != sorted(df.columns):
@@ -255,7 +259,7 @@ def _compile(
             done[node.step] = _Compiled(df, keys.pop() if len(keys) == 1 else None, channels,
                                         all(c.from_source for c in ins))
             continue
-        cur = done[upstreams(node)[0]]
+        cur = take(upstreams(node)[0])
         df, key, channels, from_source = cur.df, cur.key, cur.channels, cur.from_source
         if isinstance(node, FilterNode):
             df = apply_filter(df, node.predicate, node.step)
@@ -282,11 +286,15 @@ def _compile(
         else:  # pragma: no cover - the builder creates no other node types
             raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
         done[node.step] = _Compiled(df, key, channels, from_source)
-    terminal = order[-1].step
+    terminal, others = outputs_of(plan, order)
+    result = take(terminal).df
+    for step, pack in others:
+        result = result.unionByName(pack_port(take(step).df, result.schema, step, pack=pack))
     sources = tuple(n.step for n in order if isinstance(n, SourceNode))
     produced = {step: columns[step][0] if step in columns else None for step in sources}
-    compiled = CompiledFlow(plan, done[terminal].df, terminal, sources, bounded, key_groups, produced)
+    compiled = CompiledFlow(plan, result, terminal, sources, bounded, key_groups, produced)
     return compiled, opened
+
 
 
 def _accepts(connector: object, parameter: str) -> bool:
