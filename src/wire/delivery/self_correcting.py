@@ -53,7 +53,6 @@ import math
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -85,15 +84,13 @@ __all__ = [
 def norm(value: Any) -> Any:
     """A value in the form both sides of a comparison share (hashable).
 
-    NaN equals NaN; aware datetimes compare by instant; Decimals that are whole
-    compare equal to ints; lists / dicts become tuples.
+    NaN equals NaN; Decimals that are whole compare equal to ints; lists / dicts
+    become tuples. (Aware datetimes already compare and hash by instant.)
     """
     if isinstance(value, float):
         return "NaN" if math.isnan(value) else value
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return ("tz", value.timestamp())
     if isinstance(value, list | tuple):
         return tuple(norm(v) for v in value)
     if isinstance(value, dict):

@@ -71,7 +71,7 @@ Replicas and frontiers
     the table equal to the result of the whole input.
 
 Limits: key columns must be of a type that compares exactly (integers, strings,
-booleans, dates, timestamps without time zone); values must be scalars
+booleans, dates, timestamps); values must be scalars
 (PostgreSQL types as in :mod:`wire.sinks.postgres_sink`). The correction is
 computed on the driver; executors do not write (SPEC §8's parallel write is not
 implemented).
@@ -123,8 +123,7 @@ class _Conflict(Exception):
 
 def _exact_key_type(t: pa.DataType) -> bool:
     return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_boolean(t) or pa.types.is_date(t)
-            or (pa.types.is_timestamp(t) and t.tz is None))
+            or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t))
 
 
 # --- PostgreSQL -----------------------------------------------------------------------
@@ -430,7 +429,7 @@ class SelfCorrectingSink(Sink):
                    if k in rows.column_names and not _exact_key_type(rows.schema.field(k).type)]
             if bad:
                 raise WireError(f"{self.describe()}: key columns need an exactly comparable type "
-                                f"(integer, string, bool, date, timestamp without tz), got {bad}")
+                                f"(integer, string, bool, date, timestamp), got {bad}")
             touched = run.desired.apply(rows)
         run.store.save(epoch, run.desired.to_arrow())
         run.loaded = epoch
@@ -558,7 +557,7 @@ def self_correcting(
         ``"postgresql://..."`` / ``"host=... dbname=..."``, or a Delta table path.
     key:
         Column(s) identifying a result row, e.g. ``("origin", "window_start")``;
-        integer, string, bool, date or naive timestamp columns.
+        integer, string, bool, date or timestamp columns.
     table:
         PostgreSQL table name (required for PostgreSQL, not allowed for Delta).
     schema:

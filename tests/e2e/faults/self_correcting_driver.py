@@ -1,0 +1,68 @@
+"""One replica of a flow writing per-minute windows to self-correcting PostgreSQL and Delta tables.
+
+Usage: python self_correcting_driver.py INPUT_GLOB CHECKPOINT PG_DSN DELTA_PATH [--read-only]
+       [--unbounded --plane-file FILE --token TOKEN]
+
+Started (and SIGKILLed, and restarted on its checkpoint) by
+tests/e2e/test_self_correcting_replicas.py; several replicas run at once, each with
+its own checkpoint, all writing the same two tables. Bounded: prints ``DONE`` at the
+end of the input. ``--unbounded`` keeps watching the input directory and serves the
+REST control plane (its URL written to ``--plane-file``) until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import wire
+
+EVENTS_PER_EPOCH = 500
+
+
+def build(glob: str, dsn: str, delta: str, *, read_only: bool, bounded: bool) -> wire.Flow:
+    """The flow: events (k, t ms, v) -> 1-minute windows per k (emit='update') -> two tables."""
+    flow = wire.Flow("sc")
+    events = flow.source(
+        wire.sources.files(glob, format="parquet", bounded=bounded), event_time="t", key="k",
+        watermark=wire.BoundedOutOfOrderness("10s"), max_events_per_epoch=EVENTS_PER_EPOCH, name="events")
+    minutes = events.window(wire.Tumbling("1m"), emit="update").aggregate(
+        n=wire.count(), total=wire.sum("v"), name="per_minute")
+    key = ("k", "window_start")
+    minutes.sink(wire.sinks.self_correcting(dsn, table="per_minute", key=key, read_only=read_only),
+                 name="sc_pg")
+    minutes.sink(wire.sinks.self_correcting(delta, key=key, read_only=read_only), name="sc_delta")
+    return flow
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("glob")
+    p.add_argument("checkpoint")
+    p.add_argument("dsn")
+    p.add_argument("delta")
+    p.add_argument("--read-only", action="store_true")
+    p.add_argument("--unbounded", action="store_true")
+    p.add_argument("--plane-file")
+    p.add_argument("--token")
+    a = p.parse_args()
+    flow = build(a.glob, a.dsn, a.delta, read_only=a.read_only, bounded=not a.unbounded)
+    spark = wire.spark("local[2]", log_file=Path(a.checkpoint).with_suffix(".spark.log"))
+    if not a.unbounded:
+        summary = flow.run(a.checkpoint, spark=spark, key_groups=2)
+        conflicts = sum(v for (_, n), v in summary.metrics.items() if n == "sc_cas_conflicts")
+        print(f"DONE epochs={summary.epochs} conflicts={conflicts}", flush=True)
+        return
+    from wire.control import ControlPlane
+
+    running = flow.start(a.checkpoint, spark=spark, key_groups=2)
+    plane = ControlPlane({"sc": running}, token=a.token)
+    url = plane.start()
+    Path(a.plane_file).write_text(url)
+    while running.is_active():
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    main()
