@@ -6,6 +6,8 @@ dict per key), never from captured output.
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -168,7 +170,7 @@ def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits):
     table = MemoryTable(("k",))
     replicas = {n: {"desired": _desired(), "writer": SelfCorrectingWriter(("k",)), "next": 0} for n in "AB"}
     conflicts = 0
-    edit_iter = iter(edits * 10)
+    edit_iter = itertools.cycle(edits)
 
     def hand_edit():
         table.edit([{"k": k, "v": v} for k, v in next(edit_iter)] + table.rows[:2])
