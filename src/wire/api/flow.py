@@ -58,7 +58,9 @@ from wire.state.aggregations import Aggregator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from rich.console import Console
 
+    from wire.runtime.progress import ProgressReporter
     from wire.runtime.runner import RunningFlow, RunSummary
 
 _STEP_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
@@ -202,7 +204,7 @@ class Flow:
         spark: SparkSession | None = None,
         key_groups: int | None = None,
         max_epochs: int | None = None,
-        progress: bool = False,
+        progress: bool | str | Console = "auto",
         max_restarts: int = 0,
         restart_backoff_s: float = 1.0,
         dashboard: bool = False,
@@ -235,7 +237,15 @@ class Flow:
             Stop after this many epochs have completed in this run (the next epoch,
             already planned, is replayed on restart). For tests and demos.
         progress:
-            Print one line per epoch.
+            The console's progress of the run (:mod:`wire.runtime.progress`). ``"auto"``
+            (default): when stdout is a terminal, a progress bar with the records admitted
+            by the sources of their total (when every source knows it: Parquet files, the
+            Nexmark generator, ``wire.testing`` streams; otherwise the count alone), the
+            epochs, the sources' watermark (ISO time, UTC) and the ETA; nothing otherwise.
+            ``True``: the bar on a terminal, else one line per epoch (``epoch <E>: <n>
+            results, <m> late records``). ``False``: nothing. A ``rich.console.Console``:
+            the bar, drawn on that console (e.g. ``Console(file=f, force_terminal=True)``).
+            Resuming a checkpoint that has completed epochs, the bar shows no total.
         max_restarts, restart_backoff_s:
             Supervision (SPEC §6): when the query fails, run it again from the last
             completed epoch after ``restart_backoff_s``, doubling up to 60 s, at most
@@ -255,9 +265,13 @@ class Flow:
         Raises
         ------
         PlanError, ConfigError, CheckpointError, FlowFailed
+            ``ConfigError`` (parameter ``progress``) before anything starts, for a
+            ``progress`` that is none of the values above.
         """
+        from wire.runtime.progress import has_completed_epochs, resolve_progress
         from wire.runtime.supervisor import RestartPolicy, supervise
 
+        reporter = resolve_progress(progress, self.plan(), resumed=has_completed_epochs(checkpoint))
         plane = None
         if dashboard:
             from wire.control import ControlPlane
@@ -265,24 +279,35 @@ class Flow:
             plane = ControlPlane()
             plane.start()  # prints the dashboard's URL and the token
 
+        attempts = 0
+
         def attempt() -> RunSummary:
-            running = self.start(
+            nonlocal attempts
+            if attempts and reporter is not None:
+                reporter.new_attempt()
+            attempts += 1
+            running = self._start(
                 checkpoint,
                 master=master,
                 spark_conf=spark_conf,
                 spark=spark,
                 key_groups=key_groups,
                 max_epochs=max_epochs,
-                progress=progress,
+                progress=reporter,
+                own_progress=False,
             )
             if plane is not None:  # a restart replaces the failed run, its history stays
                 plane.add(running, flow_id=self.flow_id, replace=True)
             return running.await_termination()
 
         policy = RestartPolicy(max_restarts=max_restarts, initial_backoff_s=restart_backoff_s)
+        if reporter is not None:
+            reporter.start()
         try:
             return supervise(attempt, policy, flow_id=self.flow_id)
         finally:
+            if reporter is not None:
+                reporter.stop()
             if plane is not None:
                 plane.stop()
 
@@ -295,14 +320,41 @@ class Flow:
         spark: SparkSession | None = None,
         key_groups: int | None = None,
         max_epochs: int | None = None,
-        progress: bool = False,
+        progress: bool | str | Console = False,
     ) -> RunningFlow:
         """Like :meth:`run`, but return at once with a handle on the running flow.
 
         The handle's ``watermarks()`` shows every step's latest watermarks,
         ``summary`` the counts so far, ``stop()`` stops it and
         ``await_termination()`` waits for the end.
+
+        ``progress`` takes the values of :meth:`run` (default ``False`` here: nothing is
+        drawn while the caller's code runs); a bar stops when the run ends.
+
+        Raises
+        ------
+        ConfigError
+            (parameter ``progress``) before anything starts, for an invalid ``progress``.
         """
+        from wire.runtime.progress import has_completed_epochs, resolve_progress
+
+        reporter = resolve_progress(progress, self.plan(), resumed=has_completed_epochs(checkpoint))
+        return self._start(checkpoint, master=master, spark_conf=spark_conf, spark=spark,
+                           key_groups=key_groups, max_epochs=max_epochs, progress=reporter,
+                           own_progress=True)
+
+    def _start(
+        self,
+        checkpoint: str,
+        *,
+        master: str,
+        spark_conf: Mapping[str, str] | None,
+        spark: SparkSession | None,
+        key_groups: int | None,
+        max_epochs: int | None,
+        progress: ProgressReporter | None,
+        own_progress: bool,
+    ) -> RunningFlow:
         from wire.runtime.runner import start_plan
 
         return start_plan(
@@ -314,6 +366,7 @@ class Flow:
             key_groups=key_groups,
             max_epochs=max_epochs,
             progress=progress,
+            own_progress=own_progress,
         )
 
 

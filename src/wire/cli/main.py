@@ -3,6 +3,7 @@
 Commands::
 
     wire run MODULE:ATTR --checkpoint DIR [--fresh] [--master URL] [--max-restarts N] [--no-dashboard]
+             [--no-progress]
     wire checkpoints DIR
     wire report DIR [--out FILE]
     wire pause DIR [--connector STEP]
@@ -86,6 +87,10 @@ def run(
     dashboard: Annotated[bool, typer.Option(
         help="serve the web dashboard on 127.0.0.1 while the flow runs; its URL and token are printed",
     )] = True,
+    progress: Annotated[bool, typer.Option(
+        help="on a terminal, a progress bar (records admitted of the total, epochs, watermark, ETA); "
+             "elsewhere one line per epoch",
+    )] = True,
 ) -> None:
     """Run a flow; an unfinished checkpoint is resumed from its last completed epoch."""
     flow = load_flow(target)
@@ -105,12 +110,14 @@ def run(
     if missing is not None:  # the run goes on without it
         console.print(f"no dashboard: {missing}", markup=False)  # keep "wire[control]" as it is
         dashboard = False
-    with console.status(f"running flow {flow.flow_id} ..."):
-        try:
-            summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard)
-        except WireError as e:
-            console.print(f"[red]error:[/red] {escape(str(e))}")
-            raise typer.Exit(1) from e
+    shown: bool | Console = (console if console.is_terminal else True) if progress else False
+    console.print(f"running flow {flow.flow_id} ...")
+    try:
+        summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard,
+                           progress=shown)
+    except WireError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(1) from e
     console.print(summary.render())
 
 

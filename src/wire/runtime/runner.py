@@ -35,6 +35,7 @@ from wire.runtime.checkpoint import default_key_groups, epochs_settled, open_che
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
+from wire.runtime.progress import ProgressReporter
 from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session
 
@@ -175,7 +176,7 @@ class EpochDispatcher:
         summary: RunSummary,
         *,
         max_epochs: int | None,
-        progress: bool,
+        progress: ProgressReporter | None,
     ) -> None:
         self.main_port = PortRef(compiled.terminal_step, OUT).port_id()
         self.sinks = sinks
@@ -240,10 +241,9 @@ class EpochDispatcher:
             if result.samples:
                 self.epoch_log.write_samples(self.summary.samples)
         self._last = now
-        if self.progress:
-            n_main = sum(result.emitted.values())
-            late = self.summary_late(result.metrics)
-            print(f"epoch {epoch}: {n_main} results, {late} late records", flush=True)
+        if self.progress is not None:
+            self.progress.epoch(self.summary, epoch, sum(result.emitted.values()),
+                                self.summary_late(result.metrics))
 
     @staticmethod
     def summary_late(metrics: pa.Table | None) -> int:
@@ -272,7 +272,7 @@ class RunningFlow:
     """
 
     def __init__(self, plan: Plan, query: StreamingQuery, dispatcher: EpochDispatcher,
-                 sinks: list[Sink], started: float, checkpoint: str) -> None:
+                 sinks: list[Sink], started: float, checkpoint: str, *, own_progress: bool = False) -> None:
         self.plan = plan
         self.checkpoint = checkpoint
         self.control_file = control_path(checkpoint)
@@ -284,6 +284,7 @@ class RunningFlow:
         self._sinks = sinks
         self._started = started
         self._closed = False
+        self._own_progress = own_progress
 
     @property
     def flow_id(self) -> str:
@@ -388,6 +389,8 @@ class RunningFlow:
                 breaker.remove_listener(listener)
             for sink in self._sinks:
                 sink.close()
+            if self._own_progress and self._dispatcher.progress is not None:
+                self._dispatcher.progress.stop()
             self.summary.elapsed_s = time.perf_counter() - self._started
         return self.summary
 
@@ -401,9 +404,14 @@ def start_plan(
     spark: SparkSession | None,
     key_groups: int | None,
     max_epochs: int | None,
-    progress: bool,
+    progress: ProgressReporter | None,
+    own_progress: bool = False,
 ) -> RunningFlow:
-    """Compile ``plan`` and start its query; see :meth:`wire.Flow.start`."""
+    """Compile ``plan`` and start its query; see :meth:`wire.Flow.start`.
+
+    ``progress`` is told of every committed epoch (:mod:`wire.runtime.progress`); with
+    ``own_progress`` the run starts it and stops it when it ends.
+    """
     if key_groups is not None and (
         isinstance(key_groups, bool) or not isinstance(key_groups, int) or not 1 <= key_groups <= 4096
     ):
@@ -455,12 +463,16 @@ def start_plan(
         else:
             writer = writer.trigger(processingTime="0 seconds")
         dispatcher._last = time.perf_counter()
+        if own_progress and progress is not None:
+            progress.start()
         query = writer.start()
     except BaseException:
         for sink in opened:
             sink.close()
+        if own_progress and progress is not None:
+            progress.stop()
         raise
-    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint)
+    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress)
     running.watch_breakers(sinks)
     return running
 

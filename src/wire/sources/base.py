@@ -11,6 +11,12 @@ A source connector is a frozen dataclass (it sits in the immutable plan) with:
   ``max_events_per_epoch`` (admission per epoch) and ``control_file`` (pause / stop,
   :mod:`wire.core.control_file`).
 
+A bounded source that knows how many records it will admit may have
+``total_records() -> int | None`` (None: unknown); the console's progress bar shows the
+records admitted of that total and an ETA (:mod:`wire.runtime.progress`). Optional:
+without it the bar shows the count alone. The file source knows it for Parquet (from
+the footers), the Nexmark generator and the scripted test stream always.
+
 A source that sizes its epochs from a target duration declares a ``target_epoch_ms``
 parameter (int ms, None = off) and admits at most
 :class:`~wire.sources.epoch_sizing.EpochSizer`'s budget per epoch; the compiler passes

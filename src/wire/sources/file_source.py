@@ -151,6 +151,27 @@ class FileSource:
         except ValueError as e:
             raise WireError(str(e)) from e
 
+    def total_records(self) -> int | None:
+        """The records a bounded Parquet source will admit: its files' rows, from their footers.
+
+        For the console's progress bar (:func:`wire.runtime.progress.total_records`); read
+        once when a run starts, from the files matching now (those a bounded source reads).
+        None for CSV and JSON Lines (counting their records means parsing them) and for an
+        unbounded source.
+
+        Raises
+        ------
+        OSError, ValueError
+            If a file cannot be opened or its footer read (pyarrow's ``ArrowInvalid`` is a
+            ``ValueError``).
+        """
+        if not self.bounded or self.format != "parquet":
+            return None
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(f).metadata.num_rows
+                   for fs in self.matching_partitions().values() for f in fs)
+
     def resolve_schema(self) -> pa.Schema:
         """Return the payload schema: the given one, or inferred from the first non-empty file by name.
 

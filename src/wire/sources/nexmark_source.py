@@ -348,6 +348,10 @@ class NexmarkSource:
         """The flat Nexmark schema :data:`SCHEMA`."""
         return SCHEMA
 
+    def total_records(self) -> int:
+        """The records this source admits in all: ``events`` (for the console's progress bar)."""
+        return self.events
+
     def generate(
         self, start: int = 0, stop: int | None = None, columns: tuple[str, ...] | None = None
     ) -> pa.Table:

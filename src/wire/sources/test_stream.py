@@ -60,6 +60,10 @@ class TestStreamSource:
         """The payload schema."""
         return self.schema
 
+    def total_records(self) -> int:
+        """The events of every scripted step (for the console's progress bar)."""
+        return sum(pa.ipc.open_stream(ev).read_all().num_rows for ev, _ in self.steps if ev is not None)
+
     def to_json(
         self, *, step: str, event_time: str, key_groups: int, columns: tuple[str, ...] | None = None
     ) -> str:
