@@ -97,15 +97,15 @@ def new_db(pg_server, name: str) -> str:
 
 def test_drift_repair_after_hand_edits(spark, tmp_path, pg_server):
     dsn = new_db(pg_server, "sc_drift")
-    make_input(tmp_path / "in", files=4, per_file=1000)
+    make_input(tmp_path / "in", files=3, per_file=1000)
     want = oracle(tmp_path / "in")
     glob, delta, ck = str(tmp_path / "in" / "*.parquet"), tmp_path / "delta", str(tmp_path / "ck")
     build = _driver_module().build
     first = build(glob, dsn, str(delta), read_only=False, bounded=True).run(ck, spark=spark, key_groups=2,
-                                                                             max_epochs=4)
-    assert first.epochs == 4
+                                                                             max_epochs=3)
+    assert first.epochs == 3
     # windows of the first three minutes are closed (watermark past them): no later epoch touches them
-    old = sorted(r for r in want if r[1] < 180_000)
+    old = sorted(r for r in want if r[1] < 120_000)
     gone, altered = old[0], old[1]
     bogus = ("zz", 0, 60_000, 7, 7)
     at = "to_timestamp(%s / 1000.0)"
@@ -158,15 +158,15 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _conflicts(ck: Path) -> int:
-    """CAS conflicts over every run of a checkpoint, from its epoch log (last record of each run)."""
+def _counter(ck: Path, name: str) -> int:
+    """A sink counter summed over the sinks and every run of a checkpoint, from its epoch log."""
     path = ck / "epochs.jsonl"
     if not path.exists():
         return 0
     last: dict[int, int] = {}
     for line in path.read_text().splitlines():
         rec = json.loads(line)
-        last[rec["run"]] = sum(v for _, n, v in rec["metrics"] if n == "sc_cas_conflicts")
+        last[rec["run"]] = sum(v for _, n, v in rec["metrics"] if n == name)
     return sum(last.values())
 
 
@@ -177,7 +177,8 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     make_input(tmp_path / "in", files=files, per_file=1000)
     glob, delta = str(tmp_path / "in" / "*.parquet"), tmp_path / "delta"
     cks = [tmp_path / "ck_a", tmp_path / "ck_b"]
-    procs = [_start(glob, ck, dsn, delta) for ck in cks]
+    race = ("--widen-race-ms", "150")
+    procs = [_start(glob, ck, dsn, delta, *race) for ck in cks]
     done = [False, False]
     stats = {"kills": 0, "runs": 2}
     next_kill = time.monotonic() + rng.uniform(10, 25)
@@ -197,10 +198,11 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
                 i = rng.choice(alive)
                 _kill(procs[i])
                 stats["kills"] += 1
-                procs[i] = _start(glob, cks[i], dsn, delta)
+                procs[i] = _start(glob, cks[i], dsn, delta, *race)
                 stats["runs"] += 1
             next_kill = time.monotonic() + rng.uniform(8, 20)
-    stats["conflicts"] = sum(_conflicts(ck) for ck in cks)
+    stats["conflicts"] = sum(_counter(ck, "sc_cas_conflicts") for ck in cks)
+    stats["epochs_behind"] = sum(_counter(ck, "sc_epochs_behind") for ck in cks)
     want = oracle(tmp_path / "in")
     assert_equal_to_oracle(pg_rows(dsn), want, "postgres")
     assert_equal_to_oracle(delta_rows(delta), want, "delta")
@@ -209,7 +211,10 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     return stats
 
 
-def test_two_replicas_one_kill_each_way(tmp_path, pg_server):
+@pytest.mark.slow
+def test_two_replicas_two_kills(tmp_path, pg_server):
+    # ~3 min on a loaded 2-core machine; the default suite's fast variant is the in-process
+    # pair of replicas in tests/unit/sinks/test_self_correcting_sink.py
     stats = run_replicas(tmp_path, pg_server, kills=2, seed=3, files=16)
     assert stats["kills"] == 2
 

@@ -36,6 +36,19 @@ def build(glob: str, dsn: str, delta: str, *, read_only: bool, bounded: bool) ->
     return flow
 
 
+def widen(seconds: float) -> None:
+    """Make every table read of the self-correcting sinks return ``seconds`` later."""
+    from wire.sinks import self_correcting_sink as sc
+
+    for cls in (sc._PgTable, sc._DeltaTable):
+        def slow(self, keys, _read=cls.read):
+            snap = _read(self, keys)
+            time.sleep(seconds)
+            return snap
+
+        cls.read = slow
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("glob")
@@ -46,7 +59,12 @@ def main() -> None:
     p.add_argument("--unbounded", action="store_true")
     p.add_argument("--plane-file")
     p.add_argument("--token")
+    p.add_argument("--widen-race-ms", type=float, default=0.0,
+                   help="sleep this long between a sink's read of the table and its append, so that "
+                        "replicas' appends collide more often (a fault-injection knob)")
     a = p.parse_args()
+    if a.widen_race_ms:
+        widen(a.widen_race_ms / 1000.0)
     flow = build(a.glob, a.dsn, a.delta, read_only=a.read_only, bounded=not a.unbounded)
     spark = wire.spark("local[2]", log_file=Path(a.checkpoint).with_suffix(".spark.log"))
     if not a.unbounded:

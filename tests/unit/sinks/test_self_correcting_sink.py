@@ -196,3 +196,12 @@ def test_two_replicas_in_process_converge(backend, dsn, tmp_path, monkeypatch):
     assert got == want
     for s in sinks:
         s.close()
+
+
+def test_docstring_example_runs():
+    import doctest
+
+    from wire.sinks import self_correcting_sink
+
+    result = doctest.testmod(self_correcting_sink)
+    assert result.failed == 0 and result.attempted > 0
