@@ -69,8 +69,9 @@ def progress_of(
 ) -> RunProgress:
     """The progress after ``reports`` (oldest first) of a run whose input has ``total`` records.
 
-    The ETA divides the records left by the admission rate over the last ``window`` epochs
-    (from the run's start, t = 0 with nothing admitted, while fewer epochs ran).
+    The ETA divides the records left by the admission rate between the last ``window + 1``
+    reports (the first epoch's start-up cost is left out once two epochs ran); after one
+    epoch, the rate since the run's start (t = 0, nothing admitted).
     """
     if not reports:
         return RunProgress(0, total, 0, None, None)
@@ -81,7 +82,7 @@ def progress_of(
         if left <= 0:
             eta = 0.0
         else:
-            series = [EpochReport(0.0, 0, 0, None), *reports]
+            series = list(reports) if len(reports) >= 2 else [EpochReport(0.0, 0, 0, None), *reports]
             first = series[max(0, len(series) - 1 - window)]
             dt, dn = last.t_s - first.t_s, last.admitted - first.admitted
             if dt > 0 and dn > 0:
@@ -221,7 +222,8 @@ class ProgressBar:
         count = f"{p.completed:,} records"
         if p.total is not None:
             count = f"{p.completed:,} of {p.total:,} records"
-        return {"count": count, "epochs": f"{p.epochs:,} epochs", "watermark": format_watermark(p.watermark),
+        epochs = f"{p.epochs:,} epoch" + ("" if p.epochs == 1 else "s")
+        return {"count": count, "epochs": epochs, "watermark": format_watermark(p.watermark),
                 "eta": format_eta(p.eta_s) if p.total is not None else ""}
 
     def start(self) -> None:
@@ -252,8 +254,6 @@ class ProgressBar:
 
     def stop(self) -> None:
         """Draw the final state and stop refreshing."""
-        if self._task is not None:
-            self.progress.refresh()
         self.progress.stop()
 
 

@@ -31,11 +31,12 @@ def test_no_epoch_yet():
 
 
 def test_eta_from_the_rate_over_the_last_epochs():
-    reports = [EpochReport(1.0, 100, 1, 500), EpochReport(2.0, 300, 2, 900)]
+    reports = [EpochReport(1.0, 100, 1, 500), EpochReport(2.0, 300, 2, 900), EpochReport(4.0, 400, 3, 950)]
     p = progress_of(reports, 1000)
-    assert (p.completed, p.total, p.epochs, p.watermark) == (300, 1000, 2, 900)
-    assert p.eta_s == pytest.approx(700 / (300 / 2.0))  # from the start: 150 records/s
-    assert progress_of(reports, 1000, window=1).eta_s == pytest.approx(700 / 200)  # last epoch only
+    assert (p.completed, p.total, p.epochs, p.watermark) == (400, 1000, 3, 950)
+    assert p.eta_s == pytest.approx(600 / (300 / 3.0))  # since the first epoch: 100 records/s
+    assert progress_of(reports, 1000, window=1).eta_s == pytest.approx(600 / (100 / 2.0))  # last epoch
+    assert progress_of(reports[:1], 1000).eta_s == pytest.approx(900 / 100)  # one epoch: since t = 0
 
 
 def test_eta_unknown_without_total_or_rate_and_zero_when_done():
