@@ -28,6 +28,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from wire.runtime.checkpoint import list_epochs
+
 pytestmark = pytest.mark.spark
 DRIVER = Path(__file__).parent / "faults" / "self_correcting_driver.py"
 KEYS = 20
@@ -170,8 +172,28 @@ def _counter(ck: Path, name: str) -> int:
     return sum(last.values())
 
 
+def _committed(ck: Path) -> int:
+    try:
+        return sum(1 for e in list_epochs(ck) if e.committed)
+    except Exception:
+        return 0
+
+
+def _in_flight(ck: Path) -> bool:
+    try:
+        epochs = list_epochs(ck)
+    except Exception:
+        return False
+    return bool(epochs) and not epochs[-1].committed
+
+
 def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int) -> dict:
-    """Two replicas of the flow, each its own checkpoint, same tables; SIGKILL them at random."""
+    """Two replicas of the flow, each its own checkpoint, same tables; SIGKILL them at random.
+
+    A replica is killed only after it committed an epoch since its (re)start, at a
+    random moment 0-4 s later (so kills land between and inside epochs, not during
+    Spark's start-up); the replica to kill is drawn at random among those running.
+    """
     rng = random.Random(seed)
     dsn = new_db(pg_server, f"sc_replicas_{seed}")
     make_input(tmp_path / "in", files=files, per_file=1000)
@@ -179,30 +201,41 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     cks = [tmp_path / "ck_a", tmp_path / "ck_b"]
     race = ("--widen-race-ms", "150")
     procs = [_start(glob, ck, dsn, delta, *race) for ck in cks]
+    base = [0, 0]  # committed epochs at each replica's (re)start
     done = [False, False]
-    stats = {"kills": 0, "runs": 2}
-    next_kill = time.monotonic() + rng.uniform(10, 25)
-    deadline = time.monotonic() + 1500
+    stats = {"kills": 0, "mid_epoch": 0, "runs": 2}
+    target = rng.randrange(2)
+    kill_at: float | None = None
+    deadline = time.monotonic() + 3000
     while not all(done):
         assert time.monotonic() < deadline, "replicas did not finish"
-        time.sleep(0.1)
+        time.sleep(0.05)
         for i, proc in enumerate(procs):
             if done[i] or proc.poll() is None:
                 continue
             output = proc.stdout.read()
             assert "DONE" in output, output[-3000:]
             done[i] = True
-        if stats["kills"] < kills and time.monotonic() >= next_kill:
-            alive = [i for i in range(2) if not done[i]]
-            if alive:
-                i = rng.choice(alive)
-                _kill(procs[i])
-                stats["kills"] += 1
-                procs[i] = _start(glob, cks[i], dsn, delta, *race)
-                stats["runs"] += 1
-            next_kill = time.monotonic() + rng.uniform(8, 20)
+        if stats["kills"] >= kills:
+            continue
+        if done[target]:
+            target = 1 - target
+            kill_at = None
+            if done[target]:
+                continue
+        if kill_at is None and _committed(cks[target]) > base[target]:
+            kill_at = time.monotonic() + rng.uniform(0.0, 4.0)
+        if kill_at is not None and time.monotonic() >= kill_at and procs[target].poll() is None:
+            stats["mid_epoch"] += int(_in_flight(cks[target]))
+            _kill(procs[target])
+            stats["kills"] += 1
+            base[target] = _committed(cks[target])
+            procs[target] = _start(glob, cks[target], dsn, delta, *race)
+            stats["runs"] += 1
+            target, kill_at = rng.randrange(2), None
     stats["conflicts"] = sum(_counter(ck, "sc_cas_conflicts") for ck in cks)
     stats["epochs_behind"] = sum(_counter(ck, "sc_epochs_behind") for ck in cks)
+    stats["epochs"] = [_committed(ck) for ck in cks]
     want = oracle(tmp_path / "in")
     assert_equal_to_oracle(pg_rows(dsn), want, "postgres")
     assert_equal_to_oracle(delta_rows(delta), want, "delta")
