@@ -88,8 +88,8 @@ def chain_of(plan: Plan) -> list[Node]:
     Raises
     ------
     PlanError
-        No source, no sink, or a sink on a port that the compiled flow does not
-        produce.
+        No source, no sink, a stream that ends without any sink reading one of its
+        ports, or a sink on a port that the compiled flow does not produce.
     """
     ops = [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode)]
     if not any(isinstance(n, SourceNode) for n in ops):
@@ -111,6 +111,14 @@ def chain_of(plan: Plan) -> list[Node]:
             raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
     if not plan.sinks():
         raise PlanError(f"flow {plan.flow_id!r} has no sink: nothing would be written")
+    read_by_ops = {up for n in ops for up in upstreams(n)}
+    read_by_sinks = {s.source.step for s in (*plan.sinks(), *plan.drops())}
+    dangling = [n.step for n in ops if n.step not in read_by_ops and n.step not in read_by_sinks]
+    if dangling:
+        raise PlanError(
+            f"flow {plan.flow_id!r}: stream(s) {dangling} end without a sink; sink them "
+            "(a branch may end in its own sink) or remove them"
+        )
     return ops
 
 
