@@ -27,6 +27,17 @@ class StatusChange(BaseModel):
     )
 
 
+class PartitionStatus(BaseModel):
+    """One partition of a source (its latest epoch's gauges)."""
+
+    watermark: Watermark = Field(default=None, description="the partition's watermark (ms)")
+    offset_lag: int | None = Field(
+        default=None,
+        description="records behind the partition's end when the epoch was planned (Kafka: "
+        "end offset minus next offset); null when the source does not report it",
+    )
+
+
 class SourceStatus(BaseModel):
     """One source step (connector) of a flow."""
 
@@ -35,6 +46,11 @@ class SourceStatus(BaseModel):
     lag_ms: int | None = Field(
         description="event-time lag: the source's max event time minus its watermark (ms); "
         "null when the source does not report a `max_event_time` gauge"
+    )
+    partitions: dict[str, PartitionStatus] = Field(
+        default_factory=dict,
+        description="per partition of the source (e.g. `p0` for files, `<topic>:<partition>` for "
+        "Kafka), as reported by its latest epoch",
     )
 
 

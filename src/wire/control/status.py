@@ -22,6 +22,7 @@ from wire.control.models import (
     FlowState,
     FlowStatus,
     FlowSummary,
+    PartitionStatus,
     SourceStatus,
     SparkProgress,
 )
@@ -236,6 +237,21 @@ def source_lag(counters: Counters, step: str) -> int | None:
     return max(0, max_et - watermark)
 
 
+def partitions_of(counters: Counters, step: str) -> dict[str, PartitionStatus]:
+    """Per partition of source ``step``: its ``watermark:<p>`` and ``offset_lag:<p>`` gauges."""
+    out: dict[str, PartitionStatus] = {}
+    for (s, name), value in sorted(counters.gauges.items()):
+        gauge, _, part = name.partition(":")
+        if s != step or not part or gauge not in ("watermark", "offset_lag"):
+            continue
+        p = out.setdefault(part, PartitionStatus())
+        if gauge == "watermark":
+            p.watermark = _wm(value)
+        else:
+            p.offset_lag = value
+    return out
+
+
 def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
     """The full status of a flow (``GET /v1/flows/{id}``)."""
     counters = counters_of(flow.summary)
@@ -249,6 +265,7 @@ def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
             paused=bool(control.get("paused") or connectors.get(step, {}).get("paused")),
             watermark=_wm(counters.gauges.get((step, "watermark"))),
             lag_ms=source_lag(counters, step),
+            partitions=partitions_of(counters, step),
         )
     return FlowStatus(
         id=flow_id,

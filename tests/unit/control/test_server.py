@@ -113,8 +113,9 @@ def test_list_and_get_flow_states(api, flow):
     assert body["rows_written"] == {"out": 3}
     assert body["breakers"] == {} and body["error"] is None and body["spark"] is None
     assert body["sources"] == {
-        "src": {"paused": False, "watermark": 5000, "lag_ms": None},
-        "clicks": {"paused": False, "watermark": None, "lag_ms": None},
+        "src": {"paused": False, "watermark": 5000, "lag_ms": None,
+                "partitions": {"p0": {"watermark": 5000, "offset_lag": None}}},
+        "clicks": {"paused": False, "watermark": None, "lag_ms": None, "partitions": {}},
     }
     flow.query.isActive = False
     assert api.get("/v1/flows/orders").json()["status"] == "stopped"
