@@ -485,7 +485,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         topic, part = split_name(name)
         consumer = Consumer(consumer_config(self._binding, role="executor"))
         try:
-            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=self._timeout_s)
+            low = self._low_offset(consumer, TopicPartition(topic, part))
             consumer.assign([TopicPartition(topic, part, max(first, int(low)))])
             out: list[KafkaRecord] = []
             last = time.monotonic()
@@ -508,6 +508,27 @@ class KafkaStreamReader(DataSourceStreamReader):
             return out
         finally:
             consumer.close()
+
+    def _low_offset(self, consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition) -> int:
+        """The partition's first offset (an executor's read).
+
+        Retried while the brokers cannot be reached, up to :data:`_READ_TIMEOUT_S`, as the
+        records themselves are.
+        """
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + _READ_TIMEOUT_S
+        while True:
+            try:
+                low, _ = consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
+                return int(low)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                fatal = err is not None and hasattr(err, "fatal") and err.fatal()
+                if fatal or time.monotonic() > deadline:
+                    raise WireError(f"kafka source {self._binding.step!r}: cannot read the first offset "
+                                    f"of {tp.topic}:{tp.partition} for {_READ_TIMEOUT_S:.0f} s: {e}") from e
+                time.sleep(0.5)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield a task's rows: data rows, dead letters, metrics, then (control task) watermark rows.

@@ -107,3 +107,22 @@ def test_fatal_error_fails_at_once():
 def test_unavailable_timeout_is_checked_at_build_time(bad):
     with pytest.raises(ConfigError, match="unavailable_timeout"):
         kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, unavailable_timeout=bad)
+
+
+def test_executor_read_retries_the_first_offset_through_an_outage(monkeypatch):
+    """An executor's first-offset lookup fails twice (brokers down), then answers: the read goes on."""
+    r, _ = reader(None)
+    calls = []
+
+    class Flaky:
+        def get_watermark_offsets(self, tp, timeout):
+            calls.append(tp)
+            if len(calls) < 3:
+                raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
+            return 7, 10
+
+    monkeypatch.setattr("wire.sources.kafka_reader.time.sleep", lambda s: None)
+    from confluent_kafka import TopicPartition
+
+    assert r._low_offset(Flaky(), TopicPartition("t", 0)) == 7
+    assert len(calls) == 3
