@@ -199,7 +199,7 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     make_input(tmp_path / "in", files=files, per_file=1000)
     glob, delta = str(tmp_path / "in" / "*.parquet"), tmp_path / "delta"
     cks = [tmp_path / "ck_a", tmp_path / "ck_b"]
-    race = ("--widen-race-ms", "150")
+    race = ("--widen-race-ms", "150", "--stall-every", "9", "--stall-ms", "5000")
     procs = [_start(glob, ck, dsn, delta, *race) for ck in cks]
     base = [0, 0]  # committed epochs at each replica's (re)start
     done = [False, False]

@@ -36,14 +36,18 @@ def build(glob: str, dsn: str, delta: str, *, read_only: bool, bounded: bool) ->
     return flow
 
 
-def widen(seconds: float) -> None:
-    """Make every table read of the self-correcting sinks return ``seconds`` later."""
+def widen(seconds: float, stall_every: int = 0, stall_s: float = 0.0) -> None:
+    """Make every table read of the self-correcting sinks return ``seconds`` later, and
+    every ``stall_every``-th read ``stall_s`` later."""
     from wire.sinks import self_correcting_sink as sc
 
+    reads = [0]
     for cls in (sc._PgTable, sc._DeltaTable):
         def slow(self, keys, _read=cls.read):
             snap = _read(self, keys)
-            time.sleep(seconds)
+            reads[0] += 1
+            stall = stall_every and reads[0] % stall_every == 0
+            time.sleep(stall_s if stall else seconds)
             return snap
 
         cls.read = slow
@@ -62,9 +66,13 @@ def main() -> None:
     p.add_argument("--widen-race-ms", type=float, default=0.0,
                    help="sleep this long between a sink's read of the table and its append, so that "
                         "replicas' appends collide more often (a fault-injection knob)")
+    p.add_argument("--stall-every", type=int, default=0,
+                   help="every N-th read of a table, stall --stall-ms between the read and the append "
+                        "(a writer paused by GC or the network: the other replica appends meanwhile)")
+    p.add_argument("--stall-ms", type=float, default=0.0)
     a = p.parse_args()
-    if a.widen_race_ms:
-        widen(a.widen_race_ms / 1000.0)
+    if a.widen_race_ms or a.stall_every:
+        widen(a.widen_race_ms / 1000.0, a.stall_every, a.stall_ms / 1000.0)
     flow = build(a.glob, a.dsn, a.delta, read_only=a.read_only, bounded=not a.unbounded)
     spark = wire.spark("local[2]", log_file=Path(a.checkpoint).with_suffix(".spark.log"))
     if not a.unbounded:
