@@ -40,15 +40,18 @@ the external system (contraflow, SPEC §7).
 from __future__ import annotations
 
 import base64
-from dataclasses import fields
-from typing import Any, Protocol, runtime_checkable
+import json
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from wire.core import envelope
+from wire.core.watermarks import check_max_future
 from wire.errors import ConfigError
 
 
@@ -162,3 +165,108 @@ class SchemaDataclassDict:
     def from_dict(cls, d: dict[str, Any]) -> Any:
         """Inverse of :meth:`to_dict`."""
         return cls(**{**d, "schema": schema_from_b64(d["schema"])})
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What the compiler hands to a source's Spark data source for one source step.
+
+    Serialized into the data source's ``binding`` option with :meth:`to_json` and read
+    back in the planner and executor processes with :meth:`from_json`. A connector's
+    binding subclasses it, naming its source class in ``source_class`` (whose
+    ``to_dict`` / ``from_dict`` carry the source through JSON).
+
+    ``payload_schema``: every payload column of the source; ``columns``: the ones it
+    produces (None: all, see the module docstring); durations in ms; ``max_future_ms``:
+    events further ahead of the epoch's processing time are dead letters (None: off);
+    ``target_epoch_ms``: epoch sizing (None: off); ``control_file``: pause / stop
+    (:mod:`wire.core.control_file`).
+
+    Raises
+    ------
+    ConfigError
+        When constructed with an event-time column not in ``payload_schema`` or of a type
+        event time cannot be read from, unknown ``columns``, or an invalid delay,
+        admission, key-group count or ``max_future_ms``.
+    """
+
+    source_class: ClassVar[type]
+
+    step: str
+    source: Any
+    payload_schema: pa.Schema
+    event_time: str
+    max_delay_ms: int
+    max_events_per_epoch: int
+    key_groups: int
+    control_file: str | None = None
+    columns: tuple[str, ...] | None = None
+    max_future_ms: int | None = None
+    target_epoch_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        step = self.step
+        if not isinstance(step, str) or not step:
+            raise ConfigError("step", step, "a non-empty step id")
+        check_event_time_column(step, self.payload_schema, self.event_time)
+        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
+        check_max_future(step, self.max_future_ms)
+        check_admission(step, max_delay_ms=self.max_delay_ms,
+                        max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups)
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The payload columns the source produces: ``payload_schema`` restricted to ``columns``."""
+        return select_columns(self.payload_schema, self.columns)
+
+    def row_schema(self) -> pa.Schema:
+        """The Arrow schema of the source's rows as Spark hands them back."""
+        return spark_row_schema(self.output_schema)
+
+    def to_json(self) -> str:
+        """Serialize to a JSON string (the ``binding`` option of the Spark data source)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(source=self.source.to_dict(), payload_schema=schema_to_b64(self.payload_schema))
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["source"] = cls.source_class.from_dict(d["source"])  # type: ignore[attr-defined]
+        d["payload_schema"] = schema_from_b64(d["payload_schema"])
+        if d.get("columns") is not None:
+            d["columns"] = tuple(d["columns"])
+        return cls(**d)
+
+
+class BindingDataSource(DataSource):
+    """A Spark Python data source whose option ``binding`` is a :class:`Binding`'s JSON.
+
+    A connector subclasses it with ``format_name`` (``spark.readStream.format``),
+    ``binding_class`` and :meth:`reader`.
+    """
+
+    format_name: ClassVar[str]
+    binding_class: ClassVar[type[Binding]]
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name used with ``spark.readStream.format``."""
+        return cls.format_name
+
+    def binding(self) -> Binding:
+        """The binding of this data source's options."""
+        return self.binding_class.from_json(self.options["binding"])
+
+    def schema(self) -> StructType:
+        """Return the row schema: the produced payload columns, then the envelope columns."""
+        return spark_struct(self.binding().output_schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Return the stream reader; Spark calls this in the planner and executor processes."""
+        return self.reader(self.binding())
+
+    def reader(self, binding: Any) -> DataSourceStreamReader:
+        """The connector's stream reader for ``binding``."""
+        raise NotImplementedError

@@ -28,25 +28,21 @@ The stream reader itself is in :mod:`wire.sources.file_stream`.
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import DataSourceStreamReader
 
 from wire.core.time import Duration, to_millis
-from wire.core.watermarks import NO_WATERMARK, check_max_future
+from wire.core.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
 from wire.sources.base import (
-    check_admission,
-    check_columns,
-    check_event_time_column,
+    Binding,
+    BindingDataSource,
     schema_from_b64,
     schema_to_b64,
-    select_columns,
     spark_row_schema,
     spark_struct,
 )
@@ -315,54 +311,25 @@ def files(
 
 
 @dataclass(frozen=True)
-class SourceBinding:
-    """What the compiler hands to the Spark data source for one file-source step.
+class SourceBinding(Binding):
+    """What the compiler hands to the Spark data source for one file-source step (:class:`Binding`).
 
-    Serialized into the ``binding`` option with :meth:`to_json`.
+    ``columns``: the payload columns the source produces (None: all). Records are still
+    parsed and validated with every column of ``payload_schema`` (CSV, JSON Lines; Parquet
+    reads a column it does not produce only if its values could fail to convert), so the
+    same records are malformed, with the same reasons and raw text.
     """
 
-    step: str
+    source_class: ClassVar[type] = FileSource
     source: FileSource
-    payload_schema: pa.Schema
-    event_time: str
-    max_delay_ms: int
-    max_events_per_epoch: int
-    key_groups: int
-    control_file: str | None = None
-    """The flow's control file (:mod:`wire.core.control_file`): pause / graceful stop."""
-    columns: tuple[str, ...] | None = None
-    """The payload columns the source produces (None: all). Records are still parsed and
-    validated with every column of ``payload_schema`` (CSV, JSON Lines; Parquet reads a
-    column it does not produce only if its values could fail to convert), so the same
-    records are malformed, with the same reasons and raw text."""
-    max_future_ms: int | None = None
-    """Events whose event time is more than this (ms) ahead of the epoch's processing time
-    are dead letters and do not move the watermark (``BoundedOutOfOrderness(max_future=)``);
-    None: off."""
-    target_epoch_ms: int | None = None
-    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
 
     def __post_init__(self) -> None:
-        step = self.step
-        if not isinstance(step, str) or not step:
-            raise ConfigError("step", step, "a non-empty step id")
-        check_event_time_column(step, self.payload_schema, self.event_time)
-        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
-        check_max_future(step, self.max_future_ms)
-        check_admission(
-            step, max_delay_ms=self.max_delay_ms,
-            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
-        )
+        super().__post_init__()
         try:
             spark_row_schema(self.payload_schema)
         except (ValueError, TypeError) as e:
             accepted = f"Spark-compatible column types and no '__' envelope names ({e})"
-            raise ConfigError("schema", str(self.payload_schema), accepted, step=step) from e
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        """The payload columns the source produces: ``payload_schema`` restricted to ``columns``."""
-        return select_columns(self.payload_schema, self.columns)
+            raise ConfigError("schema", str(self.payload_schema), accepted, step=self.step) from e
 
     def parse_spec(self) -> ParseSpec:
         """Return how to parse this source's files."""
@@ -372,36 +339,16 @@ class SourceBinding:
             src.max_field_bytes,
         )
 
-    def to_json(self) -> str:
-        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d.update(source=self.source.to_dict(), payload_schema=schema_to_b64(self.payload_schema))
-        return json.dumps(d)
 
-    @staticmethod
-    def from_json(text: str) -> SourceBinding:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        d["source"] = FileSource.from_dict(d["source"])
-        d["payload_schema"] = schema_from_b64(d["payload_schema"])
-        return SourceBinding(**d)
-
-
-class WireFileDataSource(DataSource):
+class WireFileDataSource(BindingDataSource):
     """The Spark Python data source ``wire_files``; option ``binding``: a SourceBinding JSON."""
 
-    @classmethod
-    def name(cls) -> str:
-        """Return the format name used with ``spark.readStream.format``."""
-        return DATA_SOURCE_NAME
+    format_name = DATA_SOURCE_NAME
+    binding_class = SourceBinding
 
-    def schema(self) -> StructType:
-        """Return the row schema: the produced payload columns followed by the envelope columns."""
-        return spark_struct(SourceBinding.from_json(self.options["binding"]).output_schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Return the stream reader; Spark calls this in the planner and executor processes."""
-        return WireFileStreamReader(SourceBinding.from_json(self.options["binding"]))
+    def reader(self, binding: SourceBinding) -> DataSourceStreamReader:
+        """The file source's stream reader."""
+        return WireFileStreamReader(binding)
 
 
 def _size(path: str) -> int | None:

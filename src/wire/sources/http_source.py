@@ -48,9 +48,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
-from pyspark.sql.types import StructType
 
 from wire.core import envelope
 from wire.core.control_file import check_bind, is_paused
@@ -69,12 +68,12 @@ from wire.core.watermarks import (
 from wire.delivery.wal import WriteAheadLog
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sources.base import (
+    BindingDataSource,
     SchemaDataclassDict,
     check_admission,
     check_columns,
     select_columns,
     spark_row_schema,
-    spark_struct,
 )
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_readers import _array_from_values, event_times_ms
@@ -625,18 +624,12 @@ class HttpIngestReader(DataSourceStreamReader):
         yield envelope.watermark_batch(schema, partition.end_watermark, range(b.key_groups))
 
 
-class HttpIngestDataSource(DataSource):
+class HttpIngestDataSource(BindingDataSource):
     """The Spark Python data source ``wire_http_ingest``; option ``binding``: an IngestBinding JSON."""
 
-    @classmethod
-    def name(cls) -> str:
-        """Return the format name used with ``spark.readStream.format``."""
-        return DATA_SOURCE_NAME
+    format_name = DATA_SOURCE_NAME
+    binding_class = IngestBinding  # type: ignore[assignment]  # its payload schema is the source's
 
-    def schema(self) -> StructType:
-        """Return the row schema: the payload columns followed by the envelope columns."""
-        return spark_struct(IngestBinding.from_json(self.options["binding"]).output_schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Return the stream reader; Spark calls this in the planner and executor processes."""
-        return HttpIngestReader(IngestBinding.from_json(self.options["binding"]))
+    def reader(self, binding: IngestBinding) -> DataSourceStreamReader:
+        """The HTTP ingest source's stream reader."""
+        return HttpIngestReader(binding)

@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import DataSourceStreamReader
 
-from wire.core.arrow_types import spark_schema
 from wire.core.time import Duration, to_millis
-from wire.core.watermarks import check_max_future
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
+    Binding,
+    BindingDataSource,
     SchemaDataclassDict,
-    check_admission,
-    check_columns,
-    check_event_time_column,
     schema_from_b64,
-    schema_to_b64,
-    select_columns,
-    spark_row_schema,
 )
 from wire.sources.kafka_decode import (
     AVRO_FRAMINGS,
@@ -343,29 +336,15 @@ def kafka(
 
 
 @dataclass(frozen=True)
-class KafkaBinding:
-    """What the compiler hands to the Spark data source for one Kafka source step (JSON option)."""
+class KafkaBinding(Binding):
+    """What the compiler hands to the Spark data source for one Kafka source step (:class:`Binding`).
 
-    step: str
+    ``payload_schema``: every column of the source, the value's payload columns, then the
+    metadata columns.
+    """
+
+    source_class: ClassVar[type] = KafkaSource
     source: KafkaSource
-    payload_schema: pa.Schema
-    """Every column of the source: the value's payload columns, then the metadata columns."""
-    event_time: str
-    max_delay_ms: int
-    max_events_per_epoch: int
-    key_groups: int
-    control_file: str | None = None
-    columns: tuple[str, ...] | None = None
-    max_future_ms: int | None = None
-    target_epoch_ms: int | None = None
-
-    def __post_init__(self) -> None:
-        step = self.step
-        check_max_future(step, self.max_future_ms)
-        check_event_time_column(step, self.payload_schema, self.event_time)
-        check_admission(step, max_delay_ms=self.max_delay_ms,
-                        max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups)
-        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
 
     @property
     def payload_value_schema(self) -> pa.Schema:
@@ -373,47 +352,15 @@ class KafkaBinding:
         assert self.source.schema is not None
         return self.source.schema
 
-    @property
-    def output_schema(self) -> pa.Schema:
-        """The columns produced: ``payload_schema`` restricted to ``columns``."""
-        return select_columns(self.payload_schema, self.columns)
 
-    def row_schema(self) -> pa.Schema:
-        """The Arrow schema of the source's rows as Spark hands them back."""
-        return spark_row_schema(self.output_schema)
-
-    def to_json(self) -> str:
-        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["source"] = self.source.to_dict()
-        d["payload_schema"] = schema_to_b64(self.payload_schema)
-        return json.dumps(d)
-
-    @staticmethod
-    def from_json(text: str) -> KafkaBinding:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        d["source"] = KafkaSource.from_dict(d["source"])
-        d["payload_schema"] = schema_from_b64(d["payload_schema"])
-        if d["columns"] is not None:
-            d["columns"] = tuple(d["columns"])
-        return KafkaBinding(**d)
-
-
-class KafkaDataSource(DataSource):
+class KafkaDataSource(BindingDataSource):
     """The Spark Python data source ``wire_kafka``; option ``binding``: KafkaBinding JSON."""
 
-    @classmethod
-    def name(cls) -> str:
-        """Return the format name used with ``spark.readStream.format``."""
-        return DATA_SOURCE_NAME
+    format_name = DATA_SOURCE_NAME
+    binding_class = KafkaBinding
 
-    def schema(self) -> StructType:
-        """Return the row schema: the source's columns followed by the envelope columns."""
-        return spark_schema(KafkaBinding.from_json(self.options["binding"]).row_schema())
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Return the stream reader; Spark calls this in the planner and executor processes."""
+    def reader(self, binding: KafkaBinding) -> DataSourceStreamReader:
+        """The Kafka source's stream reader (:mod:`wire.sources.kafka_reader`)."""
         from wire.sources.kafka_reader import KafkaStreamReader
 
-        return KafkaStreamReader(KafkaBinding.from_json(self.options["binding"]))
+        return KafkaStreamReader(binding)

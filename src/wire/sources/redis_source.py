@@ -9,27 +9,18 @@ records their id range and the watermark in the epoch's offset, and acknowledges
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import DataSourceStreamReader
 
-from wire.core.arrow_types import spark_schema
 from wire.core.time import Duration, to_millis
-from wire.core.watermarks import check_max_future
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
+    Binding,
+    BindingDataSource,
     SchemaDataclassDict,
-    check_admission,
-    check_columns,
-    check_event_time_column,
-    schema_from_b64,
-    schema_to_b64,
-    select_columns,
-    spark_row_schema,
 )
 from wire.sources.redis_reader import RedisStreamReader
 
@@ -245,78 +236,26 @@ def redis_stream(
 
 
 @dataclass(frozen=True)
-class RedisBinding:
-    """What the compiler hands to the Spark data source for one Redis source step.
+class RedisBinding(Binding):
+    """What the compiler hands to the Spark data source for one Redis Streams step (:class:`Binding`).
 
-    Serialized into the ``binding`` option with :meth:`to_json`.
+    ``columns``: the payload columns produced (None: all); entries are decoded with every
+    column.
     """
 
-    step: str
+    source_class: ClassVar[type] = RedisStreamSource
     source: RedisStreamSource
-    payload_schema: pa.Schema
-    event_time: str
-    max_delay_ms: int
-    max_events_per_epoch: int
-    key_groups: int
-    control_file: str | None = None
-    columns: tuple[str, ...] | None = None
-    """The payload columns produced (None: all); entries are decoded with every column."""
-    max_future_ms: int | None = None
-    """Entries more than this (ms) ahead of the epoch's processing time are dead letters and
-    do not move the watermark; None: off."""
-    target_epoch_ms: int | None = None
-    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
-
-    def __post_init__(self) -> None:
-        step = self.step
-        check_max_future(step, self.max_future_ms)
-        check_event_time_column(step, self.payload_schema, self.event_time)
-        check_admission(
-            step, max_delay_ms=self.max_delay_ms,
-            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
-        )
-        object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        """The payload columns produced: ``payload_schema`` restricted to ``columns``."""
-        return select_columns(self.payload_schema, self.columns)
-
-    def row_schema(self) -> pa.Schema:
-        """The Arrow schema of the source's rows as Spark hands them back."""
-        return spark_row_schema(self.output_schema)
-
-    def to_json(self) -> str:
-        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["source"] = self.source.to_dict()
-        d["payload_schema"] = schema_to_b64(self.payload_schema)
-        return json.dumps(d)
-
-    @staticmethod
-    def from_json(text: str) -> RedisBinding:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        d["source"] = RedisStreamSource.from_dict(d["source"])
-        d["payload_schema"] = schema_from_b64(d["payload_schema"])
-        return RedisBinding(**d)
 
 
-class RedisStreamDataSource(DataSource):
+class RedisStreamDataSource(BindingDataSource):
     """The Spark Python data source ``wire_redis_stream``; option ``binding``: RedisBinding JSON."""
 
-    @classmethod
-    def name(cls) -> str:
-        """Return the format name used with ``spark.readStream.format``."""
-        return DATA_SOURCE_NAME
+    format_name = DATA_SOURCE_NAME
+    binding_class = RedisBinding
 
-    def schema(self) -> StructType:
-        """Return the row schema: the payload columns followed by the envelope columns."""
-        return spark_schema(RedisBinding.from_json(self.options["binding"]).row_schema())
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """Return the stream reader; Spark calls this in the planner and executor processes."""
-        return RedisStreamReader(RedisBinding.from_json(self.options["binding"]))
+    def reader(self, binding: RedisBinding) -> DataSourceStreamReader:
+        """The Redis Streams source's stream reader (:mod:`wire.sources.redis_reader`)."""
+        return RedisStreamReader(binding)
 
 
 # ---------------------------------------------------------------------------- sink
