@@ -270,3 +270,54 @@ class BindingDataSource(DataSource):
     def reader(self, binding: Any) -> DataSourceStreamReader:
         """The connector's stream reader for ``binding``."""
         raise NotImplementedError
+
+
+class BindingSource:
+    """``read_stream`` for a source connector read by a :class:`BindingDataSource`.
+
+    The connector names its data source in :meth:`data_source`; its payload schema is
+    ``resolve_schema()``.
+    """
+
+    def data_source(self) -> type[BindingDataSource]:
+        """The connector's Spark data source class."""
+        raise NotImplementedError
+
+    def read_stream(
+        self,
+        spark: SparkSession,
+        *,
+        step: str,
+        event_time: str,
+        key_groups: int,
+        max_delay_ms: int,
+        max_events_per_epoch: int,
+        control_file: str | None = None,
+        columns: tuple[str, ...] | None = None,
+        max_future_ms: int | None = None,
+        target_epoch_ms: int | None = None,
+        **_: Any,
+    ) -> DataFrame:
+        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
+
+        ``columns`` (None: all): the payload columns produced; records are still decoded
+        and checked against the whole schema (the same records become dead letters).
+        ``max_future_ms`` (None: off): records whose event time is more than this ahead of
+        the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
+        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
+
+        Raises
+        ------
+        ConfigError
+            When the event-time column is not a column of the source or has an unsupported
+            type, or a setting of the binding is invalid (:class:`Binding`).
+        """
+        ds = self.data_source()
+        binding = ds.binding_class(
+            step=step, source=self, payload_schema=self.resolve_schema(),  # type: ignore[attr-defined]
+            event_time=event_time, max_delay_ms=max_delay_ms, max_events_per_epoch=max_events_per_epoch,
+            key_groups=key_groups, control_file=control_file, columns=columns, max_future_ms=max_future_ms,
+            target_epoch_ms=target_epoch_ms,
+        )
+        spark.dataSource.register(ds)
+        return spark.readStream.format(ds.format_name).option("binding", binding.to_json()).load()

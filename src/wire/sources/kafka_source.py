@@ -21,6 +21,7 @@ from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
     Binding,
     BindingDataSource,
+    BindingSource,
     SchemaDataclassDict,
     schema_from_b64,
 )
@@ -34,7 +35,7 @@ from wire.sources.kafka_decode import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    pass
 
 __all__ = ["DATA_SOURCE_NAME", "KafkaBinding", "KafkaDataSource", "KafkaSource", "kafka"]
 
@@ -46,7 +47,7 @@ _WIRE_OWNED = ("bootstrap.servers", "group.id", "enable.auto.commit", "enable.au
 
 
 @dataclass(frozen=True)
-class KafkaSource(SchemaDataclassDict):
+class KafkaSource(SchemaDataclassDict, BindingSource):
     """Kafka topics (or a topic pattern) read as one source; build it with :func:`kafka`.
 
     Immutable; part of a flow plan. Durations are held in ms; ``schema`` holds the
@@ -164,36 +165,9 @@ class KafkaSource(SchemaDataclassDict):
             d["topics"] = tuple(d["topics"])
         return cls(**{**d, "schema": schema_from_b64(d["schema"])})
 
-    def read_stream(
-        self,
-        spark: SparkSession,
-        *,
-        step: str,
-        event_time: str,
-        key_groups: int,
-        max_delay_ms: int,
-        max_events_per_epoch: int,
-        control_file: str | None = None,
-        columns: tuple[str, ...] | None = None,
-        max_future_ms: int | None = None,
-        target_epoch_ms: int | None = None,
-        **_: Any,
-    ) -> DataFrame:
-        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
-
-        Raises
-        ------
-        ConfigError
-            When the event-time column is not a column of the source or has an unsupported type.
-        """
-        binding = KafkaBinding(
-            step=step, source=self, payload_schema=self.resolve_schema(), event_time=event_time,
-            max_delay_ms=max_delay_ms, max_events_per_epoch=max_events_per_epoch, key_groups=key_groups,
-            control_file=control_file, columns=columns, max_future_ms=max_future_ms,
-            target_epoch_ms=target_epoch_ms,
-        )
-        spark.dataSource.register(KafkaDataSource)
-        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+    def data_source(self) -> type[BindingDataSource]:
+        """The Spark data source that reads this source (:class:`KafkaDataSource`)."""
+        return KafkaDataSource
 
 
 def kafka(

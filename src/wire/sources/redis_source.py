@@ -10,7 +10,7 @@ records their id range and the watermark in the epoch's offset, and acknowledges
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -20,12 +20,13 @@ from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
     Binding,
     BindingDataSource,
+    BindingSource,
     SchemaDataclassDict,
 )
 from wire.sources.redis_reader import RedisStreamReader
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    pass
 
 __all__ = [
     "DATA_SOURCE_NAME",
@@ -55,7 +56,7 @@ def check_url(url: object) -> str:
 
 
 @dataclass(frozen=True)
-class RedisStreamSource(SchemaDataclassDict):
+class RedisStreamSource(SchemaDataclassDict, BindingSource):
     """One Redis stream read through a consumer group; build it with :func:`redis_stream`.
 
     Immutable; part of a flow plan. Durations are held in ms.
@@ -92,49 +93,9 @@ class RedisStreamSource(SchemaDataclassDict):
         """Return the payload schema (the given one)."""
         return self.schema
 
-    def read_stream(
-        self,
-        spark: SparkSession,
-        *,
-        step: str,
-        event_time: str,
-        key_groups: int,
-        max_delay_ms: int,
-        max_events_per_epoch: int,
-        control_file: str | None = None,
-        columns: tuple[str, ...] | None = None,
-        max_future_ms: int | None = None,
-        target_epoch_ms: int | None = None,
-        **_: Any,
-    ) -> DataFrame:
-        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
-
-        ``columns`` (None: all): the payload columns produced. Entries are still decoded
-        and checked against the whole schema (the same entries become dead letters).
-        ``max_future_ms`` (None: off): entries whose event time is more than this ahead
-        of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
-        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
-
-        Raises
-        ------
-        ConfigError
-            When the event-time column is not in the schema or has an unsupported type.
-        """
-        binding = RedisBinding(
-            step=step,
-            source=self,
-            payload_schema=self.schema,
-            event_time=event_time,
-            max_delay_ms=max_delay_ms,
-            max_events_per_epoch=max_events_per_epoch,
-            key_groups=key_groups,
-            control_file=control_file,
-            columns=columns,
-            max_future_ms=max_future_ms,
-            target_epoch_ms=target_epoch_ms,
-        )
-        spark.dataSource.register(RedisStreamDataSource)
-        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+    def data_source(self) -> type[BindingDataSource]:
+        """The Spark data source that reads this source (:class:`RedisStreamDataSource`)."""
+        return RedisStreamDataSource
 
 
 def redis_stream(
