@@ -53,8 +53,9 @@ def make_input(directory: Path, files: int, per_file: int, keys: int) -> None:
         pq.write_table(table, directory / f"part-{f:04d}.parquet")
 
 
-def run(variant: str, glob: str, dsn: str, ck: str, table: str, per_epoch: int, spark) -> list[float]:
-    flow = wire.Flow(f"bench-{variant}")
+def run(variant: str, glob: str, dsn: str, ck: str, table: str, per_epoch: int, spark,
+        flow_id: str | None = None) -> list[float]:
+    flow = wire.Flow(flow_id or f"bench-{variant}")
     events = flow.source(wire.sources.files(glob, format="parquet"), event_time="t", key="k",
                          watermark=wire.BoundedOutOfOrderness("10s"), max_events_per_epoch=per_epoch)
     minutes = events.window(wire.Tumbling("1m"), emit="update").aggregate(
@@ -91,7 +92,7 @@ def main() -> None:
         make_input(Path(tmp) / "in", a.files, a.per_file, a.keys)
         glob = str(Path(tmp) / "in" / "*.parquet")
         spark = wire.spark("local[2]", {"spark.sql.shuffle.partitions": "2"})
-        run("plain", glob, pg.dsn, f"{tmp}/ck-warm", "warm", a.per_file, spark)  # warm-up
+        run("plain", glob, pg.dsn, f"{tmp}/ck-warm", "warm", a.per_file, spark, "bench-warm-up")
         epochs: dict[str, list[float]] = {}
         started = time.perf_counter()
         for v in variants:
