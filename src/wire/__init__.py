@@ -7,6 +7,7 @@ Public API::
     wire.BoundedOutOfOrderness                  # watermark policy
     wire.count, sum, min, max, mean, first, last, collect, aggregate   # aggregations
     wire.max_by, min_by, top_k                  # full-row aggregations
+    wire.value_state, list_state, map_state     # per-key state of Stream.process
     wire.testing.TestStream                      # the test harness
     wire.sources.files(...)                      # source connectors
     wire.sinks.parquet / jsonl / console         # sink connectors
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
         sum,
         top_k,
     )
+    from wire.state.keyed_state import list_state, map_state, value_state
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "sinks": ("wire.sinks", None),
@@ -55,6 +57,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **{n: ("wire.state.aggregations", n)
        for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum",
                  "max_by", "min_by", "top_k")},
+    **{n: ("wire.state.keyed_state", n) for n in ("list_state", "map_state", "value_state")},
 }
 """Public name -> (module, attribute; None for the module itself).
 
@@ -87,6 +90,8 @@ __all__ = [
     "count",
     "first",
     "last",
+    "list_state",
+    "map_state",
     "max",
     "max_by",
     "mean",
@@ -98,5 +103,6 @@ __all__ = [
     "sum",
     "testing",
     "top_k",
+    "value_state",
 ]
 __version__ = "0.1.0"

@@ -31,6 +31,7 @@ import pyarrow as pa
 from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
 from wire.core.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling, Window
 from wire.errors import ConfigError, PlanError
+from wire.plan.fingerprint import key_of
 from wire.plan.nodes import (
     ALL_STEPS,
     DEAD_LETTER,
@@ -47,6 +48,7 @@ from wire.plan.nodes import (
     Node,
     Plan,
     PortRef,
+    ProcessNode,
     SelectNode,
     SinkNode,
     SourceNode,
@@ -55,6 +57,8 @@ from wire.plan.nodes import (
     WindowAggregateNode,
 )
 from wire.state.aggregations import Aggregator
+from wire.state.keyed_state import StateSpec
+from wire.state.process import OnEvents, OnTimer, declared_states
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -528,6 +532,125 @@ class Stream:
         lateness = to_millis(allowed_lateness, parameter="allowed_lateness")
         return WindowedStream(self, window, lateness, emit, before_update, after_update)
 
+    def process(
+        self,
+        on_events: OnEvents,
+        *,
+        schema: pa.Schema,
+        on_timer: OnTimer | None = None,
+        state: Mapping[str, StateSpec] | None = None,
+        name: str | None = None,
+    ) -> Stream:
+        """Custom stateful logic per key: per-key state and timers, vectorized per key group.
+
+        Like Flink's ``KeyedProcessFunction`` or Beam's stateful ``DoFn`` with timers, but
+        called once per key group per epoch with all its keys' rows as Arrow, never once
+        per event. The stream must be keyed (the source's ``key=`` or ``key_by``).
+
+        ``on_events(ctx, events) -> pa.Table | None``
+            Called once per key group per epoch that brings on-time events, with all of
+            them: the stream's columns plus ``event_time`` (int64 ms; it replaces a
+            column of that name), sorted by (key, event time, arrival) (SPEC §1).
+        ``on_timer(ctx, fired) -> pa.Table | None``
+            Called with due timers: the key column, ``domain`` (``"event_time"`` |
+            ``"processing_time"``), ``tag``, ``time`` and ``output_time`` (int64 ms),
+            sorted by (time, key, tag); each call holds, per key, that key's timers at
+            its earliest due time, and calls repeat until none is due, so every key sees
+            its timers in time order (also those ``on_timer`` sets).
+        ``ctx`` (:class:`wire.state.process.ProcessContext`)
+            ``ctx.value_state(name)`` / ``list_state`` / ``map_state``: the declared
+            states, each operation vectorized over an array of keys (``get(keys)``,
+            ``update(keys, values)``, ``append``, ``put(keys, map_keys, values)``,
+            ``entries``, ``clear(keys)``; :mod:`wire.state.keyed_state`).
+            ``ctx.timers.set_event_time(keys, times, tag=..., output_times=None)``,
+            ``set_processing_time(...)``, ``delete(keys, tag=..., domain=...)``: a timer
+            is identified by (key, domain, tag); setting it again moves it.
+            ``ctx.key`` (the key column), ``ctx.input_watermark``,
+            ``ctx.output_watermark``, ``ctx.processing_time`` (ms).
+
+        Output: every returned row has the columns of ``schema`` (cast to it), which must
+        contain an int64 ``event_time``: the row's event time (ms). Rows, and every
+        timer's ``output_time``, must not be below ``ctx.output_watermark`` (an on-time
+        event's own ``event_time`` never is; a violation fails the epoch with
+        ``ProcessFunctionError`` naming the step and function).
+
+        Emission, per epoch and key group: (1) events with ``event_time <`` the input
+        watermark in force when they arrived go to ``.late()`` (their columns,
+        ``event_time``, ``watermark``, ``reason``); the others to one ``on_events``
+        call; (2) the input watermark advances, and event-time timers with ``time <=``
+        it fire; (3) processing-time timers with ``time <=`` the wall clock fire (in the
+        first epoch that runs after it; a replay may differ, SPEC §1). At the end of
+        input every pending timer fires.
+
+        Watermarks (Beam watermark-hold rule, SPEC §2): the step's output watermark is
+        ``max(out, min(input watermark, earliest output_time of a pending timer))``: a
+        pending timer holds it at its ``output_time`` (default: the timer's time for
+        event-time timers, the output watermark when set for processing-time timers),
+        so what timers emit is never late downstream.
+
+        State: each declared state and the timers are one Arrow table per key group in
+        the checkpoint's chunk store, read only when the epoch's calls use it and
+        rewritten only when they change it (the timers are read every epoch); purge
+        state with timers (``clear`` in ``on_timer``).
+
+        Example (deduplication within 10 s of event time; :mod:`wire.examples.process_examples`
+        has it and an alert on three events of a key within a minute, both run by the
+        test suite)::
+
+            from wire.examples.process_examples import Dedupe
+            fn = Dedupe(within_ms=10_000)   # state {"last_seen": wire.value_state(pa.int64())}
+            unique = events.process(fn.on_events, on_timer=fn.on_timer, state=fn.state,
+                                    schema=fn.schema(input_schema), name="dedupe")
+
+            # inside Dedupe.on_events(ctx, events):
+            #   last = ctx.value_state("last_seen").get(events.column(ctx.key))  # one call
+            #   ... keep rows with event_time - last >= within_ms (numpy) ...
+            #   ctx.value_state("last_seen").update(keys, newest)
+            #   ctx.timers.set_event_time(keys, pc.add(newest, within_ms), tag="expire")
+            # and Dedupe.on_timer(ctx, fired) clears the fired keys' last_seen.
+
+        Parameters
+        ----------
+        on_events, on_timer:
+            The functions above (``on_timer`` is needed to set timers).
+        schema:
+            The output columns: a ``pyarrow.Schema`` with an int64 ``event_time``.
+        state:
+            Declared states by name: ``wire.value_state(type)``, ``wire.list_state(type)``,
+            ``wire.map_state(key_type, value_type)``.
+        name:
+            The step id (default ``process_<n>``); it names the state in the checkpoint.
+
+        Raises
+        ------
+        ConfigError
+            When the flow is built: ``on_events`` / ``on_timer`` not callable, ``schema``
+            not a schema with an int64 ``event_time``, ``state`` not a mapping of names
+            to state specs, or the stream not keyed (parameter ``key``).
+        """
+        self._require_out("process")
+        if not callable(on_events):
+            raise ConfigError("on_events", on_events, "a callable (ctx, events: pa.Table) -> pa.Table | None")
+        if on_timer is not None and not callable(on_timer):
+            raise ConfigError("on_timer", on_timer,
+                              "None or a callable (ctx, fired: pa.Table) -> pa.Table | None")
+        if not isinstance(schema, pa.Schema) or schema.get_field_index("event_time") < 0 or (
+                schema.field("event_time").type != pa.int64()):
+            raise ConfigError("schema", schema, "a pyarrow.Schema of the output with an int64 'event_time' "
+                              "column (each output row's event time, ms)")
+        states = dict(state or {})
+        for state_name, spec in states.items():
+            if not isinstance(state_name, str) or not state_name or not isinstance(spec, StateSpec):
+                raise ConfigError("state", state, "a mapping of names to wire.value_state(type), "
+                                  "wire.list_state(type) or wire.map_state(key_type, value_type)")
+        if key_of(self.flow.plan(), self.ref.step) is None:
+            raise ConfigError("key", None, "a keyed stream: the source's key= or key_by(column) before "
+                              "process()")
+        step = self.flow._step_id(name, "process")
+        self.flow._add(ProcessNode(step, self.ref.step, on_events, on_timer, schema,
+                                   declared_states(states)))
+        return Stream(self.flow, PortRef(step))
+
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """Merge this stream with ``others`` (same columns, same key).
 
@@ -660,7 +783,7 @@ class Stream:
                                   right_prefix=right_prefix, name=step)
 
     def late(self) -> Stream:
-        """The late port of a window aggregation: events beyond allowed lateness.
+        """The late port of a window aggregation, join or process step: late events.
 
         Columns: the event's columns, ``event_time`` (int64 ms), ``watermark`` (int64 ms,
         the watermark when the event arrived), ``reason`` (string). An event column named
@@ -671,8 +794,8 @@ class Stream:
         ``.late().drop()`` discards it on purpose.
         """
         node = self.flow.plan().node(self.ref.step)
-        if not isinstance(node, WindowAggregateNode | IntervalJoinNode):
-            raise PlanError(f"late(): step {self.ref.step!r} is not a window aggregation or join")
+        if not isinstance(node, WindowAggregateNode | IntervalJoinNode | ProcessNode):
+            raise PlanError(f"late(): step {self.ref.step!r} is not a window aggregation, join or process")
         return Stream(self.flow, PortRef(self.ref.step, LATE))
 
     def dead_letters(self) -> Stream:

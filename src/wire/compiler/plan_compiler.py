@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 from wire.compiler.branches import pack_port
 from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
+from wire.compiler.process_stage import compile_process
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import compile_window
@@ -49,6 +50,7 @@ from wire.plan.nodes import (
     MapNode,
     Node,
     Plan,
+    ProcessNode,
     SelectNode,
     SinkNode,
     SourceNode,
@@ -100,7 +102,7 @@ def chain_of(plan: Plan) -> list[Node]:
         if ref.port == OUT and ref.step not in steps:
             raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
         if ref.port == LATE and not isinstance(
-            steps.get(ref.step), WindowAggregateNode | IntervalJoinNode
+            steps.get(ref.step), WindowAggregateNode | IntervalJoinNode | ProcessNode
         ):
             raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no late port")
         if ref.port == OVERFLOW and not (
@@ -291,6 +293,10 @@ def _compile(
                                 from_source=from_source, late_read=node.step in late_read)
             channels = tuple(f"{node.step}/{g}" for g in range(key_groups))
             from_source = False
+        elif isinstance(node, ProcessNode):
+            df = compile_process(df, node, key, key_groups=key_groups, channels=channels)
+            key = key if key in node.schema.names else None
+            channels, from_source = tuple(f"{node.step}/{g}" for g in range(key_groups)), False
         else:  # pragma: no cover - the builder creates no other node types
             raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
         done[node.step] = _Compiled(df, key, channels, from_source)

@@ -31,6 +31,7 @@ from wire.plan.nodes import (
     Node,
     Plan,
     PortRef,
+    ProcessNode,
     SelectNode,
     SinkNode,
     SourceNode,
@@ -43,7 +44,7 @@ from wire.plan.nodes import (
 Fingerprint = dict[str, dict[str, Any]]
 """Per step id, ``{"kind": ..., <parameter>: <JSON value>}``."""
 
-SOURCE, WINDOW, JOIN, SINK = "source", "window", "interval_join", "sink"
+SOURCE, WINDOW, JOIN, PROCESS, SINK = "source", "window", "interval_join", "process", "sink"
 STATELESS = (FilterNode, MapNode, SelectNode, ExplodeNode, ThrottleNode, KeyByNode, UnionNode, DropNode)
 """Node types without state: not recorded, free to change (their ports are not sinks)."""
 
@@ -80,6 +81,17 @@ def readable(value: Any) -> Any:
     return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
+def _function(fn: Any) -> Any:
+    """A user function, readable; a method of a dataclass instance with its fields.
+
+    ``Dedupe(within_ms=10000, ...).on_events``: a changed parameter changes the fingerprint.
+    """
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and dataclasses.is_dataclass(owner) and not isinstance(owner, type):
+        return f"{readable(owner)}.{fn.__name__}"
+    return readable(fn)
+
+
 def _inline(value: Any) -> str:
     """A field value inside ``"Type(field=value)"``: strings quoted, the rest readable."""
     return repr(value) if isinstance(value, str) else str(readable(value))
@@ -97,6 +109,9 @@ def _key_of(plan: Plan, step: str) -> str | None:
         return keys.pop() if len(keys) == 1 else None
     if isinstance(node, IntervalJoinNode):
         return _key_of(plan, node.left)
+    if isinstance(node, ProcessNode):
+        key = _key_of(plan, node.upstream)
+        return key if key in node.schema.names else None
     ups = upstreams(node)
     key = _key_of(plan, ups[0]) if ups else None
     if isinstance(node, SelectNode) and key is not None:
@@ -105,6 +120,14 @@ def _key_of(plan: Plan, step: str) -> str | None:
         if key not in names and len(names) == len(node.columns):
             return None  # only plain names and (name, expr): the key is not among them
     return key
+
+
+def key_of(plan: Plan, step: str) -> str | None:
+    """The key column of ``step``'s output stream (None: unkeyed), as the compiler derives it.
+
+    Best effort when a ``select`` computes columns; the compiler checks again.
+    """
+    return _key_of(plan, step)
 
 
 def _sources_of(plan: Plan, step: str) -> list[str]:
@@ -205,6 +228,15 @@ def node_fingerprint(plan: Plan, node: Node, *, checkpoint: str | None = None) -
             "upper_ms": node.upper_ms,
             "allowed_lateness_ms": node.allowed_lateness_ms,
         }
+    if isinstance(node, ProcessNode):
+        return {
+            "kind": PROCESS,
+            "key": _key_of(plan, node.upstream),
+            "on_events": _function(node.on_events),
+            "on_timer": _function(node.on_timer),
+            "schema": [f"{f.name}: {f.type}" for f in node.schema],
+            "state": {name: repr(spec) for name, spec in node.states},
+        }
     if isinstance(node, SinkNode):
         return {"kind": SINK, "reads": _reads(plan, node.source),
                 "sink": _sink_fingerprint(node.sink, checkpoint)}
@@ -221,7 +253,9 @@ def plan_fingerprint(plan: Plan, *, checkpoint: str | os.PathLike[str] | None = 
     Recorded: sources (connector type); windows (effective key column, window kind and
     sizes in ms, allowed lateness in ms, emission mode, aggregations by output name with
     their function and input column, callbacks by qualified name); interval joins (keys,
-    the sources feeding each side, bounds and allowed lateness in ms); sinks (the port
+    the sources feeding each side, bounds and allowed lateness in ms); process steps (key,
+    functions by qualified name, output columns and types, declared states and their
+    types); sinks (the port
     they read, and :meth:`wire.sinks.Sink.fingerprint`: kind, guarantee, target), local
     sink paths absolute (inside ``checkpoint``: relative to it). Stateless steps
     (filter, map, select, throttle, key_by, union) are not recorded; a key_by or select

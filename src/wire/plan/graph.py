@@ -19,6 +19,7 @@ from wire.plan.nodes import (
     KeyByNode,
     MapNode,
     Plan,
+    ProcessNode,
     SelectNode,
     SinkNode,
     SourceNode,
@@ -37,6 +38,7 @@ KINDS: dict[type, str] = {
     KeyByNode: "key_by",
     WindowAggregateNode: "window",
     IntervalJoinNode: "join",
+    ProcessNode: "process",
     UnionNode: "union",
     SinkNode: "sink",
     DropNode: "drop",
@@ -45,6 +47,10 @@ KINDS: dict[type, str] = {
 
 def _name(obj: Any) -> str:
     return type(obj).__name__ if obj is not None else "-"
+
+
+def _fn(fn: Any) -> str:
+    return getattr(fn, "__qualname__", type(fn).__name__)
 
 
 def _detail(node: Any) -> str:
@@ -56,6 +62,9 @@ def _detail(node: Any) -> str:
         return f"{node.window!r} emit={node.emit} -> {aggs}"
     if isinstance(node, IntervalJoinNode):
         return f"{node.left} x {node.right} [{node.lower_ms}, {node.upper_ms}] ms"
+    if isinstance(node, ProcessNode):
+        timer = f", {_fn(node.on_timer)}" if node.on_timer is not None else ""
+        return f"{_fn(node.on_events)}{timer}; state {', '.join(n for n, _ in node.states) or '-'}"
     if isinstance(node, KeyByNode):
         return f"key {node.key}"
     if isinstance(node, ThrottleNode):

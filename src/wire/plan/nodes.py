@@ -10,8 +10,11 @@ state, metrics and output ports (STYLE §3). Ports are addressed as
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
 
 from wire.core.windowing import BoundedOutOfOrderness, Window
 
@@ -128,6 +131,23 @@ class WindowAggregateNode(Node):
     emit: str = "final"
     before_update: Any = None
     after_update: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class ProcessNode(Node):
+    """Keyed process function with per-key state and timers (``Stream.process``).
+
+    ``on_events(ctx, events)`` / ``on_timer(ctx, fired)`` are the user's functions
+    (:mod:`wire.state.process` has the contract); ``schema`` is the declared output
+    (a ``pyarrow.Schema`` with an int64 ``event_time``); ``states`` the declared
+    states as ``(name, wire.state.keyed_state.StateSpec)``, sorted by name.
+    """
+
+    upstream: str
+    on_events: Callable[..., object]
+    on_timer: Callable[..., object] | None
+    schema: pa.Schema
+    states: tuple[tuple[str, object], ...]
 
 
 @dataclass(frozen=True)

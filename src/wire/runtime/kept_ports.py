@@ -43,6 +43,7 @@ from wire.plan.nodes import (
     IntervalJoinNode,
     Plan,
     PortRef,
+    ProcessNode,
     SinkNode,
     SourceNode,
     ThrottleNode,
@@ -60,7 +61,7 @@ def side_ports(plan: Plan) -> list[PortRef]:
     for node in plan.nodes:
         if isinstance(node, SourceNode):
             ports.append(PortRef(node.step, DEAD_LETTER))
-        elif isinstance(node, WindowAggregateNode | IntervalJoinNode):
+        elif isinstance(node, WindowAggregateNode | IntervalJoinNode | ProcessNode):
             ports.append(PortRef(node.step, LATE))
         elif isinstance(node, ThrottleNode) and node.mode == "overflow":
             ports.append(PortRef(node.step, OVERFLOW))

@@ -33,7 +33,7 @@ from wire.core.envelope import encode_table
 from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError
-from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, WindowAggregateNode
+from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, ProcessNode, WindowAggregateNode
 from wire.runtime.runner import RunSummary
 from wire.sources.test_stream import TestStreamSource
 
@@ -147,8 +147,8 @@ class TestStream:
         Returns
         -------
         TestStreamResult
-            ``"main"``: the built stream's rows; ``"late"``: rows of every window's late
-            port; ``"dead_letter"``: dead letters. Each row has an ``epoch``.
+            ``"main"``: the built stream's rows; ``"late"``: rows of every window's, join's and
+            process step's late port; ``"dead_letter"``: dead letters. Each row has an ``epoch``.
         """
         flow = Flow("test-stream")
         source = flow.source(
@@ -159,7 +159,7 @@ class TestStream:
         sinks = {"main": MemorySink(), "late": MemorySink(), "dead_letter": MemorySink()}
         result.sink(sinks["main"], name="main")
         windows = [n.step for n in flow.plan().nodes
-                   if isinstance(n, WindowAggregateNode | IntervalJoinNode)]
+                   if isinstance(n, WindowAggregateNode | IntervalJoinNode | ProcessNode)]
         for step in windows:
             Stream(flow, PortRef(step, LATE)).sink(sinks["late"], name=f"late_{step}")
         flow.dead_letters().sink(sinks["dead_letter"], name="dead_letter")
