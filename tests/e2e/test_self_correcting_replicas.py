@@ -199,8 +199,11 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     make_input(tmp_path / "in", files=files, per_file=1000)
     glob, delta = str(tmp_path / "in" / "*.parquet"), tmp_path / "delta"
     cks = [tmp_path / "ck_a", tmp_path / "ck_b"]
-    race = ("--widen-race-ms", "150", "--stall-every", "9", "--stall-ms", "5000")
-    procs = [_start(glob, ck, dsn, delta, *race) for ck in cks]
+    # replica A now and then stalls 20 s between its read and its append (a writer paused by GC
+    # or the network), so B, even from behind, appends meanwhile: A's append then conflicts
+    race = [("--widen-race-ms", "150", "--stall-every", "9", "--stall-ms", "20000"),
+            ("--widen-race-ms", "150")]
+    procs = [_start(glob, ck, dsn, delta, *race[i]) for i, ck in enumerate(cks)]
     base = [0, 0]  # committed epochs at each replica's (re)start
     done = [False, False]
     stats = {"kills": 0, "mid_epoch": 0, "runs": 2}
@@ -230,7 +233,7 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
             _kill(procs[target])
             stats["kills"] += 1
             base[target] = _committed(cks[target])
-            procs[target] = _start(glob, cks[target], dsn, delta, *race)
+            procs[target] = _start(glob, cks[target], dsn, delta, *race[target])
             stats["runs"] += 1
             target, kill_at = rng.randrange(2), None
     stats["conflicts"] = sum(_counter(ck, "sc_cas_conflicts") for ck in cks)
