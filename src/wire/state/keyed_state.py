@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -42,9 +42,9 @@ StateKind = Literal["value", "list", "map"]
 TimeDomain = Literal["event_time", "processing_time"]
 TIME_DOMAINS: tuple[TimeDomain, ...] = ("event_time", "processing_time")
 
-Keys = pa.Array | pa.ChunkedArray
+Keys: TypeAlias = pa.Array | pa.ChunkedArray
 """Key column values, one per row of an operation."""
-Times = pa.Array | pa.ChunkedArray | np.ndarray | Sequence[int] | int
+Times: TypeAlias = pa.Array | pa.ChunkedArray | np.ndarray | Sequence[int] | int
 """int64 ms, one per key (an int: the same for every key)."""
 
 POS = "__pos"

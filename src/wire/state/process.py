@@ -193,6 +193,10 @@ def _read(segments: Segments, bucket: int) -> pa.Table | None:
     return pa.concat_tables(chunks) if chunks else None
 
 
+def _loader(segments: Segments, bucket: int) -> Callable[[], pa.Table | None]:
+    return lambda: _read(segments, bucket)
+
+
 def _events_for_fn(events: pa.Table, spec: ProcessSpec) -> pa.Table:
     cols = [c for c in spec.events_schema().names if c != EVENT_TIME]
     t = events.select(cols).append_column(EVENT_TIME, events.column(ET).cast(pa.int64()))
@@ -207,20 +211,19 @@ def _late(events: pa.Table, watermark: int, spec: ProcessSpec) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=spec.late_schema())
 
 
-def _check_output(out: object, spec: ProcessSpec, fn: object, floor: int) -> pa.Table | None:
-    if out is None:
+def _check_output(returned: object, spec: ProcessSpec, fn: object, floor: int) -> pa.Table | None:
+    if returned is None:
         return None
-    if not isinstance(out, pa.Table):
-        try:
-            import pandas as pd
-        except ImportError:  # pragma: no cover - pandas ships with pyarrow's pandas support
-            pd = None
-        if pd is not None and isinstance(out, pd.DataFrame):
-            out = pa.Table.from_pandas(out, preserve_index=False)
-        else:
+    if isinstance(returned, pa.Table):
+        out = returned
+    else:
+        import pandas as pd  # only when a function returns something other than Arrow
+
+        if not isinstance(returned, pd.DataFrame):
             raise ProcessFunctionError(
-                f"step {spec.step!r}: {spec.fn_name(fn)} returned {type(out).__name__}; "
+                f"step {spec.step!r}: {spec.fn_name(fn)} returned {type(returned).__name__}; "
                 "accepted: a pyarrow.Table (or pandas DataFrame) with the declared output columns, or None")
+        out = pa.Table.from_pandas(returned, preserve_index=False)
     missing = [n for n in spec.output.names if n not in out.column_names]
     if missing:
         raise ProcessFunctionError(
@@ -317,11 +320,9 @@ def on_epoch(
     """
     if new_in < wm_in:
         raise ValueError(f"new_in={new_in} is below wm_in={wm_in}; watermarks never decrease")
-    tables = {name: StoredTable(s.schema(spec.key, spec.key_type),
-                                lambda name=name: _read(segments, _bucket(spec, name)))
+    tables = {name: StoredTable(s.schema(spec.key, spec.key_type), _loader(segments, _bucket(spec, name)))
               for name, s in spec.states}
-    timer_table = StoredTable(K.timer_schema(spec.key, spec.key_type),
-                              lambda: _read(segments, TIMERS_BUCKET))
+    timer_table = StoredTable(K.timer_schema(spec.key, spec.key_type), _loader(segments, TIMERS_BUCKET))
     timers = Timers(timer_table, spec.key, old_out, enabled=spec.on_timer is not None)
     ctx = ProcessContext(spec, tables, timers, wm_in, old_out, now_ms)
     outputs: list[pa.Table] = []
@@ -349,7 +350,9 @@ def on_epoch(
     if spec.on_timer is not None:
         ctx.input_watermark = new_in
         end = new_in >= MAX_WATERMARK
-        for domain, until in (("event_time", new_in), ("processing_time", MAX_WATERMARK if end else now_ms)):
+        due: list[tuple[TimeDomain, int]] = [("event_time", new_in),
+                                             ("processing_time", MAX_WATERMARK if end else now_ms)]
+        for domain, until in due:
             rounds = 0
             while (fired := _due_round(timer_table.table, domain, until, spec.key)) is not None:
                 rounds += 1
