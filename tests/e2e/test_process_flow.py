@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import random
+from typing import ClassVar
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -116,3 +118,51 @@ def test_examples_survive_a_restart_and_equal_pandas(spark, tmp_path, example):
         assert len(expected) >= 3
     late = read(tmp_path / "late")
     assert list(late["x"]) == [999] and list(late["reason"]) == ["process: event_time < watermark"]
+
+
+def test_timer_output_behind_the_watermark_reaches_a_downstream_window_on_time(spark):
+    """Hand-derived: a's burst (10, 30, 70) flushes at 120 with event time 10, b's (15) at 65
+    with event time 15. The hold keeps the process step's output watermark at 10 until a's
+    timer fires, so the window [0, 100) downstream counts both and nothing is late."""
+    # defined here: Spark's workers cannot import this test module, a local class travels by value
+    class BurstSummary:
+        """Per key, count events until 50 ms of event time pass without one, then emit the count
+        at the burst's *first* event time: a timer whose ``output_time`` is earlier than its time,
+        so only the output watermark hold keeps the emitted row on time downstream."""
+
+        state: ClassVar = {"first": wire.value_state(pa.int64()), "count": wire.value_state(pa.int64())}
+        schema = pa.schema([("k", pa.string()), ("event_time", pa.int64()), ("n", pa.int64())])
+
+        def on_events(self, ctx, events):
+            per = events.group_by("k").aggregate([("event_time", "min"), ("event_time", "max"),
+                                                  ("event_time", "count")])
+            keys = per.column("k")
+            first, count = ctx.value_state("first"), ctx.value_state("count")
+            start = pc.coalesce(first.get(keys), per.column("event_time_min"))
+            first.update(keys, start)
+            count.update(keys, pc.add(pc.fill_null(count.get(keys), 0), per.column("event_time_count")))
+            ctx.timers.set_event_time(keys, pc.add(per.column("event_time_max"), 50), tag="flush",
+                                      output_times=start)
+
+        def on_timer(self, ctx, fired):
+            keys = fired.column("k")
+            n = ctx.value_state("count").get(keys)
+            ctx.value_state("first").clear(keys)
+            ctx.value_state("count").clear(keys)
+            return pa.table({"k": keys, "event_time": fired.column("output_time"), "n": n})
+
+    ts = wire.testing.TestStream(schema=SCHEMA, event_time="t", key="k")
+    ts.add_events([{"t": 10, "k": "a", "x": 0}, {"t": 30, "k": "a", "x": 0}, {"t": 15, "k": "b", "x": 0}])
+    ts.advance_watermark(40)
+    ts.add_events([{"t": 70, "k": "a", "x": 0}])
+    ts.advance_watermark(100)   # b's timer (65) fires: row (b, 15, 1); a's (120) still holds at 10
+    ts.advance_watermark_to_infinity()
+    fn = BurstSummary()
+    out = ts.run(lambda s: s.process(fn.on_events, on_timer=fn.on_timer, state=fn.state, schema=fn.schema,
+                                     name="bursts")
+                 .window(wire.Tumbling(100)).aggregate(events=wire.sum("n"), bursts=wire.count(), name="w"),
+                 spark=spark, key_groups=2)
+    assert out["late"] == []
+    got = sorted((r["k"], r["window_start"].timestamp() * 1000, r["events"], r["bursts"], r["emit"])
+                 for r in out["main"])
+    assert got == [("a", 0, 3, 1, "final"), ("b", 0, 1, 1, "final")]
