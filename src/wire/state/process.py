@@ -272,8 +272,7 @@ def _due_round(timers: pa.Table, domain: TimeDomain, until: int, key: str) -> pa
     earliest = np.empty(c.max() + 1, np.int64)
     earliest[c[order][first]] = times[order][first]
     chosen = due.filter(pa.array(times == earliest[c]))
-    ck, _ = K.codes([chosen.column(key).combine_chunks()], [chosen.column(key).combine_chunks()[:0]])
-    ordering = np.lexsort((np.asarray(chosen.column(K.TAG).to_pylist(), dtype=object).astype(str), ck,
+    ordering = np.lexsort((_rank(chosen.column(K.TAG)), _rank(chosen.column(key)),
                            chosen.column(K.TIME).to_numpy()))
     return chosen.take(pa.array(ordering))
 
@@ -338,9 +337,7 @@ def on_epoch(
         if accepted.num_rows:
             seq = accepted.column(SEQ) if SEQ in accepted.column_names else None
             arrival = np.arange(accepted.num_rows) if seq is None or seq.null_count else seq.to_numpy()
-            kc, _ = K.codes([accepted.column(spec.key).combine_chunks()],
-                            [accepted.column(spec.key).combine_chunks()[:0]])
-            key_rank = _sort_rank(accepted.column(spec.key).combine_chunks(), kc)
+            key_rank = _rank(accepted.column(spec.key))
             order = np.lexsort((arrival, accepted.column(ET).to_numpy(), key_rank))
             batch = _events_for_fn(accepted.take(pa.array(order)), spec)
             out = _call(spec.on_events, ctx, batch, spec, old_out)
@@ -381,17 +378,9 @@ def on_epoch(
     return EpochResult(result, late, new_out, stats)
 
 
-def _sort_rank(keys: pa.Array, c: np.ndarray) -> np.ndarray:
-    """A rank of each row's key in the keys' sort order (nulls last); equal keys, equal rank."""
-    uniq_idx = np.unique(c, return_index=True)[1]
-    distinct = keys.take(pa.array(uniq_idx))
-    order = pc.array_sort_indices(distinct, null_placement="at_end").to_numpy()
-    rank_of_code = np.empty(len(order), np.int64)
-    rank_of_code[order] = np.arange(len(order))
-    # map code -> position among uniq codes
-    uniq_codes = c[uniq_idx]
-    pos = np.searchsorted(uniq_codes, c)
-    return rank_of_code[pos]
+def _rank(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Dense rank of each value in ascending order (nulls last); equal values, equal rank."""
+    return pc.rank(values, sort_keys="ascending", tiebreaker="dense").to_numpy()
 
 
 def declared_states(states: Mapping[str, StateSpec] | None) -> tuple[tuple[str, StateSpec], ...]:
