@@ -173,8 +173,9 @@ def _counter(ck: Path, name: str) -> int:
 
 
 def _committed(ck: Path) -> int:
+    """Epochs committed: the last committed epoch id + 1 (Spark trims its old log files)."""
     try:
-        return sum(1 for e in list_epochs(ck) if e.committed)
+        return max((e.epoch + 1 for e in list_epochs(ck) if e.committed), default=0)
     except Exception:
         return 0
 
@@ -190,9 +191,9 @@ def _in_flight(ck: Path) -> bool:
 def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int) -> dict:
     """Two replicas of the flow, each its own checkpoint, same tables; SIGKILL them at random.
 
-    A replica is killed only after it committed an epoch since its (re)start, at a
-    random moment 0-4 s later (so kills land between and inside epochs, not during
-    Spark's start-up); the replica to kill is drawn at random among those running.
+    The replica ahead (more committed epochs) is killed, only after it committed an
+    epoch since its (re)start, at a random moment 0-4 s later (so kills land between and
+    inside epochs, not during Spark's start-up), so the replicas keep overtaking each other.
     """
     rng = random.Random(seed)
     dsn = new_db(pg_server, f"sc_replicas_{seed}")
@@ -207,12 +208,12 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     base = [0, 0]  # committed epochs at each replica's (re)start
     done = [False, False]
     stats = {"kills": 0, "mid_epoch": 0, "runs": 2}
-    target = rng.randrange(2)
+    target = 0
     kill_at: float | None = None
     deadline = time.monotonic() + 3000
     while not all(done):
         assert time.monotonic() < deadline, "replicas did not finish"
-        time.sleep(0.05)
+        time.sleep(0.2)
         for i, proc in enumerate(procs):
             if done[i] or proc.poll() is None:
                 continue
@@ -221,11 +222,12 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
             done[i] = True
         if stats["kills"] >= kills:
             continue
-        if done[target]:
-            target = 1 - target
-            kill_at = None
-            if done[target]:
-                continue
+        running = [i for i in range(2) if not done[i]]
+        if not running:
+            continue
+        leader = max(running, key=lambda i: _committed(cks[i]))
+        if target != leader:
+            target, kill_at = leader, None
         if kill_at is None and _committed(cks[target]) > base[target]:
             kill_at = time.monotonic() + rng.uniform(0.0, 4.0)
         if kill_at is not None and time.monotonic() >= kill_at and procs[target].poll() is None:
@@ -235,7 +237,7 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
             base[target] = _committed(cks[target])
             procs[target] = _start(glob, cks[target], dsn, delta, *race[target])
             stats["runs"] += 1
-            target, kill_at = rng.randrange(2), None
+            kill_at = None
     stats["conflicts"] = sum(_counter(ck, "sc_cas_conflicts") for ck in cks)
     stats["epochs_behind"] = sum(_counter(ck, "sc_epochs_behind") for ck in cks)
     stats["epochs"] = [_committed(ck) for ck in cks]
