@@ -46,9 +46,9 @@ def run_kernel(spec: ProcessSpec, epochs: list[tuple[list[tuple[str, int, int]],
     wm_in = out = NO_WATERMARK
     seq = 0
     transcript = []
-    for rows, new_in in epochs:
+    for rows, new_in, *wall in epochs:
         segments = Segments(index, store, pa.concat_tables)
-        r = on_epoch(segments, events_table(rows, seq), wm_in, new_in, out, now, spec)
+        r = on_epoch(segments, events_table(rows, seq), wm_in, new_in, out, wall[0] if wall else now, spec)
         seq += len(rows)
         index = segments.index()
         late = sorted((d["k"], d["event_time"], d["watermark"]) for d in r.late.to_pylist())
@@ -212,4 +212,69 @@ def test_timer_outputs_and_map_state_equal_the_per_event_reference(events, cuts,
     epochs = epochs_of(events, cuts, delay)
     got, store = run_kernel(spec_of(FlushCounts(), FlushCounts.schema), epochs)
     assert got == run_reference(flush_event, flush_timer, epochs)
+    assert store.chunks == {}
+
+
+class FlushAfterWallClock:
+    """Count each key's events; a processing-time timer ``delay`` ms of wall clock after the
+    key's latest epoch emits the count at the output watermark in force when it was set."""
+
+    state: ClassVar = {"n": K.value_state(pa.int64())}
+    schema = pa.schema([("k", pa.string()), ("event_time", pa.int64()), ("n", pa.int64())])
+
+    def __init__(self, delay: int) -> None:
+        self.delay = delay
+
+    def on_events(self, ctx, events):
+        per = events.group_by("k").aggregate([("event_time", "count")])
+        n = ctx.value_state("n")
+        keys = per.column("k")
+        n.update(keys, pc.add(pc.fill_null(n.get(keys), 0), per.column("event_time_count")))
+        ctx.timers.set_processing_time(per.column("k"), ctx.processing_time + self.delay, tag="flush")
+
+    def on_timer(self, ctx, fired):
+        n = ctx.value_state("n").get(fired.column("k"))
+        ctx.value_state("n").clear(fired.column("k"))
+        return pa.table({"k": fired.column("k"), "event_time": fired.column("output_time"), "n": n})
+
+
+def reference_flush_after(epochs, delay):
+    """Per event: count; (re)set the key's processing-time timer to now + delay, output time =
+    the output watermark in force; after the epoch's events, pop due timers one at a time."""
+    counts: dict = {}
+    timers: dict = {}  # key -> (time, output_time)
+    wm_in = out = NO_WATERMARK
+    seq = 0
+    transcript = []
+    for rows, new_in, now in epochs:
+        arrived = [(t, seq + i, k) for i, (k, t, _) in enumerate(rows)]
+        seq += len(rows)
+        late = sorted((k, t, wm_in) for t, _, k in arrived if t < wm_in)
+        for _t, _, k in sorted(a for a in arrived if a[0] >= wm_in):
+            counts[k] = counts.get(k, 0) + 1
+            timers[k] = (now + delay, out)
+        until = MAX_WATERMARK if new_in == MAX_WATERMARK else now
+        outputs = []
+        for k, (_time, o) in sorted(((k, v) for k, v in timers.items() if v[0] <= until),
+                                   key=lambda kv: (kv[1][0], kv[0])):
+            outputs.append((k, o, counts.pop(k)))
+            del timers[k]
+        hold = min((o for _, o in timers.values()), default=None)
+        out = max(out, new_in if hold is None else min(new_in, hold))
+        transcript.append((sorted(outputs), late, out))
+        wm_in = new_in
+    return transcript
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrivals, st.lists(st.integers(0, 40), max_size=6), st.integers(0, 120), st.integers(1, 50),
+       st.lists(st.integers(0, 30), min_size=8, max_size=8))
+def test_processing_time_timers_and_their_hold_equal_the_reference(events, cuts, delay, wait, steps):
+    epochs = epochs_of(events, cuts, delay)
+    clock = list(itertools.accumulate(steps))
+    # the wall clock of each epoch: increasing by 0..30 ms per epoch
+    epochs = [(rows, wm, clock[i % len(clock)] + 1_000 * (i // len(clock)))
+              for i, (rows, wm) in enumerate(epochs)]
+    got, store = run_kernel(spec_of(FlushAfterWallClock(wait), FlushAfterWallClock.schema), epochs)
+    assert got == reference_flush_after(epochs, wait)
     assert store.chunks == {}
