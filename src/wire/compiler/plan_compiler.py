@@ -91,7 +91,9 @@ def chain_of(plan: Plan) -> list[Node]:
     ------
     PlanError
         No source, no sink, a stream that ends without any sink reading one of its
-        ports, or a sink on a port that the compiled flow does not produce.
+        ports, a sink on a port that the compiled flow does not produce, or a source that
+        acknowledges its input (``acknowledges = True``: Redis Streams, HTTP ingest) read
+        by more than one branch (:func:`source_reads`).
     """
     ops = [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode)]
     if not any(isinstance(n, SourceNode) for n in ops):
@@ -121,7 +123,47 @@ def chain_of(plan: Plan) -> list[Node]:
             f"flow {plan.flow_id!r}: stream(s) {dangling} end without a sink; sink them "
             "(a branch may end in its own sink) or remove them"
         )
+    for step, n in source_reads(plan, ops).items():
+        node = steps[step]
+        if n > 1 and getattr(getattr(node, "connector", None), "acknowledges", False):
+            kind = type(node.connector).__name__  # type: ignore[attr-defined]
+            raise PlanError(
+                f"source {step!r} ({kind}) acknowledges what it reads, and the flow reads it "
+                f"through {n} branches, each of which Spark reads as a source of its own: they "
+                "would split its input and its acknowledgements. A flow on such a source cannot "
+                "branch yet: keep one chain, or run one flow per branch"
+            )
     return ops
+
+
+def source_reads(plan: Plan, order: list[Node] | None = None) -> dict[str, int]:
+    """Per source step, how many times the compiled query reads the source.
+
+    Spark's plan is a tree: a stream read by several branches is repeated in each, and
+    Spark makes every repetition of a source its own source, with its own offsets in
+    the offset log (one line each) and its own admission and reads. The count is the
+    number of paths from the query's outputs (:func:`outputs_of`) down to the source.
+    """
+    order = chain_of(plan) if order is None else order
+    steps = {n.step: n for n in order}
+    paths: dict[str, dict[str, int]] = {}
+
+    def below(step: str) -> dict[str, int]:
+        if step not in paths:
+            node = steps[step]
+            total: dict[str, int] = {step: 1} if isinstance(node, SourceNode) else {}
+            for up in upstreams(node):
+                for src, k in below(up).items():
+                    total[src] = total.get(src, 0) + k
+            paths[step] = total
+        return paths[step]
+
+    main, others = outputs_of(plan, order)
+    reads: dict[str, int] = {}
+    for step in [main, *(s for s, _ in others)]:
+        for src, k in below(step).items():
+            reads[src] = reads.get(src, 0) + k
+    return reads
 
 
 def outputs_of(plan: Plan, order: list[Node]) -> tuple[str, list[tuple[str, bool]]]:

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wire.errors import CheckpointError
+from wire.errors import CheckpointError, PlanError
 from wire.plan.fingerprint import Fingerprint, incompatible_changes, plan_fingerprint
-from wire.plan.nodes import Plan, SourceNode
+from wire.plan.nodes import Plan
 
 
 @dataclass(frozen=True)
@@ -179,11 +179,25 @@ def open_checkpoint(
                 f"checkpoint {str(root)!r}: " + "; ".join(changes)
                 + f". The checkpoint's state and output cannot be resumed by this flow. {WAY_OUT}"
             )
-    sources = None if plan is None else sum(isinstance(n, SourceNode) for n in plan.nodes)
-    check_spark_logs(root, sources=sources)
+    check_spark_logs(root, sources=None if plan is None else source_count(plan))
     if current is not None and recorded != current:
         _write_meta(root, _document(meta, current))
     return meta
+
+
+def source_count(plan: Plan) -> int:
+    """The source offsets each epoch records in Spark's offset log: one per source read.
+
+    A branch that starts at or above a source reads it again, and Spark counts every read
+    as a source of its own (:func:`wire.compiler.plan_compiler.source_reads`).
+    """
+    from wire.compiler.plan_compiler import source_reads
+    from wire.plan.nodes import SourceNode
+
+    try:
+        return sum(source_reads(plan).values())
+    except PlanError:  # a plan that does not compile: one read per source step
+        return sum(isinstance(n, SourceNode) for n in plan.nodes)
 
 
 def _document(meta: CheckpointMeta, steps: Fingerprint | None) -> dict[str, Any]:

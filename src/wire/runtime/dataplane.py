@@ -159,11 +159,12 @@ class PartitionWriter:
         if metrics is not None and metrics.num_rows:
             blob = encode_table(metrics)
             records.append(_record(METRICS, "", partition, metrics.num_rows, len(blob), blob=blob))
-        main = ports[self.main_port]
-        if "emit" in main.column_names and main.num_rows:
-            counts = pc.value_counts(main.column("emit")).to_pylist()
-            emitted = {str(c["values"]): int(c["counts"]) for c in counts}
-            records.append(_record(EMITTED, "", partition, main.num_rows, 0, receipt=json.dumps(emitted)))
+        for port_id, rows in ports.items():  # window results of the main stream and of branches
+            if (port_id == self.main_port or port_id.endswith(".out")) and "emit" in rows.column_names \
+                    and rows.num_rows:
+                counts = pc.value_counts(rows.column("emit")).to_pylist()
+                emitted = {str(c["values"]): int(c["counts"]) for c in counts}
+                records.append(_record(EMITTED, "", partition, rows.num_rows, 0, receipt=json.dumps(emitted)))
         for port_id, rows in ports.items():
             previews = preview_rows(port_id, rows, limit=self.sample_size) if rows.num_rows else []
             if previews:

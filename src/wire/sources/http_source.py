@@ -43,7 +43,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -115,6 +115,10 @@ class HttpIngestSource(SchemaDataclassDict):
 
     Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
     """
+
+    acknowledges: ClassVar[bool] = True
+    """It acknowledges what it read once the epoch commits; a flow may not branch on it
+    (:func:`wire.compiler.plan_compiler.source_reads`)."""
 
     port: int
     wal_dir: str

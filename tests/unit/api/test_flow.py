@@ -128,3 +128,42 @@ def test_join_bounds_and_validation():
         c.join(d, within=-1)
     with pytest.raises(wire.ConfigError, match="other"):
         c.join(a)
+
+
+def test_source_reads_count_one_read_per_path_from_an_output():
+    """Hand-derived: Spark repeats a branched stream's lineage in each branch, one source read each."""
+    from wire.compiler.plan_compiler import source_reads
+    from wire.runtime.checkpoint import source_count
+
+    linear = wire.Flow("a")
+    linear.source(src(), event_time="t", name="s").filter("a > 1").sink(wire.sinks.console())
+    assert source_reads(linear.plan()) == {"s": 1}
+    branched = wire.Flow("b")
+    s = branched.source(src(), event_time="t", name="s")
+    f = s.filter("a > 1", name="f")
+    f.sink(wire.sinks.console())  # f's own output: one path to s
+    f.filter("a > 2", name="g").sink(wire.sinks.console())  # a branch below f: one more
+    s.sink(wire.sinks.console())  # the source itself: one more
+    assert source_reads(branched.plan()) == {"s": 3}
+    assert source_count(branched.plan()) == 3
+    joined = wire.Flow("c")
+    e = joined.source(src(), event_time="t", key="k", name="e")
+    other = joined.source(src(), event_time="t", key="k", name="o")
+    e.join(e.union(other, name="u"), name="j").sink(wire.sinks.console())  # e twice, o once
+    assert source_reads(joined.plan()) == {"e": 2, "o": 1}
+
+
+def test_a_source_that_acknowledges_cannot_be_read_by_two_branches():
+    import pyarrow as pa
+
+    red = wire.sources.redis_stream("redis://127.0.0.1:1", "s", group="g",
+                                    schema=pa.schema([("t", pa.int64())]))
+    flow = wire.Flow("r")
+    s = flow.source(red, event_time="t", name="red")
+    s.sink(wire.sinks.console())
+    s.filter("t > 1").sink(wire.sinks.console())
+    with pytest.raises(wire.PlanError, match=r"'red' \(RedisStreamSource\) acknowledges .* 2 branches"):
+        chain_of(flow.plan())
+    one = wire.Flow("r1")
+    one.source(red, event_time="t", name="red").filter("t > 1").sink(wire.sinks.console())
+    chain_of(one.plan())  # one chain: fine
