@@ -31,7 +31,8 @@ def run(spark, tmp_path, query: str) -> str:
                  max_events_per_epoch=10_000, late_sink=wire.sinks.parquet(tmp_path / "late"),
                  **PARAMS)
     summary = flow.run(checkpoint=str(tmp_path / "ck"), spark=spark)
-    # one source, admitted once per epoch, also for the join queries (both sides branch off it)
+    # one source also for the join queries (both sides branch off it; Spark reads it once per
+    # side, but its counts come out once)
     assert summary.input_events == EVENTS
     assert summary.total("late") == 0  # disorder 2 s < watermark delay 5 s
     return f"read_parquet('{tmp_path}/out/*/*.parquet')"
