@@ -200,10 +200,10 @@ def run_replicas(tmp_path: Path, pg_server, *, kills: int, seed: int, files: int
     make_input(tmp_path / "in", files=files, per_file=1000)
     glob, delta = str(tmp_path / "in" / "*.parquet"), tmp_path / "delta"
     cks = [tmp_path / "ck_a", tmp_path / "ck_b"]
-    # replica A now and then stalls 20 s between its read and its append (a writer paused by GC
-    # or the network), so B, even from behind, appends meanwhile: A's append then conflicts
-    race = [("--widen-race-ms", "150", "--stall-every", "9", "--stall-ms", "20000"),
-            ("--widen-race-ms", "150")]
+    # each replica now and then stalls 20 s between its read and its append (a writer paused by
+    # GC or the network), so the other, if not far behind, appends meanwhile: a conflict
+    stall = ("--widen-race-ms", "150", "--stall-every", "9", "--stall-ms", "20000")
+    race = [stall, stall]
     procs = [_start(glob, ck, dsn, delta, *race[i]) for i, ck in enumerate(cks)]
     base = [0, 0]  # committed epochs at each replica's (re)start
     done = [False, False]
@@ -259,7 +259,7 @@ def test_two_replicas_two_kills(tmp_path, pg_server):
 
 @pytest.mark.slow
 def test_two_replicas_many_kills(tmp_path, pg_server):
-    stats = run_replicas(tmp_path, pg_server, kills=12, seed=2026, files=60)
+    stats = run_replicas(tmp_path, pg_server, kills=12, seed=2026, files=40)
     assert stats["kills"] >= 10
     assert stats["conflicts"] >= 1
 
