@@ -59,7 +59,10 @@ def test_pause_and_resume_over_rest_lose_and_repeat_nothing(spark, tmp_path):
         assert status["status"] == "running" and status["epochs"] >= 3
         assert status["watermarks"]["w"]["input_watermark"] == first[-1]
         # lag = newest event time - watermark: 0 with a watermark delay of 0
-        assert status["sources"] == {"events": {"paused": False, "watermark": first[-1], "lag_ms": 0}}
+        # one partition ("all": no partition_by), whose watermark is the source's; files report no offset lag
+        assert status["sources"] == {"events": {"paused": False, "watermark": first[-1], "lag_ms": 0,
+                                                "partitions": {"all": {"watermark": first[-1],
+                                                                       "offset_lag": None}}}}
 
         assert client.pause(url, TOKEN, "ctl")["status"] == "paused"
         wait_for(lambda: epochs_settled(tmp_path / "ck"), "the epoch in flight to commit")
