@@ -28,8 +28,9 @@ dead letters, metrics) share the one Spark query of a flow (SPEC §6).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from wire.core.time import MAX_WATERMARK as MAX_WATERMARK  # re-exported: envelope.MAX_WATERMARK
@@ -126,6 +127,42 @@ def side_batch(
         },
         1,
     )
+
+
+def data_batch(
+    schema: pa.Schema, payload: pa.Table, columns: Sequence[str], event_times: np.ndarray,
+    watermark: int, seqs: np.ndarray,
+) -> pa.RecordBatch:
+    """A source's data rows in its row ``schema``.
+
+    ``columns`` of ``payload`` cast to their types in ``schema``, then ``__et`` (the event
+    times, ms), ``__wm`` (``watermark``: the epoch's start watermark, ms) and ``__seq``
+    (arrival sequence numbers); one row per row of ``payload``.
+    """
+    n = payload.num_rows
+    cols = {name: payload.column(name).combine_chunks().cast(schema.field(name).type) for name in columns}
+    cols[KIND] = pa.array(np.zeros(n, np.int32))
+    cols[ET] = pa.array(event_times, pa.int64())
+    cols[WM] = pa.array(np.full(n, watermark, np.int64))
+    cols[SEQ] = pa.array(seqs, pa.int64())
+    return envelope_batch(schema, cols, n)
+
+
+def dead_letter_batch(schema: pa.Schema, step: str, dead: Sequence[tuple[str, str, str]]) -> pa.RecordBatch:
+    """One side row of port ``"<step>.dead_letter"``, in the source's row ``schema``.
+
+    It carries one :data:`DEAD_LETTER_SCHEMA` row per ``(location, reason, record)`` of ``dead``.
+    """
+    table = pa.table(
+        {
+            "step": [step] * len(dead),
+            "location": [d[0] for d in dead],
+            "reason": [d[1] for d in dead],
+            "record": [d[2] for d in dead],
+        },
+        schema=DEAD_LETTER_SCHEMA,
+    )
+    return side_batch(schema, f"{step}.dead_letter", table)
 
 
 def watermark_batch(schema: pa.Schema, watermark: int, key_groups: Iterable[int]) -> pa.RecordBatch:

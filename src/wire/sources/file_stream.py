@@ -549,16 +549,7 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             seq += hi - lo
         dead += [(self._path(c.file), c.reason(), c.record()) for c in partition.changes]
         if dead:
-            table = pa.table(
-                {
-                    "step": [step] * len(dead),
-                    "location": [d[0] for d in dead],
-                    "reason": [d[1] for d in dead],
-                    "record": [d[2] for d in dead],
-                },
-                schema=envelope.DEAD_LETTER_SCHEMA,
-            )
-            yield envelope.side_batch(schema, f"{step}.dead_letter", table)
+            yield envelope.dead_letter_batch(schema, step, dead)
         if partition.control is None:
             return
         if not partition.final:

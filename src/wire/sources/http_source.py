@@ -596,24 +596,11 @@ class HttpIngestReader(DataSourceStreamReader):
         parsed = reject_future(parsed, dict(records), partition.at, b.max_future_ms)
         n = parsed.table.num_rows
         if n:
-            cols = {name: parsed.table[name].combine_chunks().cast(schema.field(name).type)
-                    for name in b.output_schema.names}
-            cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
-            cols[envelope.ET] = pa.array(parsed.event_times, pa.int64())
-            cols[envelope.WM] = pa.array(np.full(n, partition.start_watermark, np.int64))
-            cols[envelope.SEQ] = pa.array(parsed.seqs, pa.int64())
-            yield envelope.envelope_batch(schema, cols, n)
+            yield envelope.data_batch(schema, parsed.table, b.output_schema.names, parsed.event_times,
+                                      partition.start_watermark, parsed.seqs)
         if parsed.dead:
-            dead = pa.table(
-                {
-                    "step": [b.step] * len(parsed.dead),
-                    "location": [f"wal:{seq}" for seq, _, _ in parsed.dead],
-                    "reason": [reason for _, reason, _ in parsed.dead],
-                    "record": [body for _, _, body in parsed.dead],
-                },
-                schema=envelope.DEAD_LETTER_SCHEMA,
-            )
-            yield envelope.side_batch(schema, f"{b.step}.dead_letter", dead)
+            yield envelope.dead_letter_batch(
+                schema, b.step, [(f"wal:{seq}", reason, body) for seq, reason, body in parsed.dead])
         counters = {
             "records": len(records),
             "events": n,

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -545,27 +544,15 @@ class KafkaStreamReader(DataSourceStreamReader):
             decoded = self._decode(p.name, records, p.at)
             n = decoded.table.num_rows
             if n:
-                cols: dict[str, pa.Array] = {
-                    f.name: decoded.table.column(f.name).combine_chunks().cast(schema.field(f.name).type)
-                    for f in b.output_schema
-                }
-                cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
-                cols[envelope.ET] = pa.array(decoded.event_times, pa.int64())
-                cols[envelope.WM] = pa.array(np.full(n, p.start_watermark, np.int64))
-                cols[envelope.SEQ] = pa.array(decoded.positions + p.first_seq, pa.int64())
-                yield envelope.envelope_batch(schema, cols, n)
+                yield envelope.data_batch(schema, decoded.table, b.output_schema.names, decoded.event_times,
+                                          p.start_watermark, decoded.positions + p.first_seq)
             dead = list(decoded.dead)
             missing = p.taken - len(records)
             if missing:
                 dead.append((f"{p.name}:[{p.first},{p.next})",
                              f"{missing} admitted records are gone (deleted by retention or compaction)", ""))
             if dead:
-                table = pa.table(
-                    {"step": [b.step] * len(dead), "location": [d[0] for d in dead],
-                     "reason": [d[1] for d in dead], "record": [d[2] for d in dead]},
-                    schema=envelope.DEAD_LETTER_SCHEMA,
-                )
-                yield envelope.side_batch(schema, f"{b.step}.dead_letter", table)
+                yield envelope.dead_letter_batch(schema, b.step, dead)
             counters.update(records=p.taken, events=n, malformed=p.taken - n)
         if p.control is not None:
             counters.update(dict(p.control))

@@ -512,15 +512,8 @@ class RedisStreamReader(DataSourceStreamReader):
         decoded = decoded.reject_future(entries, p.at, b.max_future_ms, self._stream)
         n = decoded.table.num_rows
         if n:
-            cols: dict[str, pa.Array] = {
-                f.name: decoded.table.column(f.name).combine_chunks().cast(schema.field(f.name).type)
-                for f in b.output_schema
-            }
-            cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
-            cols[envelope.ET] = pa.array(decoded.event_times, pa.int64())
-            cols[envelope.WM] = pa.array(np.full(n, p.start_watermark, np.int64))
-            cols[envelope.SEQ] = pa.array(decoded.positions + p.first_seq, pa.int64())
-            yield envelope.envelope_batch(schema, cols, n)
+            yield envelope.data_batch(schema, decoded.table, b.output_schema.names, decoded.event_times,
+                                      p.start_watermark, decoded.positions + p.first_seq)
         dead = list(decoded.dead)
         missing = p.expected - len(entries)
         if missing:
@@ -532,16 +525,7 @@ class RedisStreamReader(DataSourceStreamReader):
                 )
             )
         if dead:
-            table = pa.table(
-                {
-                    "step": [b.step] * len(dead),
-                    "location": [d[0] for d in dead],
-                    "reason": [d[1] for d in dead],
-                    "record": [d[2] for d in dead],
-                },
-                schema=envelope.DEAD_LETTER_SCHEMA,
-            )
-            yield envelope.side_batch(schema, f"{b.step}.dead_letter", table)
+            yield envelope.dead_letter_batch(schema, b.step, dead)
         counters = {
             "records": p.expected,
             "events": n,
