@@ -322,6 +322,10 @@ def parquet_oracle(path: Path) -> list[tuple | None] | None:
         table = pq.ParquetFile(path).read()
     except Exception:  # any failure to read: the whole file is one malformed record
         return None
+    if any(c not in table.column_names for c in ("id", "ts", "v")):
+        # a mutated footer can rename a column: a file without a payload column has every
+        # row malformed (the reader's rule for CSV and Parquet alike)
+        return [None] * table.num_rows
     out: list[tuple | None] = []
     v_bytes = table["v"].cast(pa.binary()).to_pylist()
     for ident, ts, raw in zip(table["id"].to_pylist(), table["ts"].to_pylist(), v_bytes, strict=True):
