@@ -20,26 +20,35 @@ Terms
     replica wrote that far): the writer writes nothing.
     *Correction* — desired − persisted over a set of keys (:func:`correction`):
     the keys to delete and the rows to insert; only differing keys appear.
-    *Append* — :meth:`CasTable.compare_and_append`: the correction and the new
-    upper in one atomic step that succeeds only if the table's upper still equals
-    ``lower`` (compare-and-set).
+    *Append* — :meth:`CasTable.commit`: the staged parts of a correction and the
+    new upper in one atomic step that succeeds only if the table's upper still
+    equals ``lower`` (compare-and-set).
 
-The CAS loop (:meth:`SelfCorrectingWriter.write`), once per epoch:
+*Partitions* (shards) — the keys are split by :func:`shard_of` into a fixed
+number of partitions; each has its own desired collection
+(:class:`ShardedDesiredStore`) and computes and stages its own *part* of a
+correction (:func:`correct_part`), in the runtime one Spark task each.
 
-1. read the persisted rows of the epoch's touched keys, the table's upper and
-   whether it *drifted* (changed outside the protocol: the store's fingerprint
-   of the table differs from the one recorded at the last append);
-2. a *full* check (every key of desired ∪ persisted) instead when: the table
+The CAS loop (:meth:`SelfCorrectingWriter.write_parts`), once per epoch:
+
+1. read the table's upper and whether it *drifted* (changed outside the
+   protocol: the store's fingerprint of the table differs from the one recorded
+   at the last append), with a token naming the state read;
+2. compare every key (*full*) instead of the epoch's touched keys when: the table
    drifted, its upper is not the one this writer last appended or confirmed
    (another replica wrote, or this writer is new / restarted / was behind), a
    periodic check is due (``full_check_every``), or the sink is read-only;
-3. read-only: report the distance (keys differing) and write nothing;
-4. mint ``(lower, upper)``; None: behind, write nothing;
-5. empty correction: nothing to write, the table already equals the desired
-   collection (the writer confirms the upper it read);
-6. compare-and-append; on a conflict (the upper moved, or the table changed in
-   any way since the read) count it and go back to 1 with a full check — never
-   a blind append.
+3. mint the description ``(lower, upper)`` once (:func:`mint`; None: read-only,
+   or behind);
+4. every partition reads its persisted rows (touched keys, or all of its keys),
+   computes desired − persisted, and stages its part for that description;
+5. read-only: report the distance (keys differing); behind: write nothing; every
+   part empty: nothing to write if the table is still as read (the writer
+   confirms the upper it read);
+6. commit the staged parts with the compare-and-set (:meth:`CasTable.commit`); on
+   a conflict (the upper moved, or the table changed in any way since step 1)
+   discard the parts, count the conflict and go back to 1 with a full check —
+   never a blind append.
 
 Invariant (tested with randomized interleavings of two writers): after a
 successful append by a writer at epoch ``e``, the table equals that writer's
@@ -49,10 +58,14 @@ the next epoch's drift check finds).
 
 from __future__ import annotations
 
+import json
 import math
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import uuid
+import zlib
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -73,11 +86,17 @@ __all__ = [
     "DesiredStore",
     "EpochOutcome",
     "MemoryTable",
+    "PartRequest",
+    "PartResult",
     "SelfCorrectingWriter",
+    "ShardedDesiredStore",
     "Snapshot",
+    "correct_part",
     "correction",
     "mint",
     "norm",
+    "shard_columns",
+    "shard_of",
 ]
 
 
@@ -289,6 +308,50 @@ class DesiredStore:
                 (self.directory / f"desired-{e}.parquet").unlink(missing_ok=True)
 
 
+class ShardedDesiredStore:
+    """The desired collection split into shards (:func:`shard_of`), one :class:`DesiredStore` each.
+
+    Layout: ``<directory>/shards.json`` (``{"shards": n}``, fixed for the
+    directory's life: set by the first run) and ``<directory>/shard-<i>/desired-<epoch>.parquet``.
+    Each shard is loaded, folded and saved by its own task (an executor), so no
+    process holds the whole collection. A directory written by an unsharded
+    :class:`DesiredStore` (files directly under ``directory``) is read as the
+    shards' starting point.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], shards: int) -> None:
+        self.directory = Path(directory)
+        self.shards = shards
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], shards: int) -> ShardedDesiredStore:
+        """The store at ``directory``: its recorded number of shards, or ``shards`` for a new one."""
+        path = Path(directory) / "shards.json"
+        if path.is_file():
+            return cls(directory, int(json.loads(path.read_text())["shards"]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"shards": shards}))
+        os.replace(tmp, path)
+        return cls(directory, shards)
+
+    def shard(self, n: int) -> DesiredStore:
+        """Shard ``n``'s own store."""
+        return DesiredStore(self.directory / f"shard-{n}")
+
+    def load_before(self, n: int, epoch: int, columns: Sequence[str]) -> pa.Table | None:
+        """Shard ``n``'s newest collection saved before ``epoch`` (rows sharded on ``columns``)."""
+        got = self.shard(n).load_before(epoch)
+        if got is not None:
+            return got[1]
+        legacy = DesiredStore(self.directory).load_before(epoch)
+        if legacy is None:
+            return None
+        table = legacy[1]
+        keep = [shard_of(r, columns, self.shards) == n for r in table.select(list(columns)).to_pylist()]
+        return table.filter(pa.array(keep, pa.bool_())) if table.num_columns else table
+
+
 # --- corrections -----------------------------------------------------------------------
 
 
@@ -355,32 +418,52 @@ def correction(desired: Mapping[Key, Row], persisted: Iterable[Row], key: Sequen
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What a :class:`CasTable` read: its upper, the rows asked for, and drift."""
+    """What :meth:`CasTable.read_meta` read: the table's upper, drift, and a token."""
 
     upper: int
-    rows: list[Row]
     drifted: bool
     """The table changed outside the protocol since the last append recorded it."""
     token: Any = None
-    """What :meth:`CasTable.compare_and_append` checks besides the upper: the table's
-    state as read (a fingerprint, a Delta version), so that a change of any kind
-    between this read and the append fails the append."""
+    """The table's state as read (a fingerprint, a Delta version): the parts' reads
+    use it (:meth:`CasTable.read`) and :meth:`CasTable.commit` checks it, so that a
+    change of any kind after this read fails the append."""
 
 
 class CasTable(Protocol):
-    """A target table with a recorded upper frontier (PostgreSQL, Delta, in memory)."""
+    """A target table with a recorded upper frontier (PostgreSQL, Delta, in memory).
 
-    def read(self, keys: Collection[Key] | None) -> Snapshot:
-        """One consistent read: the upper, the rows of ``keys`` (None: all rows), drift."""
+    The append is two-phase, as SPEC §8's batch descriptions: the parts of one
+    correction are staged (by the executors, each for its shard of the keys) under
+    an *attempt* id for one :class:`BatchDescription`, then committed together by
+    the driver with a compare-and-set, or discarded.
+    """
+
+    def read_meta(self) -> Snapshot:
+        """The table's upper, drift, and the token of the state read."""
         ...
 
-    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
-        """Atomically apply ``corr`` and record ``desc.upper`` iff the upper is ``desc.lower``.
+    def read(self, keys: Collection[Key] | None, token: Any) -> list[Row]:
+        """The rows of ``keys`` (None: every row), as of ``token`` where the store can."""
+        ...
 
-        ``token`` is the :attr:`Snapshot.token` of the read the correction was
-        computed from. Returns False (and changes nothing) when the upper is not
-        ``desc.lower`` or the table changed since that read.
+    def stage(self, attempt: str, shard: int, desc: BatchDescription, corr: Correction) -> None:
+        """Stage one shard's part of a correction for ``desc``, invisible to readers.
+
+        Idempotent per ``(attempt, shard)``: a retried task replaces its part.
         """
+        ...
+
+    def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
+        """Apply every part staged under ``attempt`` and record ``desc.upper``, atomically.
+
+        Only if the upper is ``desc.lower`` and the table is still as ``token`` says.
+        Returns False (and changes nothing in the table) otherwise. The parts are
+        gone afterwards either way.
+        """
+        ...
+
+    def discard(self, attempt: str) -> None:
+        """Remove what was staged under ``attempt``."""
         ...
 
 
@@ -389,7 +472,7 @@ Status = Literal["written", "unchanged", "behind", "read_only"]
 
 @dataclass(frozen=True)
 class EpochOutcome:
-    """What one :meth:`SelfCorrectingWriter.write` did.
+    """What one :meth:`SelfCorrectingWriter.write_parts` did.
 
     ``status``: ``"written"`` (appended a correction), ``"unchanged"`` (nothing
     differed), ``"behind"`` (the table is at or past this writer's frontier),
@@ -397,7 +480,8 @@ class EpochOutcome:
     deleted + rows inserted); ``drift`` keys found differing that this epoch did not
     touch (hand edits, another writer's different contents); ``distance`` keys
     differing from the desired collection before this epoch's append; ``conflicts``
-    failed compare-and-sets; ``full`` whether every key was compared.
+    failed compare-and-sets; ``full`` whether every key was compared; ``parts`` the
+    shards that staged a part of the appended correction.
     """
 
     status: Status
@@ -408,6 +492,100 @@ class EpochOutcome:
     conflicts: int
     full: bool
     table_upper: int
+    parts: int = 0
+
+
+# --- shards and parts ---------------------------------------------------------------------
+
+
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _canon(value: Any) -> Any:
+    """A key value in a form equal on both sides (Arrow rows, database rows), for hashing."""
+    v = norm(value)
+    if isinstance(v, datetime):
+        if v.tzinfo is not None:
+            return ("t", (v - _EPOCH_UTC) // timedelta(microseconds=1))
+        return ("n", v.isoformat())
+    if isinstance(v, date):
+        return ("d", v.toordinal())
+    if isinstance(v, bool):
+        return ("b", int(v))
+    if isinstance(v, int):
+        return ("i", v)
+    if isinstance(v, str):
+        return ("s", v)
+    return ("r", repr(v))
+
+
+def shard_columns(key: Sequence[str], covers: tuple[str, str] | None) -> tuple[str, ...]:
+    """The key columns a row's shard is computed from: ``key`` without the ``covers`` columns.
+
+    So a merged session and the sessions it covers share a shard.
+    """
+    return tuple(k for k in key if covers is None or k not in covers)
+
+
+def shard_of(row: Mapping[str, Any], columns: Sequence[str], shards: int) -> int:
+    """The shard (``0 .. shards - 1``) of ``row``: CRC-32 of its canonical shard-key values.
+
+    Stable across processes and runs, and equal for a row read back from the table
+    (aware timestamps hash by instant, whole Decimals as ints).
+    """
+    if shards == 1:
+        return 0
+    text = repr(tuple(_canon(row[c]) for c in columns)).encode()
+    return zlib.crc32(text) % shards
+
+
+@dataclass(frozen=True)
+class PartRequest:
+    """What the driver asks every shard for, once per attempt of an epoch's append.
+
+    ``description`` None: compare only (read-only mode, or the table is ahead).
+    ``full``: compare every key of the shard (desired ∪ persisted) rather than the
+    keys the epoch touched. ``token``: the :attr:`Snapshot.token` the reads use.
+    """
+
+    attempt: str
+    description: BatchDescription | None
+    full: bool
+    token: Any
+
+
+@dataclass(frozen=True)
+class PartResult:
+    """What one shard found and staged: keys differing, of which drift, rows staged."""
+
+    shard: int
+    differing: int
+    drift: int
+    corrections: int
+
+
+def correct_part(table: CasTable, desired: DesiredCollection, touched: Collection[Key],
+                 req: PartRequest, *, shard: int = 0, shards: int = 1) -> PartResult:
+    """One shard's part of an append: read, compute desired − persisted, stage it.
+
+    ``desired`` holds the shard's rows only (the whole collection when ``shards``
+    is 1) and ``touched`` the shard's touched keys. A full request reads every row
+    of the table and keeps the shard's (:func:`shard_of`); otherwise it reads the
+    touched keys. The part is staged only when ``req.description`` is set and it is
+    not empty.
+    """
+    rows = table.read(None if req.full else touched, req.token)
+    if req.full and shards > 1:
+        cols = shard_columns(desired.key, desired.covers)
+        rows = [r for r in rows if shard_of(r, cols, shards) == shard]
+    corr = correction(desired.rows, rows, desired.key, desired.columns(), None if req.full else touched)
+    drift = len(corr.differing - set(touched)) if req.full else 0
+    if req.description is not None and not corr.empty:
+        table.stage(req.attempt, shard, req.description, corr)
+    return PartResult(shard, len(corr.differing), drift, corr.size)
+
+
+# --- the compare-and-set loop ------------------------------------------------------------
 
 
 @dataclass
@@ -425,9 +603,15 @@ class SelfCorrectingWriter:
     """The upper this writer last appended or confirmed; None: unknown (full check next)."""
     epochs: int = field(default=0)
 
-    def write(self, table: CasTable, desired: DesiredCollection, touched: Collection[Key], upper: int,
-              *, read_only: bool = False) -> EpochOutcome:
-        """Make ``table`` equal ``desired`` (as of frontier ``upper``) for this epoch.
+    def write_parts(self, table: CasTable, parts: Callable[[PartRequest], list[PartResult]], upper: int,
+                    *, read_only: bool = False) -> EpochOutcome:
+        """Make ``table`` equal the desired collection (as of frontier ``upper``) for this epoch.
+
+        ``parts(request)`` runs :func:`correct_part` for every shard (the runtime: one
+        Spark task per shard; :meth:`write`: in this process) and returns their
+        results. Per attempt: read the upper and drift, decide full or touched,
+        mint the description, have the shards stage their parts, commit them with
+        the compare-and-set; on a conflict discard the parts and retry in full.
 
         Raises
         ------
@@ -438,33 +622,44 @@ class SelfCorrectingWriter:
         periodic = self.full_check_every > 0 and self.epochs % self.full_check_every == 0
         full = read_only or periodic or self.last_upper is None
         conflicts = 0
-        columns = desired.columns()
         while True:
-            snap = table.read(None if full else touched)
+            snap = table.read_meta()
             if not full and (snap.drifted or snap.upper != self.last_upper):
                 full = True
-                continue
-            corr = correction(desired.rows, snap.rows, self.key, columns, None if full else touched)
-            drift = len(corr.differing - set(touched)) if full else 0
+            desc = None if read_only else mint(snap.upper, upper)
+            attempt = uuid.uuid4().hex
+            results = parts(PartRequest(attempt, desc, full, snap.token))
+            differing = sum(r.differing for r in results)
+            drift = sum(r.drift for r in results)
+            size = sum(r.corrections for r in results)
             if read_only:
                 self.last_upper = None
-                return EpochOutcome("read_only", None, 0, drift, len(corr.differing), conflicts, full,
-                                    snap.upper)
-            desc = mint(snap.upper, upper)
+                return EpochOutcome("read_only", None, 0, drift, differing, conflicts, full, snap.upper)
             if desc is None:
                 self.last_upper = None
-                return EpochOutcome("behind", None, 0, 0, len(corr.differing), conflicts, full, snap.upper)
-            if corr.empty:
-                self.last_upper = snap.upper
-                return EpochOutcome("unchanged", desc, 0, drift, 0, conflicts, full, snap.upper)
-            if table.compare_and_append(desc, corr, snap.token):
+                return EpochOutcome("behind", None, 0, 0, differing, conflicts, full, snap.upper)
+            if size == 0:
+                now = table.read_meta()  # the parts read after ``snap``: still the same table?
+                if now.upper == snap.upper and now.token == snap.token:
+                    self.last_upper = snap.upper
+                    return EpochOutcome("unchanged", desc, 0, drift, 0, conflicts, full, snap.upper)
+            elif table.commit(desc, attempt, snap.token):
                 self.last_upper = desc.upper
-                return EpochOutcome("written", desc, corr.size, drift, len(corr.differing), conflicts, full,
-                                    desc.upper)
+                staged = sum(1 for r in results if r.corrections)
+                return EpochOutcome("written", desc, size, drift, differing, conflicts, full, desc.upper,
+                                    staged)
+            else:
+                table.discard(attempt)
             conflicts += 1
             if conflicts >= self.max_conflicts:
                 raise WireError(f"self-correcting sink: {conflicts} compare-and-set conflicts in one epoch")
             full = True
+
+    def write(self, table: CasTable, desired: DesiredCollection, touched: Collection[Key], upper: int,
+              *, read_only: bool = False) -> EpochOutcome:
+        """:meth:`write_parts` with one shard holding the whole collection, in this process."""
+        return self.write_parts(table, lambda req: [correct_part(table, desired, touched, req)], upper,
+                                read_only=read_only)
 
 
 class MemoryTable:
@@ -480,22 +675,37 @@ class MemoryTable:
         self.upper = 0
         self.recorded: tuple[Any, ...] = self._fingerprint()
         self.appends = 0
+        self.staged: dict[str, dict[int, Correction]] = {}
 
     def _fingerprint(self) -> tuple[Any, ...]:
         return tuple(sorted(repr(sorted((c, norm(v)) for c, v in r.items())) for r in self.rows))
 
-    def read(self, keys: Collection[Key] | None) -> Snapshot:
-        """The upper, a copy of the rows of ``keys`` (None: all), drift."""
-        rows = [dict(r) for r in self.rows if keys is None or key_of(r, self.key) in keys]
+    def read_meta(self) -> Snapshot:
+        """The upper, drift, and the fingerprint as token."""
         now = self._fingerprint()
-        return Snapshot(self.upper, rows, now != self.recorded, now)
+        return Snapshot(self.upper, now != self.recorded, now)
 
-    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
-        """Apply ``corr`` and set the upper iff the upper is ``desc.lower`` and the rows are as read."""
+    def read(self, keys: Collection[Key] | None, token: Any = None) -> list[Row]:
+        """A copy of the rows of ``keys`` (None: all)."""
+        return [dict(r) for r in self.rows if keys is None or key_of(r, self.key) in keys]
+
+    def stage(self, attempt: str, shard: int, desc: BatchDescription, corr: Correction) -> None:
+        """Keep ``corr`` as ``attempt``'s part ``shard``."""
+        self.staged.setdefault(attempt, {})[shard] = corr
+
+    def discard(self, attempt: str) -> None:
+        """Forget ``attempt``'s parts."""
+        self.staged.pop(attempt, None)
+
+    def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
+        """Apply ``attempt``'s parts and set the upper iff it is ``desc.lower`` and the rows are as read."""
+        parts = self.staged.pop(attempt, {})
         if self.upper != desc.lower or self._fingerprint() != token:
             return False
-        self.rows = [r for r in self.rows if key_of(r, self.key) not in corr.deletes]
-        self.rows += [dict(r) for r in corr.inserts]
+        for corr in parts.values():
+            self.rows = [r for r in self.rows if key_of(r, self.key) not in corr.deletes]
+        for corr in parts.values():
+            self.rows += [dict(r) for r in corr.inserts]
         self.upper = desc.upper
         self.recorded = self._fingerprint()
         self.appends += 1

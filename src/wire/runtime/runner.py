@@ -220,9 +220,9 @@ class EpochDispatcher:
                         rows = pa.table({})
                     node.sink.write_epoch(epoch, with_epoch(rows, epoch) if rows.num_columns else rows)
                     written = rows.num_rows
-                    report = getattr(node.sink, "epoch_metrics", None)  # the self-correcting sink's
-                    if report is not None and (counters := report()):
-                        self.summary.add_metrics(metrics_table(node.step, counters))
+                report = getattr(node.sink, "epoch_metrics", None)  # the self-correcting sink's
+                if report is not None and (counters := report()):
+                    self.summary.add_metrics(metrics_table(node.step, counters))
             except Exception as e:
                 self.last_error = f"epoch {epoch}: sink {node.step!r} raised {e!r}"
                 raise

@@ -80,7 +80,10 @@ implemented).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
+import uuid
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -89,20 +92,27 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from wire.core.control_file import control_path, sink_mode
 from wire.delivery.self_correcting import (
     BatchDescription,
     Correction,
     DesiredCollection,
-    DesiredStore,
     EpochOutcome,
     Key,
+    PartRequest,
+    PartResult,
     Row,
     SelfCorrectingWriter,
+    ShardedDesiredStore,
     Snapshot,
+    correct_part,
+    norm,
+    shard_columns,
+    shard_of,
 )
-from wire.delivery.sink import Sink
+from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
 from wire.errors import ConfigError, WireError, needs_extra
 
 __all__ = ["FRONTIER_TABLE", "SelfCorrectingSink", "self_correcting"]
@@ -130,10 +140,16 @@ def _exact_key_type(t: pa.DataType) -> bool:
 
 
 class _PgTable:
-    """A PostgreSQL table as a :class:`~wire.delivery.self_correcting.CasTable`."""
+    """A PostgreSQL table as a :class:`~wire.delivery.self_correcting.CasTable`.
+
+    Parts are staged in ``<schema>."<table>__wire_sc"`` (unlogged; the table's
+    columns plus ``__wire_writer``, ``__wire_attempt``, ``__wire_shard`` and
+    ``__wire_op``: ``d`` rows name a key to delete, ``i`` rows a row to insert).
+    ``setup`` (the driver, once per run) creates the frontier and staging tables.
+    """
 
     def __init__(self, conn: Any, schema: str, table: str, key: tuple[str, ...], columns: list[str],
-                 writer: str) -> None:
+                 writer: str, *, setup: bool = True) -> None:
         from psycopg import sql
 
         self.conn = conn
@@ -141,12 +157,15 @@ class _PgTable:
         self.schema, self.table, self.key, self.columns, self.writer = schema, table, key, columns, writer
         self.ident = sql.Identifier(schema, table)
         self.frontier = sql.Identifier(schema, FRONTIER_TABLE)
+        self.staging = sql.Identifier(schema, f"{table}__wire_sc"[:63])
         types = dict(conn.execute(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
             "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
             (schema, table)).fetchall())
         self.key_types = [types[k] for k in key]
+        if not setup:
+            return
         conn.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (schema_name text NOT NULL, table_name text NOT NULL, "
             "upper bigint NOT NULL, nrows bigint NOT NULL, digest text NOT NULL, writer text, "
@@ -155,6 +174,10 @@ class _PgTable:
         conn.execute(sql.SQL(
             "INSERT INTO {} (schema_name, table_name, upper, nrows, digest) VALUES (%s, %s, 0, 0, '0') "
             "ON CONFLICT DO NOTHING").format(self.frontier), (schema, table))
+        conn.execute(sql.SQL(
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {} AS SELECT NULL::text AS __wire_writer, "
+            "NULL::text AS __wire_attempt, NULL::int AS __wire_shard, NULL::text AS __wire_op, t.* "
+            "FROM {} AS t WITH NO DATA").format(self.staging, self.ident))
 
     def _fingerprint(self) -> tuple[int, str]:
         row = self.conn.execute(self.sql.SQL(
@@ -170,8 +193,8 @@ class _PgTable:
         values = [[k[i] for k in keys] for i in range(len(self.key))]
         return clause, values
 
-    def read(self, keys: Collection[Key] | None) -> Snapshot:
-        """Upper, fingerprint and rows (of ``keys``; None: all) in one repeatable-read transaction."""
+    def read_meta(self) -> Snapshot:
+        """Upper and drift (recorded vs current count and hash sum); token = the fingerprint."""
         sql = self.sql
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -179,21 +202,44 @@ class _PgTable:
                 "SELECT upper, nrows, digest FROM {} WHERE schema_name = %s AND table_name = %s"
             ).format(self.frontier), (self.schema, self.table)).fetchone()
             now = self._fingerprint()
-            select = sql.SQL("SELECT {} FROM {}").format(
-                sql.SQL(", ").join(map(sql.Identifier, self.columns)), self.ident)
-            if keys is None:
-                cur = self.conn.execute(select)
-            elif not keys:
-                cur = None
-            else:
-                clause, values = self._keys_clause(keys)
-                cur = self.conn.execute(sql.SQL("{} WHERE {}").format(select, clause), values)
-            rows = [] if cur is None else [dict(zip(self.columns, r, strict=True)) for r in cur.fetchall()]
-        return Snapshot(int(upper), rows, now != (int(nrows), digest), now)
+        return Snapshot(int(upper), now != (int(nrows), digest), now)
 
-    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
-        """One transaction: lock, CAS the upper, check the fingerprint, delete, insert, record."""
+    def read(self, keys: Collection[Key] | None, token: Any) -> list[Row]:
+        """The rows of ``keys`` (None: all); a change since ``token`` fails the commit later."""
         sql = self.sql
+        if keys is not None and not keys:
+            return []
+        select = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, self.columns)),
+                                                     self.ident)
+        if keys is None:
+            cur = self.conn.execute(select)
+        else:
+            clause, values = self._keys_clause(keys)
+            cur = self.conn.execute(sql.SQL("{} WHERE {}").format(select, clause), values)
+        return [dict(zip(self.columns, r, strict=True)) for r in cur.fetchall()]
+
+    def stage(self, attempt: str, shard: int, desc: BatchDescription, corr: Correction) -> None:
+        """One transaction: replace this ``(attempt, shard)``'s staged rows by ``corr``'s (COPY)."""
+        sql = self.sql
+        meta = ["__wire_writer", "__wire_attempt", "__wire_shard", "__wire_op"]
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL("DELETE FROM {} WHERE __wire_attempt = %s AND __wire_shard = %s")
+                              .format(self.staging), (attempt, shard))
+            cols = sql.SQL(", ").join(map(sql.Identifier, [*meta, *self.columns]))
+            copy = sql.SQL("COPY {} ({}) FROM STDIN").format(self.staging, cols)
+            head = [self.writer, attempt, shard]
+            with self.conn.cursor().copy(copy) as cp:
+                for k in corr.deletes:
+                    named = dict(zip(self.key, k, strict=True))
+                    cp.write_row([*head, "d", *(named.get(c) for c in self.columns)])
+                for row in corr.inserts:
+                    cp.write_row([*head, "i", *(row.get(c) for c in self.columns)])
+
+    def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
+        """One transaction: lock, CAS the upper, check the fingerprint, apply the staged parts, record."""
+        sql = self.sql
+        keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
+        cols = sql.SQL(", ").join(map(sql.Identifier, self.columns))
         try:
             with self.conn.transaction():
                 self.conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self.ident))
@@ -204,80 +250,109 @@ class _PgTable:
                     (desc.upper, self.writer, self.schema, self.table, desc.lower)).fetchone()
                 if moved is None or self._fingerprint() != token:
                     raise _Conflict
-                if corr.deletes:
-                    clause, values = self._keys_clause(corr.deletes)
-                    self.conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(self.ident, clause), values)
-                if corr.inserts:
-                    cols = sql.SQL(", ").join(map(sql.Identifier, self.columns))
-                    copy = sql.SQL("COPY {} ({}) FROM STDIN").format(self.ident, cols)
-                    with self.conn.cursor().copy(copy) as cp:
-                        for row in corr.inserts:
-                            cp.write_row([row.get(c) for c in self.columns])
+                self.conn.execute(sql.SQL(
+                    "DELETE FROM {} WHERE ({}) IN (SELECT {} FROM {} WHERE __wire_attempt = %s "
+                    "AND __wire_op = 'd')").format(self.ident, keys, keys, self.staging), (attempt,))
+                self.conn.execute(sql.SQL(
+                    "INSERT INTO {} ({}) SELECT {} FROM {} WHERE __wire_attempt = %s AND __wire_op = 'i'"
+                ).format(self.ident, cols, cols, self.staging), (attempt,))
                 nrows, digest = self._fingerprint()
                 self.conn.execute(sql.SQL(
                     "UPDATE {} SET nrows = %s, digest = %s WHERE schema_name = %s AND table_name = %s"
                 ).format(self.frontier), (nrows, digest, self.schema, self.table))
+                # this writer's parts: the attempt's, and leftovers of crashed attempts
+                self.conn.execute(sql.SQL("DELETE FROM {} WHERE __wire_writer = %s").format(self.staging),
+                                  (self.writer,))
         except _Conflict:
+            self.discard(attempt)
             return False
         return True
+
+    def discard(self, attempt: str) -> None:
+        """Delete the staged rows of ``attempt``."""
+        self.conn.execute(self.sql.SQL("DELETE FROM {} WHERE __wire_attempt = %s").format(self.staging),
+                          (attempt,))
 
 
 # --- Delta ------------------------------------------------------------------------------
 
 
 class _DeltaTable:
-    """A Delta table as a :class:`~wire.delivery.self_correcting.CasTable` (deltalake, no JVM)."""
+    """A Delta table as a :class:`~wire.delivery.self_correcting.CasTable` (deltalake, no JVM).
 
-    def __init__(self, path: str, key: tuple[str, ...], schema: pa.Schema, writer: str) -> None:
+    Parts are staged as Parquet files ``<parts>/<attempt>/shard-<n>.parquet`` (the
+    table's columns plus ``__wire_op``: ``d`` a key to delete, ``u`` a row to insert),
+    under the replica's state directory.
+    """
+
+    def __init__(self, path: str, key: tuple[str, ...], schema: pa.Schema, writer: str, parts: str,
+                 *, setup: bool = True) -> None:
         from deltalake import CommitProperties, DeltaTable
 
-        self.path, self.key, self.writer = path, key, writer
+        self.path, self.key, self.writer, self.parts = path, key, writer, Path(parts)
         self.columns = schema.names
         self.schema = schema
-        if not DeltaTable.is_deltatable(path):
+        if setup and not DeltaTable.is_deltatable(path):
             with contextlib.suppress(Exception):  # another replica may create it at the same moment
                 DeltaTable.create(path, schema, mode="ignore",
                                   commit_properties=CommitProperties(custom_metadata={DELTA_MARK: "0"}))
             if not DeltaTable.is_deltatable(path):
                 raise WireError(f"self-correcting sink: cannot create the Delta table at {path}")
 
-    def read(self, keys: Collection[Key] | None) -> Snapshot:
-        """Upper (txn version), drift (newest commit not the sink's), rows; token = version read."""
+    def read_meta(self) -> Snapshot:
+        """Upper (txn version), drift (newest commit not the sink's); token = the version read."""
         from deltalake import DeltaTable
 
         dt = DeltaTable(self.path)
-        version = dt.version()
         upper = dt.transaction_version(DELTA_APP_ID) or 0
         newest = dt.history(1)
-        drifted = bool(newest) and DELTA_MARK not in newest[0]
+        return Snapshot(int(upper), bool(newest) and DELTA_MARK not in newest[0], dt.version())
+
+    def read(self, keys: Collection[Key] | None, token: Any) -> list[Row]:
+        """The rows of ``keys`` (None: all) at version ``token``."""
+        from deltalake import DeltaTable
+
         if keys is not None and not keys:
-            return Snapshot(int(upper), [], drifted, version)
-        data = dt.to_pyarrow_table(columns=self.columns)
+            return []
+        data = DeltaTable(self.path, version=token).to_pyarrow_table(columns=self.columns)
         if keys is not None:
             first = pa.array(sorted({k[0] for k in keys}), data.schema.field(self.key[0]).type)
             data = data.filter(pc.is_in(data.column(self.key[0]), value_set=first))
         rows = data.to_pylist()
         if keys is not None and len(self.key) > 1:
-            rows = [r for r in rows if tuple(r[k] for k in self.key) in keys]
-        return Snapshot(int(upper), rows, drifted, version)
+            rows = [r for r in rows if tuple(norm(r[k]) for k in self.key) in keys]
+        return rows
 
-    def compare_and_append(self, desc: BatchDescription, corr: Correction, token: Any) -> bool:
-        """One ``MERGE`` commit on the version read, no retries: delete keys, insert rows, set txn."""
+    def stage(self, attempt: str, shard: int, desc: BatchDescription, corr: Correction) -> None:
+        """Write ``corr`` as ``<parts>/<attempt>/shard-<shard>.parquet`` (atomic rename)."""
+        rows: list[Row] = [{**r, _OP: "u"} for r in corr.inserts]
+        rows += [{**dict(zip(self.key, k, strict=True)), _OP: "d"} for k in corr.deletes]
+        table = pa.Table.from_pylist(rows, schema=self.schema.append(pa.field(_OP, pa.string())))
+        directory = self.parts / attempt
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / f"shard-{shard}.parquet"
+        tmp = directory / f".shard-{shard}-{uuid.uuid4().hex}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+
+    def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
+        """One ``MERGE`` commit of the staged parts on the version read, no retries."""
         from deltalake import CommitProperties, DeltaTable, Transaction
         from deltalake.exceptions import CommitFailedError
 
-        dt = DeltaTable(self.path, version=token)
-        if (dt.transaction_version(DELTA_APP_ID) or 0) != desc.lower:
-            return False
-        source_schema = self.schema.append(pa.field(_OP, pa.string()))
-        rows: list[Row] = [{**r, _OP: "u"} for r in corr.inserts]
-        rows += [{**dict(zip(self.key, k, strict=True)), _OP: "d"} for k in corr.deletes]
-        source = pa.Table.from_pylist(rows, schema=source_schema)
-        on = " AND ".join(f't."{k}" = s."{k}"' for k in self.key)
-        props = CommitProperties(max_commit_retries=0,
-                                 app_transactions=[Transaction(DELTA_APP_ID, desc.upper)],
-                                 custom_metadata={DELTA_MARK: str(desc.upper), "wire.sc.writer": self.writer})
         try:
+            dt = DeltaTable(self.path, version=token)
+            if (dt.transaction_version(DELTA_APP_ID) or 0) != desc.lower:
+                return False
+            files = sorted((self.parts / attempt).glob("shard-*.parquet"))
+            source = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
+            if source is None:
+                return False
+            on = " AND ".join(f't."{k}" = s."{k}"' for k in self.key)
+            props = CommitProperties(max_commit_retries=0,
+                                     app_transactions=[Transaction(DELTA_APP_ID, desc.upper)],
+                                     custom_metadata={DELTA_MARK: str(desc.upper),
+                                                      "wire.sc.writer": self.writer})
             (dt.merge(source, predicate=f"{on} AND s.\"{_OP}\" = 'd'", source_alias="s", target_alias="t",
                       commit_properties=props)
              .when_matched_delete()
@@ -286,7 +361,124 @@ class _DeltaTable:
              .execute())
         except CommitFailedError:
             return False
+        finally:
+            self.discard(attempt)
         return True
+
+    def discard(self, attempt: str) -> None:
+        """Remove ``<parts>/<attempt>``."""
+        shutil.rmtree(self.parts / attempt, ignore_errors=True)
+
+
+# --- the executors' side -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _InputStager(EpochStager):
+    """Executors, in the epoch's job: a task's rows, split by partition (shard) of the key.
+
+    Written as ``<state>/input/<epoch>/shard-<n>/p<task>-<uuid>.parquet``.
+    """
+
+    directory: str
+    key: tuple[str, ...]
+    shard_on: tuple[str, ...]
+    partitions: int
+    drop: tuple[str, ...]
+    where: str
+
+    def stage(self, partition: int, table: pa.Table) -> StagedPart:
+        """Write the task's rows (without the ``drop`` columns), one file per partition of the key."""
+        drop = [c for c in self.drop if c in table.column_names and c not in self.key]
+        rows = table.drop_columns(drop) if drop else table
+        missing = [k for k in self.key if k not in rows.column_names]
+        if missing:
+            raise WireError(f"{self.where}: key column(s) {missing} not among the rows' {rows.column_names}")
+        bad = [f"{k}: {rows.schema.field(k).type}" for k in self.key
+               if not _exact_key_type(rows.schema.field(k).type)]
+        if bad:
+            raise WireError(f"{self.where}: key columns need an exactly comparable type "
+                            f"(integer, string, bool, date, timestamp), got {bad}")
+        shards = pa.array([shard_of(r, self.shard_on, self.partitions)
+                           for r in rows.select(list(self.shard_on)).to_pylist()]
+                          if self.shard_on else [0] * rows.num_rows, pa.int32())
+        files: dict[str, str] = {}
+        token = uuid.uuid4().hex
+        for n in sorted(set(shards.to_pylist())):
+            part = rows.filter(pc.equal(shards, n))
+            directory = Path(self.directory) / f"shard-{n}"
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"p{partition}-{token}.parquet"
+            pq.write_table(part, path)
+            files[str(n)] = str(path)
+        return StagedPart(partition, rows.num_rows, rows.nbytes, {"files": files})
+
+
+@dataclass(frozen=True)
+class _PartTask:
+    """Executors, one Spark task per partition of the key: fold, save, correct, stage.
+
+    Folds the epoch's rows into the partition's desired collection, saves it, and
+    computes and stages the partition's part of the correction.
+    """
+
+    backend: str
+    target: str
+    table: str | None
+    schema_name: str
+    key: tuple[str, ...]
+    retract_column: str | None
+    covers: tuple[str, str] | None
+    state_dir: str
+    partitions: int
+    epoch: int
+    inputs: dict[int, list[str]]
+    schema: pa.Schema
+    writer: str
+
+    def __call__(self, req: PartRequest, shard: int) -> PartResult:
+        """Run :func:`~wire.delivery.self_correcting.correct_part` for partition ``shard``."""
+        store = ShardedDesiredStore(self.state_dir, self.partitions)
+        desired = DesiredCollection(self.key, retract_column=self.retract_column, covers=self.covers,
+                                    schema=self.schema)
+        before = store.load_before(shard, self.epoch, shard_columns(self.key, self.covers))
+        if before is not None and before.num_columns:
+            desired.load(before)
+        touched: set[Key] = set()
+        for path in self.inputs.get(shard, []):
+            touched |= desired.apply(pq.read_table(path))
+        desired.schema = self.schema
+        store.shard(shard).save(self.epoch, desired.to_arrow())
+        conn = None
+        try:
+            if self.backend == "postgres":
+                from wire.sinks.postgres_sink import _connect
+
+                conn = _connect(self.target, f"wire {self.writer} part {shard}")
+                table: Any = _PgTable(conn, self.schema_name, str(self.table), self.key, self.schema.names,
+                                      self.writer, setup=False)
+            else:
+                table = _DeltaTable(self.target, self.key, self.schema, self.writer,
+                                    str(Path(self.state_dir) / "parts"), setup=False)
+            return correct_part(table, desired, touched, req, shard=shard, shards=self.partitions)
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+def _run_parts(task: _PartTask, req: PartRequest, job: str) -> list[PartResult]:
+    """Run ``task`` for every partition: one Spark task each when Spark runs, else in this process."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return [task(req, n) for n in range(task.partitions)]
+    sc.setJobDescription(job)
+    try:
+        return list(sc.parallelize(range(task.partitions), task.partitions)
+                    .map(functools.partial(task, req)).collect())
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
 
 
 # --- the sink -------------------------------------------------------------------------
@@ -300,11 +492,9 @@ class _Run:
     sink: str
     state_dir: Path
     control: str | None
-    desired: DesiredCollection
     writer: SelfCorrectingWriter
-    store: DesiredStore
-    loaded: int | None = None
-    """The epoch whose desired collection is in memory."""
+    store: ShardedDesiredStore
+    schema: pa.Schema | None = None
     table: Any = None
     conn: Any = None
     last: EpochOutcome | None = None
@@ -312,13 +502,10 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class SelfCorrectingSink(Sink):
+class SelfCorrectingSink(ExecutorSink):
     """Keeps a PostgreSQL or Delta table equal to the flow's results; see :func:`self_correcting`."""
 
     guarantee: ClassVar[str] = "idempotent"
-    wants_empty_epochs: ClassVar[bool] = True
-    """The runner calls :meth:`write_epoch` also for epochs without rows for the sink
-    (drift is repaired and the mode applied at every epoch)."""
 
     backend: str
     key: tuple[str, ...]
@@ -332,6 +519,7 @@ class SelfCorrectingSink(Sink):
     read_only: bool = False
     full_check_every: int = 0
     state_dir: str | None = None
+    partitions: int | None = None
     _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
     _checkpoint: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
@@ -345,7 +533,7 @@ class SelfCorrectingSink(Sink):
         self._checkpoint[:] = [str(checkpoint)]
 
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Driver, run start: find the state directory and connect (PostgreSQL).
+        """Driver, run start: find the state directory and its partitions, connect (PostgreSQL).
 
         Raises
         ------
@@ -365,10 +553,12 @@ class SelfCorrectingSink(Sink):
         run = _Run(
             flow=flow_id, sink=sink_id, state_dir=state,
             control=control_path(checkpoint) if checkpoint is not None else None,
-            desired=DesiredCollection(self.key, retract_column=self.retract_column, covers=self.covers),
             writer=SelfCorrectingWriter(self.key, full_check_every=self.full_check_every),
-            store=DesiredStore(state),
+            store=ShardedDesiredStore.open(state, self.partitions or _default_partitions()),
         )
+        schema_file = state / "schema.parquet"
+        if schema_file.is_file():
+            run.schema = pq.read_schema(schema_file)
         if self.backend == "postgres":
             from wire.sinks.postgres_sink import _connect
 
@@ -397,48 +587,64 @@ class SelfCorrectingSink(Sink):
         """What the last epoch did (None before the first)."""
         return self._run.last if self._run is not None else None
 
-    def write_epoch(self, epoch: int, table: pa.Table) -> None:
-        """Fold the epoch's rows into the desired collection, save it, and correct the table.
-
-        Called on the driver once per epoch (also with no rows), before the epoch
-        commits; a replay recomputes the epoch from the saved collection before it
-        and finds the table already at its upper (nothing written).
+    def prepare_epoch(self, epoch: int) -> EpochStager:
+        """Driver, before the epoch's job: the stager that writes the epoch's rows by partition of the key.
 
         Raises
         ------
         WireError
-            Before :meth:`open`; when a key column is missing or not of an exact
-            type; when the table does not fit the rows or the database fails; after
-            too many compare-and-set conflicts in one epoch. The epoch then fails
-            and is replayed.
+            Before :meth:`open`.
         """
-        run = self._run
-        if run is None:
-            raise WireError(f"{self.describe()}: epoch written before open")
+        run = self._require_run(epoch)
+        return _InputStager(str(run.state_dir / "input" / str(epoch)), self.key,
+                            shard_columns(self.key, self.covers), run.store.shards, self.drop,
+                            self.describe())
+
+    def commit_epoch(self, epoch: int, parts: list[StagedPart]) -> None:
+        """Driver, after the epoch's job: correct the table for epoch ``epoch`` (also with no rows).
+
+        Runs :meth:`SelfCorrectingWriter.write_parts
+        <wire.delivery.self_correcting.SelfCorrectingWriter.write_parts>`: reads the
+        table's upper, mints the batch description, and runs one Spark task per
+        partition of the key (:class:`_PartTask`), which folds the partition's rows
+        of the epoch into its desired collection, saves it, and stages its part of
+        the correction for that description; then commits the parts with the
+        compare-and-set, or on a conflict discards them and retries. A replay
+        recomputes the epoch from the collections saved before it and finds the
+        table already at its upper (nothing written).
+
+        Raises
+        ------
+        WireError
+            Before :meth:`open`; when the table does not fit the rows or the
+            database fails; after too many compare-and-set conflicts in one epoch.
+            The epoch then fails and is replayed.
+        """
+        run = self._require_run(epoch)
         run.last = None
-        if run.loaded is None or run.loaded >= epoch:
-            saved = run.store.load_before(epoch)
-            run.desired.load(saved[1] if saved is not None else pa.table({}))
-            if saved is None:
-                run.desired.schema = None
-        drop = [c for c in self.drop if c in table.column_names and c not in self.key]
-        rows = table.drop_columns(drop) if drop else table
-        touched: set[Key] = set()
-        if rows.num_rows:
-            bad = [f"{k}: {rows.schema.field(k).type}" for k in self.key
-                   if k in rows.column_names and not _exact_key_type(rows.schema.field(k).type)]
-            if bad:
-                raise WireError(f"{self.describe()}: key columns need an exactly comparable type "
-                                f"(integer, string, bool, date, timestamp), got {bad}")
-            touched = run.desired.apply(rows)
-        run.store.save(epoch, run.desired.to_arrow())
-        run.loaded = epoch
-        if run.desired.schema is None:
+        inputs: dict[int, list[str]] = {}
+        for part in sorted(parts, key=lambda p: p.partition):
+            for shard, path in part.receipt["files"].items():
+                inputs.setdefault(int(shard), []).append(path)
+        if run.schema is None and inputs:
+            first = pq.read_schema(next(iter(inputs.values()))[0])
+            if self.retract_column is not None and self.retract_column in first.names:
+                first = first.remove(first.get_field_index(self.retract_column))
+            run.state_dir.mkdir(parents=True, exist_ok=True)
+            pq.write_table(first.empty_table(), run.state_dir / "schema.parquet")
+            run.schema = first
+        if run.schema is None:
             return  # no row ever: no table to create, nothing to compare
+        task = _PartTask(
+            backend=self.backend, target=str(self.dsn if self.backend == "postgres" else self.path),
+            table=self.table, schema_name=self.schema, key=self.key, retract_column=self.retract_column,
+            covers=self.covers, state_dir=str(run.state_dir), partitions=run.store.shards, epoch=epoch,
+            inputs=inputs, schema=run.schema, writer=self._writer(run))
+        job = f"wire {run.flow}/{run.sink}: self-correcting parts of epoch {epoch}"
         try:
             target = self._table(run)
-            read_only = self.mode() == "read_only"
-            out = run.writer.write(target, run.desired, touched, epoch + 1, read_only=read_only)
+            out = run.writer.write_parts(target, lambda req: _run_parts(task, req, job), epoch + 1,
+                                         read_only=self.mode() == "read_only")
         except WireError:
             raise
         except Exception as e:
@@ -447,14 +653,23 @@ class SelfCorrectingSink(Sink):
                     run.conn.close()
                 run.conn, run.table = None, None
             raise WireError(f"{self.describe()}: epoch {epoch} not written: {e}") from e
+        for old in (run.state_dir / "input").glob("*"):
+            if old.name.isdigit() and int(old.name) <= epoch:
+                shutil.rmtree(old, ignore_errors=True)
         run.last = out
         run.counters["sc_corrections"] += out.corrections
         run.counters["sc_drift_rows"] += out.drift
         run.counters["sc_cas_conflicts"] += out.conflicts
         run.counters["sc_epochs_behind"] += out.status == "behind"
 
+    def _require_run(self, epoch: int) -> _Run:
+        run = self._run
+        if run is None:
+            raise WireError(f"{self.describe()}: epoch {epoch} written before open")
+        return run
+
     def epoch_metrics(self) -> dict[str, int]:
-        """Runner, after :meth:`write_epoch`: this epoch's counters and the gauges (``gauge:`` names)."""
+        """Runner, after :meth:`commit_epoch`: this epoch's counters and the gauges (``gauge:`` names)."""
         run = self._run
         if run is None or run.last is None:
             return {}
@@ -464,6 +679,7 @@ class SelfCorrectingSink(Sink):
             "sc_drift_rows": run_last.drift,
             "sc_cas_conflicts": run_last.conflicts,
             "sc_epochs_behind": int(run_last.status == "behind"),
+            "sc_parts": run_last.parts,
             "gauge:sc_read_only": int(run_last.status == "read_only"),
             "gauge:sc_distance": run_last.distance,
             "gauge:sc_corrections_last_epoch": run_last.corrections,
@@ -474,13 +690,17 @@ class SelfCorrectingSink(Sink):
         """Counters summed over this run (corrections, drift rows, conflicts, epochs behind)."""
         return dict(self._run.counters) if self._run is not None else {}
 
+    @staticmethod
+    def _writer(run: _Run) -> str:
+        return f"{run.flow}/{run.sink}@{run.state_dir}"
+
     def _table(self, run: _Run) -> Any:
         if run.table is not None:
             return run.table
-        assert run.desired.schema is not None
-        schema = run.desired.schema
+        assert run.schema is not None
+        schema = run.schema
         columns = schema.names
-        writer = f"{run.flow}/{run.sink}@{run.state_dir}"
+        writer = self._writer(run)
         if self.backend == "postgres":
             from wire.sinks.postgres_sink import _connect, _Target
 
@@ -498,8 +718,16 @@ class SelfCorrectingSink(Sink):
             finally:
                 run.conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
         else:
-            run.table = _DeltaTable(str(self.path), self.key, schema, writer)
+            run.table = _DeltaTable(str(self.path), self.key, schema, writer, str(run.state_dir / "parts"))
         return run.table
+
+
+def _default_partitions() -> int:
+    """Spark's default parallelism when Spark runs (at least 2), else 2."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    return max(2, int(sc.defaultParallelism)) if sc is not None else 2
 
 
 def _check_key(key: object) -> tuple[str, ...]:
@@ -529,6 +757,7 @@ def self_correcting(
     read_only: bool = False,
     full_check_every: int = 0,
     state_dir: str | os.PathLike[str] | None = None,
+    partitions: int | None = None,
 ) -> Sink:
     """Keep a table equal to the flow's current results, writing only the difference (SPEC §8).
 
@@ -574,6 +803,13 @@ def self_correcting(
         Compare every key every N epochs (0: only on drift or another writer).
     state_dir:
         Where to keep the desired collection; default under the flow's checkpoint.
+        On a cluster it must be on storage every executor reaches (as a Parquet
+        sink's path).
+    partitions:
+        Into how many partitions of the key the desired collection and each
+        correction are split, one Spark task each. Default: Spark's
+        ``defaultParallelism`` at the first run (at least 2). Fixed for the state
+        directory's life: a later run keeps the recorded number.
 
     Returns
     -------
@@ -585,7 +821,8 @@ def self_correcting(
     ConfigError
         On a malformed ``key``, ``table`` missing for PostgreSQL or given for Delta,
         ``covers`` not two column names with ``start`` in ``key``, ``read_only`` not a
-        bool, ``full_check_every`` not an int >= 0, ``drop`` naming a key column.
+        bool, ``full_check_every`` not an int >= 0, ``drop`` naming a key column,
+        ``partitions`` not None or an int from 1 to 4096.
 
     Examples
     --------
@@ -601,6 +838,10 @@ def self_correcting(
         raise ConfigError("read_only", read_only, "True or False")
     if isinstance(full_check_every, bool) or not isinstance(full_check_every, int) or full_check_every < 0:
         raise ConfigError("full_check_every", full_check_every, "an int >= 0 (0: no periodic full check)")
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)
+                                   or not 1 <= partitions <= 4096):
+        raise ConfigError("partitions", partitions,
+                          "None (Spark's default parallelism) or an int from 1 to 4096")
     drops = (drop,) if isinstance(drop, str) else tuple(drop)
     if any(not isinstance(d, str) for d in drops) or set(drops) & set(keys):
         raise ConfigError("drop", drop, "column names, none of them a key column")
@@ -612,7 +853,8 @@ def self_correcting(
     common: dict[str, Any] = dict(
         key=keys, drop=drops, retract_column=retract_column,
         covers=tuple(covers) if covers is not None else None, read_only=read_only,
-        full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None)
+        full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None,
+        partitions=partitions)
     if isinstance(text, str) and _is_dsn(text):
         from wire.sinks.postgres_sink import _check_dsn, _check_name
 

@@ -19,8 +19,11 @@ from wire.delivery.self_correcting import (
     DesiredStore,
     MemoryTable,
     SelfCorrectingWriter,
+    ShardedDesiredStore,
+    correct_part,
     correction,
     mint,
+    shard_of,
 )
 from wire.errors import WireError
 
@@ -118,7 +121,7 @@ def test_writer_repairs_drift_and_skips_replay():
 
 def test_writer_gives_up_after_max_conflicts():
     class Moving(MemoryTable):
-        def compare_and_append(self, desc, corr, token):
+        def commit(self, desc, attempt, token):
             self.upper += 1
             return False
 
@@ -142,22 +145,50 @@ class _Interleaved:
         self.table = table
         self.actions = actions
 
-    def read(self, keys):
-        snap = self.table.read(keys)
+    def read_meta(self):
+        snap = self.table.read_meta()
         if self.actions:
             self.actions.pop(0)()
         return snap
 
-    def compare_and_append(self, desc, corr, token):
-        return self.table.compare_and_append(desc, corr, token)
+    def __getattr__(self, name):  # read, stage, commit, discard
+        return getattr(self.table, name)
+
+
+class _Replica:
+    """One replica's sink split into ``shards`` partitions of the key, each its own desired
+    collection and part, as the executors run it (:func:`correct_part` per shard)."""
+
+    def __init__(self, shards):
+        self.shards = shards
+        self.parts = [_desired() for _ in range(shards)]
+        self.writer = SelfCorrectingWriter(("k",))
+        self.next = 0
+
+    def apply(self, rows):
+        which = [shard_of(r, ("k",), self.shards) for r in rows.to_pylist()]
+        return [self.parts[n].apply(rows.filter(pa.array([w == n for w in which], pa.bool_())))
+                for n in range(self.shards)]
+
+    def write(self, table, touched, upper):
+        def parts(req):
+            return [correct_part(table, self.parts[n], touched[n], req, shard=n, shards=self.shards)
+                    for n in range(self.shards)]
+        return self.writer.write_parts(table, parts, upper)
+
+    def rows(self):
+        return {r["k"]: r["v"] for d in self.parts for r in d.rows.values()}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(epochs=st.lists(_events, min_size=1, max_size=8),
        schedule=st.lists(st.sampled_from(["A", "B", "A>B", "B>A", "edit", "A>edit"]), max_size=30),
        edits=st.lists(st.lists(st.tuples(st.sampled_from("abcdefx"), st.integers(0, 99)), max_size=4),
-                      min_size=1, max_size=5))
-def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits):
+                      min_size=1, max_size=5),
+       shards=st.tuples(st.integers(1, 4), st.integers(1, 4)))
+def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits, shards):
+    """Two replicas (each split into 1-4 partitions of the key) and hand edits, in any
+    interleaving: the table ends equal to the reference fold, without duplicate keys."""
     tables = [_rows(*[(k, v, gone) for k, v, gone in events]) if events else _rows() for events in epochs]
     # the reference: fold every epoch into a plain dict
     expected: dict[str, int] = {}
@@ -168,7 +199,7 @@ def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits):
             else:
                 expected[k] = v
     table = MemoryTable(("k",))
-    replicas = {n: {"desired": _desired(), "writer": SelfCorrectingWriter(("k",)), "next": 0} for n in "AB"}
+    replicas = {"A": _Replica(shards[0]), "B": _Replica(shards[1])}
     conflicts = 0
     edit_iter = itertools.cycle(edits)
 
@@ -178,14 +209,13 @@ def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits):
     def step(name, actions=()):
         nonlocal conflicts
         r = replicas[name]
-        e = r["next"]
+        e = r.next
         if e >= len(tables):
             for a in actions:
                 a()
             return
-        r["next"] += 1
-        touched = r["desired"].apply(tables[e])
-        out = r["writer"].write(_Interleaved(table, list(actions)), r["desired"], touched, e + 1)
+        r.next += 1
+        out = r.write(_Interleaved(table, list(actions)), r.apply(tables[e]), e + 1)
         conflicts += out.conflicts
 
     for action in schedule:
@@ -199,15 +229,43 @@ def test_two_writers_interleaved_end_equal_to_desired(epochs, schedule, edits):
             first, second = action.split(">")
             step(first, [lambda s=second: step(s)])
     for name in "AB":  # both replicas run to the end of the input
-        while replicas[name]["next"] < len(tables):
+        while replicas[name].next < len(tables):
             step(name)
     # the epoch after the end of input (no rows): finds and repairs drift left by an edit
     final = replicas["A"]
-    final["writer"].write(table, final["desired"], set(), len(tables) + 1)
+    final.write(table, [set()] * final.shards, len(tables) + 1)
     keys = [r["k"] for r in table.rows]
     assert len(keys) == len(set(keys)), "duplicate keys"
     assert {r["k"]: r["v"] for r in table.rows} == expected
-    assert {r["k"]: r["v"] for r in replicas["B"]["desired"].rows.values()} == expected
+    assert replicas["B"].rows() == expected
+    assert not table.staged, "parts left staged"
+
+
+def test_shard_of_agrees_across_value_forms():
+    from datetime import UTC, date, datetime, timedelta, timezone
+    from decimal import Decimal
+    from zoneinfo import ZoneInfo
+
+    utc = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    same_instant = [utc, utc.astimezone(ZoneInfo("Europe/Paris")),
+                    utc.astimezone(timezone(timedelta(hours=-3)))]
+    assert len({shard_of({"t": t}, ("t",), 97) for t in same_instant}) == 1
+    assert shard_of({"k": Decimal(7)}, ("k",), 97) == shard_of({"k": 7}, ("k",), 97)
+    assert shard_of({"d": date(2024, 1, 2)}, ("d",), 1) == 0
+    spread = {shard_of({"k": f"key{i}"}, ("k",), 4) for i in range(100)}
+    assert spread == {0, 1, 2, 3}
+
+
+def test_sharded_store_reads_the_unsharded_layout(tmp_path):
+    DesiredStore(tmp_path).save(3, pa.table({"k": [f"k{i}" for i in range(20)], "v": list(range(20))}))
+    store = ShardedDesiredStore.open(tmp_path, 3)
+    assert ShardedDesiredStore.open(tmp_path, 8).shards == 3  # recorded at the first open
+    got = [store.load_before(n, 4, ("k",)) for n in range(3)]
+    assert sorted(k for t in got for k in t.column("k").to_pylist()) == sorted(f"k{i}" for i in range(20))
+    assert all(shard_of({"k": k}, ("k",), 3) == n
+               for n, t in enumerate(got) for k in t.column("k").to_pylist())
+    store.shard(1).save(4, got[1])
+    assert store.load_before(1, 5, ("k",)).equals(got[1])
 
 
 def test_interleaved_append_is_a_conflict_then_resolved():

@@ -146,8 +146,8 @@ def _slow_reads(monkeypatch, cls):
     """Widen the window between a replica's read and its append, so that replicas collide."""
     read = cls.read
 
-    def slow(self, keys):
-        snap = read(self, keys)
+    def slow(self, keys, token):
+        snap = read(self, keys, token)
         time.sleep(0.02)
         return snap
 
