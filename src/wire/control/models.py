@@ -38,6 +38,16 @@ class PartitionStatus(BaseModel):
     )
 
 
+class SelfCorrectingState(BaseModel):
+    """One self-correcting sink step's mode and counters (SPEC §8)."""
+
+    mode: Literal["write", "read_only"] = Field(description="the mode its next epoch uses")
+    counters: dict[str, int] = Field(description="sc_corrections, sc_drift_rows, sc_cas_conflicts, "
+                                     "sc_epochs_behind, sc_parts: totals of this run")
+    gauges: dict[str, int] = Field(description="sc_read_only, sc_distance, sc_corrections_last_epoch, "
+                                   "sc_table_upper: as of the last epoch")
+
+
 class SourceStatus(BaseModel):
     """One source step (connector) of a flow."""
 
@@ -102,6 +112,8 @@ class FlowStatus(FlowSummary):
     driver: DriverTraffic
     sources: dict[str, SourceStatus]
     breakers: dict[str, str] = Field(description="per sink, its circuit breaker's state")
+    self_correcting: dict[str, SelfCorrectingState] = Field(
+        default_factory=dict, description="per self-correcting sink step, its mode and counters")
     error: str | None = Field(description="why the flow is failing, if it is")
     spark: SparkProgress | None = None
 

@@ -9,9 +9,11 @@
 
 The counters are those of :mod:`wire.sinks.self_correcting_sink`, read from the
 run summary (``sc_corrections``, ``sc_drift_rows``, ``sc_cas_conflicts``,
-``sc_epochs_behind``) and its gauges (``sc_read_only``, ``sc_distance``,
-``sc_corrections_last_epoch``, ``sc_table_upper``); ``/metrics`` exports them as
-``wire_step_events_total`` / ``wire_step_gauge`` with ``step`` = the sink step.
+``sc_epochs_behind``, ``sc_parts``) and its gauges (``sc_read_only``, ``sc_distance``,
+``sc_corrections_last_epoch``, ``sc_table_upper``). The flow's status ``GET
+/v1/flows/{id}`` carries the same under ``self_correcting.<sink>``; ``/metrics``
+exports them as ``wire_step_events_total`` / ``wire_step_gauge`` with ``step`` = the
+sink step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, HTTPException, Path
 from pydantic import BaseModel, Field
 
-from wire.control.status import FlowHandle, counters_of
+from wire.control.models import SelfCorrectingState
+from wire.control.status import FlowHandle, counters_of, self_correcting_sinks, self_correcting_state
 from wire.core.control_file import set_sink_mode
 
 SinkMode = Literal["write", "read_only"]
@@ -35,20 +38,15 @@ class SinkModeChange(BaseModel):
     mode: SinkMode = Field(description="'write' (append corrections) or 'read_only' (compute, write nothing)")
 
 
-class SelfCorrectingStatus(BaseModel):
-    """One self-correcting sink's mode and counters (this run)."""
+class SelfCorrectingStatus(SelfCorrectingState):
+    """One self-correcting sink's mode and counters (this run), with its flow and step."""
 
     id: str = Field(description="the flow's id")
     sink: str = Field(description="the sink step")
-    mode: SinkMode = Field(description="the mode its next epoch uses")
-    counters: dict[str, int] = Field(description="sc_corrections, sc_drift_rows, sc_cas_conflicts, "
-                                     "sc_epochs_behind: totals of this run")
-    gauges: dict[str, int] = Field(description="sc_read_only, sc_distance, sc_corrections_last_epoch, "
-                                   "sc_table_upper: as of the last epoch")
 
 
 def _self_correcting(flow: FlowHandle, flow_id: str, sink: str) -> Any:
-    found = {node.step: node.sink for node in flow.plan.sinks() if hasattr(node.sink, "epoch_metrics")}
+    found = self_correcting_sinks(flow)
     if sink not in found:
         raise HTTPException(404, f"flow {flow_id!r} has no self-correcting sink step {sink!r}; "
                             f"self-correcting sinks: {sorted(found)}")
@@ -56,12 +54,8 @@ def _self_correcting(flow: FlowHandle, flow_id: str, sink: str) -> Any:
 
 
 def _status(flow_id: str, flow: FlowHandle, sink: str, obj: Any) -> SelfCorrectingStatus:
-    c = counters_of(flow.summary)
-    return SelfCorrectingStatus(
-        id=flow_id, sink=sink, mode=obj.mode(),
-        counters={n: v for (step, n), v in sorted(c.metrics.items()) if step == sink and n.startswith("sc_")},
-        gauges={n: v for (step, n), v in sorted(c.gauges.items()) if step == sink and n.startswith("sc_")},
-    )
+    state = self_correcting_state(counters_of(flow.summary), sink, obj)
+    return SelfCorrectingStatus(id=flow_id, sink=sink, **state.model_dump())
 
 
 def add_sink_mode_routes(app: FastAPI, plane: Any, authorized: Callable[..., None], reads: list[Any],

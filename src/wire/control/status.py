@@ -23,6 +23,7 @@ from wire.control.models import (
     FlowStatus,
     FlowSummary,
     PartitionStatus,
+    SelfCorrectingState,
     SourceStatus,
     SparkProgress,
 )
@@ -252,6 +253,19 @@ def partitions_of(counters: Counters, step: str) -> dict[str, PartitionStatus]:
     return out
 
 
+def self_correcting_sinks(flow: FlowHandle) -> dict[str, Any]:
+    """The flow's self-correcting sinks by step (the sinks that report ``epoch_metrics``)."""
+    return {node.step: node.sink for node in flow.plan.sinks() if hasattr(node.sink, "epoch_metrics")}
+
+
+def self_correcting_state(counters: Counters, step: str, sink: Any) -> SelfCorrectingState:
+    """A self-correcting sink's mode, its ``sc_`` counters (this run) and gauges (last epoch)."""
+    def of(values: dict[tuple[str, str], int]) -> dict[str, int]:
+        return {n: v for (s, n), v in sorted(values.items()) if s == step and n.startswith("sc_")}
+
+    return SelfCorrectingState(mode=sink.mode(), counters=of(counters.metrics), gauges=of(counters.gauges))
+
+
 def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
     """The full status of a flow (``GET /v1/flows/{id}``)."""
     counters = counters_of(flow.summary)
@@ -285,6 +299,8 @@ def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
         ),
         sources=sources,
         breakers=breakers_of(flow),
+        self_correcting={step: self_correcting_state(counters, step, sink)
+                         for step, sink in self_correcting_sinks(flow).items()},
         error=error,
         spark=spark_progress(flow),
     )

@@ -4,60 +4,64 @@ Built by :func:`self_correcting`. The logic (desired collection, correction, bat
 descriptions, the compare-and-set loop) is :mod:`wire.delivery.self_correcting`;
 this module binds it to two kinds of table and to the runtime.
 
-Where the desired collection lives — the choice and its cost
-    The sink is a *driver sink*: each epoch's rows for its port reach the driver
-    (they are the flow's results, typically window rows, far fewer than the
-    input). The sink folds them into the **desired collection** (one row per key),
-    kept in memory on the driver and saved after every epoch as one Parquet file
-    under the flow's checkpoint, ``<checkpoint>/self_correcting/<sink step>/
-    desired-<epoch>.parquet`` (:class:`~wire.delivery.self_correcting.DesiredStore`;
-    the two newest epochs are kept, so a replayed epoch recomputes from the one
-    before). Cost per epoch: the epoch's rows on the driver, one Parquet write of
-    the whole collection, and the reads of the table below; memory: the collection.
-    Each replica has its own checkpoint, hence its own desired collection: nothing
-    is shared between replicas but the table.
+Where the work happens — executors write, the driver commits (SPEC §8)
+    The sink is an executor sink. The keys are split into ``partitions``
+    (:func:`~wire.delivery.self_correcting.shard_of` over the key columns, without
+    the ``covers`` columns so a merged session meets the sessions it covers; fixed
+    for the state directory's life). Each partition's **desired collection** (one
+    row per key) is kept as Parquet under the flow's checkpoint,
+    ``<checkpoint>/self_correcting/<sink step>/shard-<n>/desired-<epoch>.parquet``
+    (the two newest epochs; a replayed epoch recomputes from the one before). Each
+    replica has its own checkpoint, hence its own desired collections: nothing is
+    shared between replicas but the table.
 
-What the table holds
-    The rows of the desired collection, without the columns in ``drop`` (by
-    default the per-run ``epoch`` and the ``emit`` kind, which differ between
-    replicas and runs), and its **upper frontier**: ``epoch + 1`` of the last epoch
-    appended. PostgreSQL: a row of ``<schema>.wire_sc_frontiers`` (``schema_name,
-    table_name, upper, nrows, digest, writer, updated_at``), updated in the same
-    transaction as the rows; the table gets a primary key on ``key``. Delta: the
-    application transaction (``txn``) ``"wire.self_correcting"`` whose version is
-    the upper, set by the same commit as the rows (a ``MERGE``), which carries
-    ``wire.sc.upper`` in its commit info.
+Per epoch
+    1. **executors**, in the epoch's job: each task writes its rows for the sink,
+       split by partition of the key, to ``input/<epoch>/shard-<n>/`` (no row
+       reaches the driver);
+    2. **driver**: read the table's upper and whether it *drifted* (PostgreSQL: its
+       row count and the sum of ``hashtextextended(row::text, 0)`` differ from those
+       the last append recorded; Delta: the newest commit is not one of the
+       sink's); compare every key instead of the touched ones when it drifted,
+       when another writer appended since this one, or every ``full_check_every``
+       epochs; mint the batch description ``(lower, upper) = (table upper, epoch +
+       1)`` once (none if the table is already there: another replica, or a
+       replay);
+    3. **executors**, one Spark task per partition: fold the partition's rows of the
+       epoch into its desired collection and save it; read the persisted rows of its
+       touched keys (in a full check: every row, keeping its partition's); compute
+       the correction (desired − persisted) and stage its part for exactly that
+       description — PostgreSQL: ``COPY`` into the unlogged table
+       ``<schema>."<table>__wire_sc"`` tagged with the attempt and partition;
+       Delta: a Parquet file ``parts/<attempt>/shard-<n>.parquet``;
+    4. **driver**: commit the parts with compare-and-set. PostgreSQL: one
+       transaction ``LOCK TABLE ... IN EXCLUSIVE MODE`` (hand edits wait),
+       ``UPDATE wire_sc_frontiers SET upper = <upper> WHERE upper = <lower>``, check
+       the table's fingerprint is the one read, delete the staged keys and insert
+       the staged rows (``INSERT ... SELECT`` inside the server), record the new
+       fingerprint. Delta: one ``MERGE`` of the staged parts, committed on the
+       version read with no commit retries, so any commit in between (another
+       replica's, a hand edit) fails it; delta-rs rewrites the touched files in the
+       driver process. A failed compare-and-set is counted, the parts are
+       discarded, and steps 2-4 run again with a full check: never a blind append.
 
-Per epoch (driver, :meth:`SelfCorrectingSink.write_epoch`)
-    1. fold the rows into the desired collection, save it;
-    2. read the table's upper and the persisted rows of the keys the epoch touched
-       — all keys when the table *drifted* (PostgreSQL: its row count and the sum
-       of ``hashtextextended(row::text, 0)`` differ from those the last append
-       recorded; Delta: the newest commit is not one of the sink's), when another
-       writer appended since this one, or every ``full_check_every`` epochs;
-    3. mint ``(lower, upper) = (table upper, epoch + 1)``; nothing to write if the
-       table is already there (another replica, or a replay);
-    4. append the correction (desired − persisted) with compare-and-set.
-       PostgreSQL: one transaction ``LOCK TABLE ... IN EXCLUSIVE MODE`` (hand edits
-       wait), ``UPDATE wire_sc_frontiers SET upper = <upper> WHERE upper = <lower>``,
-       check the table's fingerprint is the one read, ``DELETE`` the corrected keys,
-       ``COPY`` the new rows, record the new fingerprint. Delta: a ``MERGE`` commit
-       made on the version read with no commit retries, so any commit in between
-       (another replica's, a hand edit) fails it. A failed compare-and-set is
-       counted and the loop re-reads everything and recomputes: never a blind
-       append.
-
-    In **read-only** mode step 2 always reads every key, step 4 is skipped, and the
+    In **read-only** mode every key is compared, nothing is staged, and the
     distance (keys differing) is reported. The mode is the ``read_only`` argument
     at build time, switched while running by ``PATCH
     /v1/flows/{id}/sinks/{sink} {"mode": "write" | "read_only"}`` or ``wire
     sink-mode``, through the flow's control file (a restart goes back to the
     build-time mode).
 
+Cost per epoch: one file per (task, partition) with rows; one Spark job of
+``partitions`` tasks (per attempt); the reads of the table (touched keys, or the
+whole table per partition in a full check); one transaction / commit.
+State directory: on a cluster it must be on storage every executor reaches.
+
 Metrics per sink step (in the run summary, REST status and ``/metrics``):
 counters ``sc_corrections`` (rows written: keys deleted + rows inserted),
 ``sc_drift_rows`` (keys found differing that the epoch did not touch),
-``sc_cas_conflicts``, ``sc_epochs_behind``; gauges ``sc_read_only`` (1 / 0),
+``sc_cas_conflicts``, ``sc_epochs_behind``, ``sc_parts`` (partitions that staged a
+part of an appended correction); gauges ``sc_read_only`` (1 / 0),
 ``sc_distance`` (keys differing before the epoch's append), ``sc_corrections_last_epoch``,
 ``sc_table_upper``.
 
@@ -72,9 +76,7 @@ Replicas and frontiers
 
 Limits: key columns must be of a type that compares exactly (integers, strings,
 booleans, dates, timestamps); values must be scalars
-(PostgreSQL types as in :mod:`wire.sinks.postgres_sink`). The correction is
-computed on the driver; executors do not write (SPEC §8's parallel write is not
-implemented).
+(PostgreSQL types as in :mod:`wire.sinks.postgres_sink`).
 """
 
 from __future__ import annotations
@@ -772,10 +774,12 @@ def self_correcting(
     replica wrote, or a periodic check is due) and appends it with a
     compare-and-set on the table's recorded upper frontier (``epoch + 1``), in one
     transaction (PostgreSQL) or one commit (Delta); on a conflict it re-reads and
-    recomputes. Several replicas of one flow (each its own checkpoint) may write
-    one table; a read-only replica writes nothing and reports its distance. The
-    table is written when the epoch's rows are folded in, on the driver, before
-    the epoch commits. Details, costs and metrics: :mod:`wire.sinks.self_correcting_sink`.
+    recomputes. The executors compute and stage the correction, one Spark task
+    per partition of the key; the driver mints the batch description and commits.
+    Several replicas of one flow (each its own checkpoint) may write one table; a
+    read-only replica writes nothing and reports its distance. The table is
+    written after the epoch's job, before the epoch commits. Details, costs and
+    metrics: :mod:`wire.sinks.self_correcting_sink`.
 
     Guarantee: ``idempotent`` — a replayed epoch finds the table at its upper and
     writes nothing; the table converges to the result collection.

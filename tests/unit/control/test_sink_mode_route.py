@@ -49,6 +49,9 @@ def test_switch_mode_over_rest(served):
     body = api.get("/v1/flows/orders/sinks/table").json()
     assert body["counters"]["sc_corrections"] == 2 and body["gauges"]["sc_read_only"] == 0
     assert body["gauges"]["sc_table_upper"] == 1
+    # the flow's own status carries the same under self_correcting.<sink>
+    status = api.get("/v1/flows/orders").json()["self_correcting"]
+    assert status == {"table": {"mode": "write", "counters": body["counters"], "gauges": body["gauges"]}}
     text = api.get("/metrics").text
     assert 'wire_step_events_total{counter="sc_corrections",flow="orders",step="table"} 2.0' in text
     assert 'wire_step_gauge{flow="orders",name="sc_read_only",step="table"} 0.0' in text
