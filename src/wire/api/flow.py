@@ -233,7 +233,8 @@ class Flow:
             ``wire.spark(log_file=...)`` sends it to a file).
         key_groups:
             Keyed state is partitioned into this many key groups (hash of key mod
-            ``key_groups``); fixed for the life of a checkpoint. ``None``: the
+            ``key_groups``); another number on an existing checkpoint rescales its state
+            (:mod:`wire.runtime.rescale`). ``None``: the
             checkpoint's recorded value, or for a new checkpoint
             ``max(8, 2 * spark.sparkContext.defaultParallelism)``
             (:func:`wire.runtime.checkpoint.default_key_groups`).

@@ -34,6 +34,8 @@ from wire.compiler.keyed import (
     pack_events,
     pandas_safe,
     passthrough,
+    seeded,
+    stage_name,
 )
 from wire.core.arrow_types import arrow_payload_schema, spark_schema
 from wire.core.envelope import (
@@ -81,6 +83,7 @@ class PackSide:
     def __init__(self, stage: JoinStage, side: str) -> None:
         self.stage = stage
         self.side = side
+        self.__name__ = stage_name(stage.step)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Pack one partition's batches."""
@@ -162,8 +165,11 @@ def compile_join(
     right_key: str | None,
     key_groups: int,
     channels: tuple[str, ...],
+    seed: str | None = None,
 ) -> DataFrame:
     """The envelope DataFrame of ``left`` interval-joined with ``right``.
+
+    ``seed``: the operator's initial state after a rescale (:func:`wire.compiler.keyed.seeded`).
 
     Raises
     ------
@@ -195,4 +201,5 @@ def compile_join(
         outputStructType=spark_schema(stage.out),
         outputMode="Append",
         timeMode="None",
+        initialState=seeded(packed_left, seed),
     )

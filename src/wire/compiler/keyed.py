@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
@@ -65,6 +66,33 @@ SEGMENT_KEY = StructType([StructField("bucket", LongType()), StructField("chunk"
 SEGMENT_VALUE = StructType([StructField("rows", BinaryType())])
 """MapState ``segments`` of each key group: ``(bucket, chunk) -> Arrow IPC of the chunk's rows``
 (:mod:`wire.state.segments`)."""
+
+
+SEED_OPERATOR, SEED_CHUNK = 0, 1
+SEED_SCHEMA = pa.schema([
+    pa.field(KG, pa.int32()), pa.field("seed_kind", pa.int32()), pa.field("wm_in", pa.int64()),
+    pa.field("wm_out", pa.int64()), pa.field("channels", pa.string()), pa.field("tables", pa.binary()),
+    pa.field("bucket", pa.int64()), pa.field("chunk", pa.int64()), pa.field("rows", pa.binary()),
+])
+"""Rows of a keyed operator's initial state after a rescale (:mod:`wire.runtime.rescale`):
+per key group one row of kind :data:`SEED_OPERATOR` (its ``operator`` ValueState) and one
+row of kind :data:`SEED_CHUNK` per ``segments`` chunk."""
+
+
+def stage_name(step: str) -> str:
+    """The name a keyed operator's pre-stage ``mapInArrow`` function shows in Spark's plan.
+
+    ``wire_keyed_<step as hex>``: :func:`wire.runtime.rescale.operator_ids` finds each
+    stateful step's Spark operator id by it.
+    """
+    return "wire_keyed_" + step.encode("utf-8").hex()
+
+
+def seeded(df: DataFrame, seed: str | None) -> GroupedData | None:
+    """The initial state of a keyed operator: the seed Parquet at ``seed`` grouped by key group."""
+    if seed is None:
+        return None
+    return df.sparkSession.read.parquet(seed).groupBy(KG)
 
 
 class MapStateChunks:
@@ -331,6 +359,20 @@ class KeyedProcessor(StatefulProcessor):
         frame = self.process(int(key[0]), group, op, wm_in, new_in)
         self.state.update(op.dump())
         yield frame
+
+    def handleInitialState(self, key: tuple, initialState: pd.DataFrame, timerValues: object) -> None:
+        """Write key group ``key[0]``'s seeded state (a rescaled restart, :data:`SEED_SCHEMA`).
+
+        Spark calls it only in the first epoch of a query started with an initial state
+        (:mod:`wire.runtime.rescale`): rows of kind 0 are the ``operator`` ValueState, rows
+        of kind 1 one chunk of the ``segments`` MapState each, written as they are.
+        """
+        for row in initialState.itertuples(index=False):
+            if int(row.seed_kind) == SEED_OPERATOR:
+                self.state.update((int(row.wm_in), int(row.wm_out), str(row.channels), bytes(row.tables)))
+            else:
+                self.chunks.state.updateValue((int(row.bucket), int(row.chunk)),  # type: ignore[attr-defined]
+                                              (bytes(row.rows),))
 
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int

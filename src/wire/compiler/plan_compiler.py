@@ -20,6 +20,7 @@ optimizer drops them again; the outputs do not change.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -33,7 +34,7 @@ from wire.compiler.join_stage import compile_join
 from wire.compiler.process_stage import compile_process
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.throttle import apply_overflow
-from wire.compiler.window_stage import compile_window
+from wire.compiler.window_stage import NO_KEY, compile_window
 from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_SIDE, KIND_WATERMARK, PORT
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
@@ -77,6 +78,8 @@ class CompiledFlow:
     key_groups: int
     source_columns: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     """Per source step, the payload columns its source produces (None: all of them)."""
+    state_keys: dict[str, str] = field(default_factory=dict)
+    """Per keyed stateful step (window, join, process), the key column its state rows carry."""
 
 
 def chain_of(plan: Plan) -> list[Node]:
@@ -200,8 +203,15 @@ def compile_plan(
     control_file: str | None = None,
     *,
     prune_columns: bool = True,
+    seeds: Mapping[str, str] | None = None,
+    resume: Mapping[str, dict] | None = None,
 ) -> CompiledFlow:
     """Compile ``plan`` to one streaming DataFrame (nothing runs yet).
+
+    After a rescale (:mod:`wire.runtime.rescale`): ``seeds`` maps a stateful step to the
+    Parquet of its initial state; ``resume`` maps a source step to ``{"start": offset,
+    "end": offset or None}``, where its reads start (instead of the source's initial
+    offset) and, when ``end`` is given, where their first epoch ends.
 
     With ``prune_columns`` (the default), sources that can produce fewer columns produce
     only those the flow reads (see the module docstring); the result's
@@ -214,13 +224,14 @@ def compile_plan(
         On an unsupported topology or an invalid operator configuration.
     """
     order = chain_of(plan)
-    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {})
+    extra = (dict(seeds or {}), dict(resume or {}))
+    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra)
     if not prune_columns:
         return compiled
     wanted = _pruned_columns(spark, compiled, opened)
     if not wanted:
         return compiled
-    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted)
+    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted, *extra)
     return pruned
 
 
@@ -242,6 +253,8 @@ def _compile(
     key_groups: int,
     control_file: str | None,
     columns: dict[str, tuple[tuple[str, ...], StructType]],
+    seeds: dict[str, str],
+    resume: dict[str, dict],
 ) -> tuple[CompiledFlow, list[_Opened]]:
     """Compile ``order`` (from :func:`chain_of`); also return the sources that can prune.
 
@@ -253,6 +266,7 @@ def _compile(
     late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE and not s.kept}
     done: dict[str, _Compiled] = {}
     taken: set[str] = set()
+    state_keys: dict[str, str] = {}
 
     def take(step: str) -> _Compiled:
         """A step's stream for one more reader (a branch).
@@ -274,7 +288,8 @@ def _compile(
                 node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch,
                                                               admission[node.step]))
             subset, struct = columns.get(node.step, (None, None))
-            df, payload, ends = _open_source(spark, node, key_groups, control_file, subset)
+            df, payload, ends = _open_source(spark, node, key_groups, control_file, subset,
+                                             resume.get(node.step))
             if node.key is not None and node.key not in payload.names:
                 raise ConfigError("key", node.key, f"a column of the source: {payload.names}",
                                   step=node.step)
@@ -293,7 +308,9 @@ def _compile(
         if isinstance(node, IntervalJoinNode):
             left, right = take(node.left), take(node.right)
             df = compile_join(left.df, right.df, node, left_key=left.key, right_key=right.key,
-                              key_groups=key_groups, channels=left.channels + right.channels)
+                              key_groups=key_groups, channels=left.channels + right.channels,
+                              seed=seeds.get(node.step))
+            state_keys[node.step] = str(left.key)
             done[node.step] = _Compiled(df, left.key, tuple(f"{node.step}/{g}" for g in range(key_groups)),
                                         False)
             continue
@@ -332,11 +349,15 @@ def _compile(
             key = node.key
         elif isinstance(node, WindowAggregateNode):
             df = compile_window(df, node, key, key_groups=key_groups, channels=channels,
-                                from_source=from_source, late_read=node.step in late_read)
+                                from_source=from_source, late_read=node.step in late_read,
+                                seed=seeds.get(node.step))
+            state_keys[node.step] = key if key is not None else NO_KEY
             channels = tuple(f"{node.step}/{g}" for g in range(key_groups))
             from_source = False
         elif isinstance(node, ProcessNode):
-            df = compile_process(df, node, key, key_groups=key_groups, channels=channels)
+            df = compile_process(df, node, key, key_groups=key_groups, channels=channels,
+                                 seed=seeds.get(node.step))
+            state_keys[node.step] = str(key)
             key = key if key in node.schema.names else None
             channels, from_source = tuple(f"{node.step}/{g}" for g in range(key_groups)), False
         else:  # pragma: no cover - the builder creates no other node types
@@ -348,7 +369,7 @@ def _compile(
         result = result.unionByName(pack_port(take(step).df, result.schema, step, pack=pack))
     sources = tuple(n.step for n in order if isinstance(n, SourceNode))
     produced = {step: columns[step][0] if step in columns else None for step in sources}
-    compiled = CompiledFlow(plan, result, terminal, sources, bounded, key_groups, produced)
+    compiled = CompiledFlow(plan, result, terminal, sources, bounded, key_groups, produced, state_keys)
     return compiled, opened
 
 
@@ -427,11 +448,13 @@ def _open_source(
     key_groups: int,
     control_file: str | None,
     columns: tuple[str, ...] | None = None,
+    resume: dict | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
     ``columns``: the payload columns the source produces (None: all); only passed to a
-    source that can prune (:func:`_prunable`).
+    source that can prune (:func:`_prunable`). ``resume``: see :func:`compile_plan`;
+    passed to a source that declares a ``resume`` parameter, refused for others.
     """
     connector = src.connector
     if not isinstance(connector, FileSource | SourceConnector):
@@ -456,6 +479,14 @@ def _open_source(
                     "HTTP ingest, Redis Streams and Nexmark sources do)", step=src.step,
                 )
             pruning["target_epoch_ms"] = src.target_epoch_ms
+        if resume is not None:
+            if not _accepts(connector, "resume"):
+                raise ConfigError(
+                    "key_groups", "a rescale", f"the checkpoint's key groups: the "
+                    f"{type(connector).__name__} source cannot resume on a new Spark checkpoint "
+                    "(no 'resume' parameter)", step=src.step,
+                )
+            pruning["resume"] = resume
         df = connector.read_stream(
             spark, step=src.step, event_time=src.event_time, key_groups=key_groups,
             max_delay_ms=src.watermark.max_delay_ms,
@@ -474,6 +505,7 @@ def _open_source(
         columns=columns,
         max_future_ms=src.watermark.max_future_ms,
         target_epoch_ms=src.target_epoch_ms,
+        resume=resume,
     )
     register(spark)
     return read_stream(spark, binding), payload, connector.bounded

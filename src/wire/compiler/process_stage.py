@@ -36,6 +36,8 @@ from wire.compiler.keyed import (
     pack_events,
     pandas_safe,
     passthrough,
+    seeded,
+    stage_name,
 )
 from wire.core.arrow_types import arrow_payload_schema, spark_schema
 from wire.core.envelope import (
@@ -76,6 +78,7 @@ class PackEvents:
 
     def __init__(self, stage: ProcessStage) -> None:
         self.stage = stage
+        self.__name__ = stage_name(stage.spec.step)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Pack one partition's batches."""
@@ -135,8 +138,11 @@ def compile_process(
     *,
     key_groups: int,
     channels: tuple[str, ...],
+    seed: str | None = None,
 ) -> DataFrame:
     """Append the process function ``node`` to the keyed envelope DataFrame ``df``.
+
+    ``seed``: the operator's initial state after a rescale (:func:`wire.compiler.keyed.seeded`).
 
     Output payload columns: ``node.schema`` (the declared output). Late events leave as
     side rows of port ``<step>.late``.
@@ -169,4 +175,5 @@ def compile_process(
         outputStructType=spark_schema(stage.out),
         outputMode="Append",
         timeMode="None",
+        initialState=seeded(packed, seed),
     )

@@ -59,7 +59,9 @@ from wire.compiler.keyed import (
     pack_events,
     pandas_safe,
     passthrough,
+    seeded,
     split_by_group,
+    stage_name,
 )
 from wire.core.arrow_types import arrow_payload_schema, spark_schema
 from wire.core.envelope import (
@@ -120,6 +122,7 @@ class PreStage:
 
     def __init__(self, stage: WindowStage) -> None:
         self.stage = stage
+        self.__name__ = stage_name(stage.step)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Transform one partition's batches into envelope-only rows."""
@@ -296,8 +299,11 @@ def compile_window(
     channels: tuple[str, ...],
     from_source: bool,
     late_read: bool = True,
+    seed: str | None = None,
 ) -> DataFrame:
     """Append the window aggregation ``node`` to the envelope DataFrame ``df``.
+
+    ``seed``: the operator's initial state after a rescale (:func:`wire.compiler.keyed.seeded`).
 
     Output payload columns: the key column (absent for an unkeyed stream),
     ``window_start``, ``window_end`` (timestamps, UTC), the aggregations, ``emit``.
@@ -351,6 +357,7 @@ def compile_window(
         outputStructType=spark_schema(stage.out),
         outputMode="Append",
         timeMode="None",
+        initialState=seeded(pre, seed),
     )
     cols = [
         F.timestamp_millis(F.col(c)).alias(c) if c in ("window_start", "window_end") else F.col(c)

@@ -2,8 +2,10 @@
 
 Layout of ``<checkpoint>/``: ``spark/`` is Spark's own checkpoint (offsets with
 the recorded watermarks, commits, RocksDB state); ``wire.json`` records the flow
-id, the number of key groups (fixed for the checkpoint's life: state is
-partitioned by it), a checkpoint id that sinks use as their owner mark, and under
+id, the number of key groups (state is partitioned by it; another number on a restart
+rescales: :mod:`wire.runtime.rescale`, which adds ``spark_dir`` = ``spark-g<n>``,
+``generation``, ``epoch_base``, ``seeds``, ``resume`` and ``previous_spark_dir``), a
+checkpoint id that sinks use as their owner mark, and under
 ``steps`` the fingerprint of the plan that wrote it (per step id: each source,
 stateful step and sink with its parameters, :mod:`wire.plan.fingerprint`), e.g.::
 
@@ -23,9 +25,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,15 @@ class CheckpointMeta:
     flow_id: str
     key_groups: int
     checkpoint_id: str
+    spark_dir: str = "spark"
+    """Spark's checkpoint directory, relative to the checkpoint (``spark-g<n>`` after the
+    n-th rescale, :mod:`wire.runtime.rescale`)."""
+    epoch_base: int = 0
+    """Added to Spark's batch ids to make Wire's epoch ids (0 until a rescale)."""
+    seeds: dict[str, str] = field(default_factory=dict)
+    """Per stateful step, the Parquet of its initial state (absolute; after a rescale)."""
+    resume: dict[str, dict] = field(default_factory=dict)
+    """Per source step, where its reads resume (after a rescale, :func:`wire.sources.base.resumable`)."""
 
 
 META_FILE = "wire.json"
@@ -53,8 +65,31 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
 
 
 def spark_checkpoint(checkpoint: str | os.PathLike[str]) -> str:
-    """The directory Spark's checkpoint lives in."""
-    return str(Path(checkpoint) / "spark")
+    """The directory Spark's checkpoint lives in: ``spark/``, or what ``wire.json`` names.
+
+    A rescale (:mod:`wire.runtime.rescale`) starts a new one, ``spark-g<n>/``.
+    """
+    return str(Path(checkpoint) / _recorded(checkpoint).get("spark_dir", "spark"))
+
+
+def epoch_base(checkpoint: str | os.PathLike[str]) -> int:
+    """What Wire adds to Spark's batch ids to number epochs (0 until a rescale)."""
+    return int(_recorded(checkpoint).get("epoch_base", 0))
+
+
+def _recorded(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
+    """``wire.json`` as it is (empty when absent or unreadable: its checks are elsewhere)."""
+    try:
+        doc = json.loads((Path(checkpoint) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("spark_dir", "spark"), str):
+        return {}
+    return doc
+
+
+Rescale = Callable[[Path, dict[str, Any], int], dict[str, Any]]
+"""``rescale(root, doc, key_groups) -> new wire.json document`` (:mod:`wire.runtime.rescale`)."""
 
 
 DEFAULT_KEY_GROUPS = 8
@@ -71,7 +106,8 @@ def default_key_groups(parallelism: int) -> int:
     operator and epoch, so more groups than that only add fixed cost (measured on
     Nexmark q5/q7/q11 with epochs of 500k events on 2 cores: 8 groups ~25% faster
     than 16). ``parallelism`` is Spark's ``defaultParallelism`` (cores of a local
-    master, executor cores of a cluster). The number is fixed for the checkpoint's life.
+    master, executor cores of a cluster). Restarting with another number rescales the state
+    (:mod:`wire.runtime.rescale`).
     """
     return max(DEFAULT_KEY_GROUPS, 2 * int(parallelism))
 
@@ -90,6 +126,7 @@ def open_checkpoint(
     key_groups: int | None,
     plan: Plan | None = None,
     new_key_groups: Callable[[], int] | None = None,
+    rescale: Rescale | None = None,
 ) -> CheckpointMeta:
     """Create or verify ``<checkpoint>/wire.json``; called at run start, before Spark runs.
 
@@ -111,7 +148,8 @@ def open_checkpoint(
       operator position, and a new operator has none); a sink's kind, guarantee,
       target (path, table, key columns, url) or the port it reads changed under the
       same step id (its earlier epochs are in the old target, and an exactly-once
-      sink would skip them there); the number of key groups;
+      sink would skip them there); the number of key groups, unless ``rescale`` is
+      given;
     * allowed: changed stateless steps (filter, map, select, throttle, union; a
       ``key_by`` only where no stateful step's key changes); a sink added under a new
       step id (it receives the epochs from the next one on, not earlier output) or
@@ -120,6 +158,13 @@ def open_checkpoint(
       (path, schema, watermark, admission: it resumes from its recorded offsets);
     * a checkpoint with no epoch yet (nothing in ``spark/offsets``) takes any plan;
     * a checkpoint written before fingerprints existed opens and records them.
+
+    Another number of key groups with ``rescale`` (the runner passes
+    :func:`wire.runtime.rescale.rescale_checkpoint`): after the plan checks,
+    ``rescale(root, doc, key_groups)`` re-keys the state into a new Spark checkpoint
+    directory and returns the new ``wire.json``; writing it (atomically) is the commit
+    point of the rescale. Once the new Spark checkpoint has committed an epoch, the
+    previous one is deleted (at the next open).
 
     Local sink paths are compared absolute (a relative path from another working
     directory is another target); those inside the checkpoint relative to it. Not
@@ -164,15 +209,15 @@ def open_checkpoint(
         )
     if key_groups is None:
         key_groups = doc["key_groups"]
-    if doc["key_groups"] != key_groups:
+    spark_dir = root / doc.get("spark_dir", "spark")
+    if doc["key_groups"] != key_groups and rescale is None:
         raise CheckpointError(
             f"checkpoint {str(root)!r} was created with key_groups={doc['key_groups']}; "
             f"got key_groups={key_groups} (state is partitioned by it; use the same value "
             "or a new checkpoint)"
         )
-    meta = CheckpointMeta(flow_id, key_groups, doc["checkpoint_id"])
     recorded = doc.get("steps")
-    if current is not None and recorded is not None and _numbered(root / "spark" / "offsets"):
+    if current is not None and recorded is not None and _numbered(spark_dir / "offsets"):
         changes = incompatible_changes(recorded, current)
         if changes:
             raise CheckpointError(
@@ -180,8 +225,24 @@ def open_checkpoint(
                 + f". The checkpoint's state and output cannot be resumed by this flow. {WAY_OUT}"
             )
     check_spark_logs(root, sources=None if plan is None else source_count(plan))
+    previous = doc.get("previous_spark_dir")
+    if previous and _numbered(root / doc["spark_dir"] / "commits"):
+        shutil.rmtree(root / previous, ignore_errors=True)  # the new generation has committed
+        shutil.rmtree(root / f"{previous}.seeds", ignore_errors=True)
+        doc = {k: v for k, v in doc.items() if k != "previous_spark_dir"}
+        _write_meta(root, doc)
+    if doc["key_groups"] != key_groups and rescale is not None:
+        doc = rescale(root, doc, key_groups)
+        _write_meta(root, {**doc, **({"steps": current} if current is not None else {})})
+        doc = _read_meta(root)
+    meta = CheckpointMeta(
+        flow_id, key_groups, doc["checkpoint_id"], spark_dir=doc.get("spark_dir", "spark"),
+        epoch_base=int(doc.get("epoch_base", 0)),
+        seeds={step: str(root / p) for step, p in doc.get("seeds", {}).items()},
+        resume=dict(doc.get("resume", {})),
+    )
     if current is not None and recorded != current:
-        _write_meta(root, _document(meta, current))
+        _write_meta(root, {**doc, "steps": current})
     return meta
 
 
@@ -203,6 +264,8 @@ def source_count(plan: Plan) -> int:
 def _document(meta: CheckpointMeta, steps: Fingerprint | None) -> dict[str, Any]:
     doc: dict[str, Any] = {"flow_id": meta.flow_id, "key_groups": meta.key_groups,
                            "checkpoint_id": meta.checkpoint_id}
+    if meta.spark_dir != "spark":  # a rescaled checkpoint: its generation's fields
+        doc.update(spark_dir=meta.spark_dir, epoch_base=meta.epoch_base, resume=meta.resume)
     if steps is not None:
         doc["steps"] = steps
     return doc
@@ -401,7 +464,7 @@ def check_spark_logs(checkpoint: str | os.PathLike[str], *, sources: int | None 
 
 
 def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
-    """The epochs of a flow's checkpoint, oldest first.
+    """The epochs of a flow's checkpoint (its current Spark checkpoint), oldest first.
 
     Raises
     ------
@@ -413,12 +476,13 @@ def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
     if not (spark / "offsets").is_dir():
         raise CheckpointError(f"{str(checkpoint)!r} is not a Wire checkpoint (no spark/offsets)")
     committed = set(_numbered(spark / "commits"))
+    base = epoch_base(checkpoint)  # Wire's epoch ids continue across a rescale
     out = []
     for n in _numbered(spark / "offsets"):
         lines = _read_log(spark / "offsets" / str(n), checkpoint)
         offsets = tuple(None if line.strip() == "-" else json.loads(line) for line in lines)
         marks = tuple(o.get("watermark") if isinstance(o, dict) else None for o in offsets)
-        out.append(EpochInfo(n, offsets, marks, n in committed))
+        out.append(EpochInfo(n + base, offsets, marks, n in committed))
     return out
 
 

@@ -36,6 +36,7 @@ from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Rou
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
 from wire.runtime.progress import ProgressReporter
+from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session
 
@@ -188,10 +189,14 @@ class EpochDispatcher:
         """Why the last epoch failed on the driver (a sink's exception), if it did."""
         self.epoch_log: EpochLog | None = None
         """Where each completed epoch's counters are recorded (``wire report``), if anywhere."""
+        self.epoch_base = 0
+        """Added to Spark's batch id to make the epoch id sinks and the epoch log see: after a
+        rescale the query starts again at batch 0 (:mod:`wire.runtime.rescale`)."""
         self._last = time.perf_counter()
 
     def __call__(self, batch: DataFrame, epoch: int) -> None:
-        """Handle epoch ``epoch`` (Spark's batch id): stage on the executors, commit here."""
+        """Handle Spark batch ``epoch`` (epoch ``epoch_base + epoch``): stage on executors, commit here."""
+        epoch += self.epoch_base
         if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
             self.stop_requested = True
             raise StopRequested(f"stopping before epoch {epoch} (max_epochs={self.max_epochs})")
@@ -431,17 +436,19 @@ def start_plan(
                                          log_file=spark_log))
         return started[0]
 
+    control = control_path(checkpoint)
     meta = open_checkpoint(
         checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan,
         new_key_groups=lambda: default_key_groups(session().sparkContext.defaultParallelism),
+        rescale=lambda root, doc, groups: rescale_checkpoint(session(), plan, root, doc, groups),
     )
-    control = control_path(checkpoint)
     write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = session()
-    compiled = compile_plan(plan, spark, meta.key_groups, control)
+    compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
+    dispatcher.epoch_base = meta.epoch_base
     dispatcher.epoch_log = EpochLog(checkpoint)
     dispatcher.epoch_log.write_graph(plan)
     started = time.perf_counter()

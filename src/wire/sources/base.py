@@ -203,6 +203,8 @@ class Binding:
     columns: tuple[str, ...] | None = None
     max_future_ms: int | None = None
     target_epoch_ms: int | None = None
+    resume: dict | None = None
+    """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`)."""
 
     def __post_init__(self) -> None:
         step = self.step
@@ -265,7 +267,8 @@ class BindingDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""
-        return self.reader(self.binding())
+        binding = self.binding()
+        return resumable(self.reader(binding), binding.resume)
 
     def reader(self, binding: Any) -> DataSourceStreamReader:
         """The connector's stream reader for ``binding``."""
@@ -296,6 +299,7 @@ class BindingSource:
         columns: tuple[str, ...] | None = None,
         max_future_ms: int | None = None,
         target_epoch_ms: int | None = None,
+        resume: dict | None = None,
         **_: Any,
     ) -> DataFrame:
         """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
@@ -305,6 +309,7 @@ class BindingSource:
         ``max_future_ms`` (None: off): records whose event time is more than this ahead of
         the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
         ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
+        ``resume`` (None: off): where to start on a new Spark checkpoint (:func:`resumable`).
 
         Raises
         ------
@@ -317,7 +322,48 @@ class BindingSource:
             step=step, source=self, payload_schema=self.resolve_schema(),  # type: ignore[attr-defined]
             event_time=event_time, max_delay_ms=max_delay_ms, max_events_per_epoch=max_events_per_epoch,
             key_groups=key_groups, control_file=control_file, columns=columns, max_future_ms=max_future_ms,
-            target_epoch_ms=target_epoch_ms,
+            target_epoch_ms=target_epoch_ms, resume=resume,
         )
         spark.dataSource.register(ds)
         return spark.readStream.format(ds.format_name).option("binding", binding.to_json()).load()
+
+
+RESUME_OPTION = "wire_resume"
+"""The data source option that carries ``resume`` for sources without a :class:`Binding`."""
+
+
+def resumable(reader: DataSourceStreamReader, resume: dict | str | None) -> DataSourceStreamReader:
+    """``reader``, resuming where another Spark checkpoint of the same flow stopped.
+
+    A rescaled restart (:mod:`wire.runtime.rescale`) runs the flow on a new Spark
+    checkpoint, whose query starts from the source's initial offset. With ``resume =
+    {"start": s, "end": e}``, ``initialOffset()`` returns ``s`` (the old query's last
+    committed end offset: watermarks, file sets, positions, whatever the source records)
+    and, when ``e`` is not None, ``latestOffset(s, limit)`` returns ``e`` (the old
+    query's epoch in flight, so its range is replayed exactly); every other call is the
+    source's own. Every Wire source reads from any of its own offsets, so this is the
+    whole mechanism. ``resume`` None (or empty): ``reader`` unchanged.
+    """
+    if not resume:
+        return reader
+    spec = json.loads(resume) if isinstance(resume, str) else resume
+    base = type(reader)
+    resumed = type(f"Resumed{base.__name__}", (base,), {
+        "initialOffset": _resumed_initial, "latestOffset": _resumed_latest,
+        "__module__": base.__module__, "_wire_resume": spec,
+    })
+    reader.__class__ = resumed
+    return reader
+
+
+def _resumed_initial(self: Any) -> dict:
+    """The old query's last committed end offset."""
+    return self._wire_resume["start"]
+
+
+def _resumed_latest(self: Any, start: dict, limit: Any) -> dict:
+    """The old query's epoch in flight when planning from the resume offset, else the source's."""
+    spec = self._wire_resume
+    if spec.get("end") is not None and start == spec["start"]:
+        return spec["end"]
+    return super(type(self), self).latestOffset(start, limit)

@@ -65,7 +65,13 @@ from wire.core.arrow_types import spark_schema
 from wire.core.control_file import is_paused
 from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
-from wire.sources.base import check_columns, select_columns, spark_row_schema
+from wire.sources.base import (
+    RESUME_OPTION,
+    check_columns,
+    resumable,
+    select_columns,
+    spark_row_schema,
+)
 from wire.sources.epoch_sizing import EpochSizer
 
 DATA_SOURCE_NAME = "wire_nexmark"
@@ -386,9 +392,10 @@ class NexmarkSource:
         control_file: str | None = None,
         columns: tuple[str, ...] | None = None,
         target_epoch_ms: int | None = None,
+        resume: dict | None = None,
         **_: Any,
     ) -> DataFrame:
-        """The envelope DataFrame of the generated events.
+        """The envelope DataFrame of the generated events (``resume``: :func:`wire.sources.base.resumable`).
 
         ``columns`` (None: all): the payload columns to produce, in :data:`SCHEMA` order;
         only those are generated (plus the event-time column, for ``__et``).
@@ -406,7 +413,10 @@ class NexmarkSource:
             columns=check_columns(step, SCHEMA, columns), target_epoch_ms=target_epoch_ms,
         )
         spark.dataSource.register(NexmarkDataSource)
-        return spark.readStream.format(DATA_SOURCE_NAME).option("config", options).load()
+        reader = spark.readStream.format(DATA_SOURCE_NAME).option("config", options)
+        if resume:
+            reader = reader.option(RESUME_OPTION, json.dumps(resume))
+        return reader.load()
 
 
 def nexmark(
@@ -469,7 +479,8 @@ class NexmarkDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The stream reader."""
-        return NexmarkStreamReader(_Config(self.options["config"]))
+        reader = NexmarkStreamReader(_Config(self.options["config"]))
+        return resumable(reader, self.options.get(RESUME_OPTION))
 
 
 class _Range(InputPartition):

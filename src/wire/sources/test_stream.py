@@ -31,7 +31,9 @@ from wire.core import envelope
 from wire.core.arrow_types import spark_schema
 from wire.core.time import NO_WATERMARK
 from wire.sources.base import (
+    RESUME_OPTION,
     check_columns,
+    resumable,
     schema_from_b64,
     schema_to_b64,
     select_columns,
@@ -90,15 +92,20 @@ class TestStreamSource:
         event_time: str,
         key_groups: int,
         columns: tuple[str, ...] | None = None,
+        resume: dict | None = None,
         **_: Any,
     ) -> DataFrame:
         """The envelope DataFrame of this scripted stream (watermarks come from the script).
 
-        ``columns`` (None: all): the payload columns produced, in schema order.
+        ``columns`` (None: all): the payload columns produced, in schema order. ``resume``:
+        :func:`wire.sources.base.resumable`.
         """
         spark.dataSource.register(TestStreamDataSource)
         script = self.to_json(step=step, event_time=event_time, key_groups=key_groups, columns=columns)
-        return spark.readStream.format(DATA_SOURCE_NAME).option("script", script).load()
+        reader = spark.readStream.format(DATA_SOURCE_NAME).option("script", script)
+        if resume:
+            reader = reader.option(RESUME_OPTION, json.dumps(resume))
+        return reader.load()
 
 
 class _Script:
@@ -138,7 +145,7 @@ class TestStreamDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The stream reader."""
-        return TestStreamReader(_Script(self.options["script"]))
+        return resumable(TestStreamReader(_Script(self.options["script"])), self.options.get(RESUME_OPTION))
 
 
 class _Step(InputPartition):

@@ -1,0 +1,236 @@
+"""Rescaling: restart a flow's checkpoint with another number of key groups (issue 12).
+
+Keyed state is partitioned by ``pmod(xxhash64(key), key_groups)``, so a checkpoint's
+state cannot simply be opened with another ``key_groups``. Like Flink restoring key
+groups from a savepoint, :func:`rescale_checkpoint` redistributes it into a new Spark
+checkpoint; the flow then runs on, and its outputs equal an uninterrupted run's.
+
+What is read (all from the current Spark checkpoint, ``<checkpoint>/<spark_dir>/``, at its
+last committed batch ``C``):
+
+* each keyed operator's state, with Spark's state data source
+  (``spark.read.format("statestore")``, options ``operatorId``, ``stateVarName`` =
+  ``operator`` (its ValueState: watermarks, channels, chunk index) and ``segments`` (its
+  MapState of Arrow chunks), ``batchId`` = ``C``). A step's Spark operator id comes from the
+  compiled plan (:func:`operator_ids`): each keyed operator's pre-stage function is named
+  after its step (:func:`wire.compiler.keyed.stage_name`);
+* the offset log: the end offsets of batch ``C`` (where the sources resume: they hold the
+  sources' watermarks, per partition, and positions), and those of batch ``C + 1`` when that
+  epoch was planned but not committed (an epoch in flight: the new query's first epoch
+  covers exactly its range, so an exactly-once sink that published part of it and skips
+  it by its epoch id loses nothing).
+
+The re-key rule is :func:`wire.state.rekey.rekey`'s: each state row moves to the new key
+group of its key (Spark's own ``pmod(xxhash64(key), new)``, computed by Spark on the
+operator's distinct keys); every new key group gets the minimum over the old groups of
+the input, output and channel watermarks.
+
+What is written: ``<checkpoint>/spark-g<n>.seeds/<operator id>.parquet`` per keyed step,
+rows of :data:`wire.compiler.keyed.SEED_SCHEMA` that the new query's operators load
+through ``transformWithStateInPandas(initialState=...)`` in its first epoch
+(``handleInitialState``); then :func:`wire.runtime.checkpoint.open_checkpoint` writes the new
+``wire.json``: ``key_groups``, ``spark_dir = "spark-g<n>"`` (empty: the new query starts at
+batch 0), ``generation`` ``n``, ``epoch_base`` = old base + ``C`` + 1 (the epoch ids that
+sinks and the epoch log see continue), ``seeds``, ``resume`` (per source step, ``start`` /
+``end`` offsets, :func:`wire.sources.base.resumable`) and ``previous_spark_dir``, kept
+until the new Spark checkpoint has committed an epoch.
+
+Crash behaviour: nothing counts until ``wire.json`` is replaced (atomically). A crash
+before leaves the old checkpoint as it was plus a ``spark-g<n>.seeds.tmp`` or an
+uncommitted ``spark-g<n>.seeds`` directory, which the next attempt deletes and rebuilds
+from the same old state (the same result). A crash after it is an ordinary restart of the
+new generation: before its first commit, Spark replays batch 0 with the same initial
+state and resume offsets.
+
+Limits (refused with a :class:`~wire.errors.CheckpointError`, the checkpoint unchanged):
+flows whose Spark source reads are not all of one source step with equal offsets (Spark
+numbers sources by plan position, which Wire cannot map to steps yet); a checkpoint
+without a committed epoch; sources without a ``resume`` parameter
+(:func:`wire.sources.base.resumable`). Each operator's whole state passes through the
+driver's memory, one operator at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from wire.compiler.keyed import (
+    SEED_CHUNK,
+    SEED_OPERATOR,
+    SEED_SCHEMA,
+    OperatorState,
+)
+from wire.core.envelope import KG, decode_table, encode_table
+from wire.errors import CheckpointError
+from wire.plan.nodes import Plan, SourceNode
+from wire.state.rekey import GroupState, rekey
+
+_TWS = re.compile(r"TransformWithStateInPySpark .*opId = (\d+)")
+_PRE = re.compile(r"MapInArrow wire_keyed_([0-9a-f]+)\(")
+
+
+def operator_ids(df: DataFrame) -> dict[str, int]:
+    """Per keyed step of the compiled flow ``df``, its Spark stateful operator id.
+
+    Read from Spark's explained physical plan (the same rules number the operators of a
+    running query): the first pre-stage named :func:`~wire.compiler.keyed.stage_name`
+    below each ``TransformWithStateInPySpark`` is that operator's.
+    """
+    jvm = df.sparkSession._jvm  # type: ignore[attr-defined]
+    text = jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple")
+    out: dict[str, int] = {}
+    pending: int | None = None
+    for line in text.splitlines():
+        if (m := _TWS.search(line)) is not None:
+            pending = int(m.group(1))
+        elif pending is not None and (m := _PRE.search(line)) is not None:
+            out[bytes.fromhex(m.group(1)).decode("utf-8")] = pending
+            pending = None
+    return out
+
+
+def _numbered(d: Path) -> list[int]:
+    return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
+
+
+def _offset_lines(spark_dir: Path, batch: int) -> list[str]:
+    return (spark_dir / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()[2:]
+
+
+def _resume(plan: Plan, spark_dir: Path, committed: int, planned: int, where: str) -> dict[str, dict]:
+    """Per source step, ``{"start": committed end offset, "end": in-flight end or None}``."""
+    steps = [n.step for n in plan.nodes if isinstance(n, SourceNode)]
+    start = set(_offset_lines(spark_dir, committed))
+    end = set(_offset_lines(spark_dir, planned)) if planned > committed else {None}
+    if len(steps) != 1 or len(start) != 1 or len(end) != 1 or "-" in start:
+        raise CheckpointError(
+            f"{where}: rescaling needs a flow whose Spark sources are reads of one source step "
+            f"with equal offsets (found source steps {steps} and {len(start)} distinct offsets); "
+            "run it with the checkpoint's key_groups"
+        )
+    e = end.pop()
+    return {steps[0]: {"start": json.loads(start.pop()), "end": None if e is None else json.loads(e)}}
+
+
+def _read_groups(spark: SparkSession, spark_dir: Path, op: int, batch: int) -> dict[int, GroupState]:
+    """The operator's state per old key group, decoded (:class:`wire.state.rekey.GroupState`)."""
+    def read(var: str) -> DataFrame:
+        return (spark.read.format("statestore").option("operatorId", op)
+                .option("stateVarName", var).option("batchId", batch).load(str(spark_dir)))
+
+    values = read("operator").select(F.col("key").getField(KG).alias("kg"), "value.*").toArrow()
+    groups: dict[int, GroupState] = {}
+    for row in values.to_pylist():
+        st = OperatorState.load((row["wm_in"], row["wm_out"], row["channels"], row["tables"]))
+        groups[int(row["kg"])] = GroupState(st.wm_in, st.wm_out, dict(st.channels or {}),
+                                            dict(st.tables or {}), {})
+    chunks = read("segments").select(
+        F.col("key").getField(KG).alias("kg"), F.col("user_map_key.bucket").alias("bucket"),
+        F.col("user_map_key.chunk").alias("chunk"), F.col("user_map_value.rows").alias("rows"),
+    ).toArrow()
+    for kg, b, c, rows in zip(*(chunks.column(n).to_pylist() for n in ("kg", "bucket", "chunk", "rows")),
+                              strict=True):
+        groups.setdefault(int(kg), GroupState()).chunks[(int(b), int(c))] = decode_table(rows)
+    return groups
+
+
+def spark_assign(spark: SparkSession, groups: dict[int, GroupState], key: str, new_groups: int) -> Any:
+    """``assign(keys)`` for :func:`~wire.state.rekey.rekey`: Spark's ``pmod(xxhash64(key), n)``.
+
+    Spark hashes the operator's distinct keys once (the same expression the compiled flow
+    uses, on the same Arrow-to-Spark type), so keys land where the new query sends their events.
+    """
+    keys = [t.column(key) for s in groups.values() for t in [*s.chunks.values(), *(
+        v for n, v in s.tables.items() if key in v.column_names)] if key in t.column_names]
+    if not keys:
+        return lambda arr: np.zeros(len(arr), np.int64)
+    distinct = pc.unique(pa.chunked_array(keys).combine_chunks())
+    hashed = spark.createDataFrame(pa.table({"k": distinct})).select(
+        "k", F.pmod(F.xxhash64("k"), F.lit(new_groups)).cast("long").alias("g")).toArrow()
+    known, kgs = hashed.column("k").combine_chunks(), hashed.column("g").to_numpy()
+
+    def assign(arr: pa.Array) -> np.ndarray:
+        at = pc.index_in(arr.cast(known.type), value_set=known, skip_nulls=False)
+        if at.null_count:
+            raise CheckpointError(f"rescale: a state key of column {key!r} was not hashed")
+        return kgs[at.to_numpy()]
+
+    return assign
+
+
+def seed_table(groups: dict[int, GroupState]) -> pa.Table:
+    """The rows of :data:`~wire.compiler.keyed.SEED_SCHEMA` for re-keyed ``groups``."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in SEED_SCHEMA}
+
+    def add(**values: Any) -> None:
+        for name in cols:
+            cols[name].append(values.get(name))
+
+    for g, s in sorted(groups.items()):
+        wm_in, wm_out, channels, tables = OperatorState(s.wm_in, s.wm_out, s.channels, s.tables).dump()
+        add(**{KG: g}, seed_kind=SEED_OPERATOR, wm_in=wm_in, wm_out=wm_out, channels=channels,
+            tables=tables)
+        for (b, c), t in sorted(s.chunks.items()):
+            add(**{KG: g}, seed_kind=SEED_CHUNK, bucket=b, chunk=c, rows=encode_table(t))
+    return pa.table(cols, schema=SEED_SCHEMA)
+
+
+def rescale_checkpoint(
+    spark: SparkSession, plan: Plan, root: Path, doc: dict[str, Any], key_groups: int
+) -> dict[str, Any]:
+    """Re-key ``root``'s state to ``key_groups``; return the new ``wire.json`` (not yet written).
+
+    See the module docstring for what is read and written and the crash behaviour.
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint has no committed epoch, the flow's sources cannot be resumed
+        (see the limits), or the state does not match the flow's keyed steps.
+    """
+    from wire.compiler.plan_compiler import compile_plan
+
+    where = f"checkpoint {str(root)!r} (key_groups={doc['key_groups']} -> {key_groups})"
+    old_dir = root / doc.get("spark_dir", "spark")
+    commits, offsets = _numbered(old_dir / "commits"), _numbered(old_dir / "offsets")
+    if not commits:
+        raise CheckpointError(f"{where}: no committed epoch to rescale from; run it with the "
+                              "checkpoint's key_groups first, or start a new checkpoint")
+    committed, planned = commits[-1], offsets[-1]
+    resume = _resume(plan, old_dir, committed, planned, where)
+    probe = compile_plan(plan, spark, key_groups, None, resume=resume)
+    ids = operator_ids(probe.dataframe)
+    if set(ids) != set(probe.state_keys):
+        raise CheckpointError(f"{where}: found Spark operators for steps {sorted(ids)}, the flow's "
+                              f"keyed steps are {sorted(probe.state_keys)}")
+    generation = int(doc.get("generation", 0)) + 1
+    name = f"spark-g{generation}"
+    seeds_dir, tmp = root / f"{name}.seeds", root / f"{name}.seeds.tmp"
+    for leftover in (tmp, seeds_dir, root / name):  # of an attempt that never committed
+        shutil.rmtree(leftover, ignore_errors=True)
+    tmp.mkdir()
+    per_group = set(probe.state_keys)
+    seeds = {}
+    for step, op in sorted(ids.items()):
+        old = _read_groups(spark, old_dir, op, committed)
+        key = probe.state_keys[step]
+        new = rekey(old, key=key, new_groups=key_groups, assign=spark_assign(spark, old, key, key_groups),
+                    per_group_channels=per_group)
+        pq.write_table(seed_table(new), tmp / f"{op}.parquet")
+        seeds[step] = f"{name}.seeds/{op}.parquet"
+    tmp.rename(seeds_dir)
+    base = int(doc.get("epoch_base", 0)) + committed + 1
+    return {**doc, "key_groups": key_groups, "spark_dir": name, "generation": generation,
+            "epoch_base": base, "seeds": seeds, "resume": resume,
+            "previous_spark_dir": doc.get("spark_dir", "spark")}
