@@ -37,20 +37,21 @@ def build(glob: str, dsn: str, delta: str, *, read_only: bool, bounded: bool) ->
 
 
 def widen(seconds: float, stall_every: int = 0, stall_s: float = 0.0) -> None:
-    """Make every table read of the self-correcting sinks return ``seconds`` later, and
-    every ``stall_every``-th read ``stall_s`` later."""
+    """Make every driver-side read of the self-correcting sinks' tables (the upper and the
+    fingerprint, before the parts are computed and committed) return ``seconds`` later,
+    and every ``stall_every``-th read ``stall_s`` later."""
     from wire.sinks import self_correcting_sink as sc
 
     reads = [0]
     for cls in (sc._PgTable, sc._DeltaTable):
-        def slow(self, keys, _read=cls.read):
-            snap = _read(self, keys)
+        def slow(self, _read=cls.read_meta):
+            snap = _read(self)
             reads[0] += 1
             stall = stall_every and reads[0] % stall_every == 0
             time.sleep(stall_s if stall else seconds)
             return snap
 
-        cls.read = slow
+        cls.read_meta = slow
 
 
 def main() -> None:
