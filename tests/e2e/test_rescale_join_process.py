@@ -1,8 +1,10 @@
 """Rescaling an interval join and a keyed process function, with a crash during the rescale.
 
 3 key groups, stop; restart with 7, whose rescale fails half-way (after one operator's state
-was re-keyed): the checkpoint is unchanged and still says 3; restart with 7 again, stop;
-run to the end with 2. The outputs equal an uninterrupted run's, and the join's a pandas
+was re-keyed): the checkpoint is unchanged and still says 3; restart with 7 again and stop
+before the first epoch runs (as if killed right after the rescale), restart (the first epoch
+replays with the seeded state), restart once more (an ordinary restart), then run to the
+end with 2. The outputs equal an uninterrupted run's, and the join's a pandas
 oracle's (every event is on time by construction, so every pair within the bounds joins).
 """
 
@@ -59,6 +61,7 @@ def rows(df: pd.DataFrame) -> list[tuple]:
     return sorted(df.drop(columns=[c for c in ("watermark",) if c in df]).itertuples(index=False, name=None))
 
 
+@pytest.mark.slow  # seven runs of the flow: ~90 s
 def test_rescale_join_and_process_with_a_crash_during_the_rescale(spark, tmp_path, monkeypatch):
     src = tmp_path / "in"
     src.mkdir()
@@ -83,8 +86,13 @@ def test_rescale_join_and_process_with_a_crash_during_the_rescale(spark, tmp_pat
     assert (ck / "wire.json").read_text() == before and (ck / "spark-g1.seeds.tmp").is_dir()
     monkeypatch.setattr(rescale_module, "seed_table", real)
 
-    assert build(src, out).run(str(ck), spark=spark, key_groups=7, max_epochs=2, progress=False).epochs == 2
-    assert not (ck / "spark-g1.seeds.tmp").exists()
+    # rescaled, then stopped before its first epoch ran (as if killed right after the rescale)
+    assert build(src, out).run(str(ck), spark=spark, key_groups=7, max_epochs=0, progress=False).epochs == 0
+    assert not (ck / "spark-g1.seeds.tmp").exists() and (ck / "spark").is_dir()
+    assert build(src, out).run(str(ck), spark=spark, key_groups=7, max_epochs=1, progress=False).epochs == 1
+    # an ordinary restart of the rescaled checkpoint (its first epoch committed)
+    assert build(src, out).run(str(ck), spark=spark, max_epochs=1, progress=False).epochs == 1
+    assert not (ck / "spark").exists()
     build(src, out).run(str(ck), spark=spark, key_groups=2, progress=False)
     assert json.loads((ck / "wire.json").read_text())["key_groups"] == 2
 
