@@ -88,7 +88,11 @@ def operator_ids(df: DataFrame) -> dict[str, int]:
     below each ``TransformWithStateInPySpark`` is that operator's.
     """
     jvm = df.sparkSession._jvm  # type: ignore[attr-defined]
-    text = jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple")
+    return parse_operator_ids(jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple"))
+
+
+def parse_operator_ids(text: str) -> dict[str, int]:
+    """:func:`operator_ids` of an explained physical plan (Spark's ``explain`` text)."""
     out: dict[str, int] = {}
     pending: int | None = None
     for line in text.splitlines():
