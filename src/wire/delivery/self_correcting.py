@@ -248,11 +248,10 @@ class DesiredCollection:
         return list(self.schema.names) if self.schema is not None else list(self.key)
 
     def to_arrow(self) -> pa.Table:
-        """All rows as one Arrow table in :attr:`schema` (sorted by key)."""
+        """All rows as one Arrow table in :attr:`schema` (in no particular order)."""
         if self.schema is None:
             return pa.table({})
-        rows = [self.rows[k] for k in sorted(self.rows, key=repr)]
-        return pa.Table.from_pylist(rows, schema=self.schema)
+        return pa.Table.from_pylist(list(self.rows.values()), schema=self.schema)
 
     def load(self, table: pa.Table) -> None:
         """Replace the contents with ``table``'s rows (as written by :meth:`to_arrow`)."""
@@ -270,9 +269,10 @@ class DesiredStore:
     ``desired-<epoch>.parquet`` holds the collection after ``epoch``; written
     atomically (rename) after the epoch's rows were folded in. To process epoch
     ``e`` the sink loads the newest file of an epoch ``< e`` (a replay of ``e`` after
-    a crash finds ``e - 1`` and recomputes ``e`` from the same rows). Files older
-    than ``e - 1`` are removed once ``e`` is saved. Cost: one Parquet write of the
-    whole collection per epoch, and its disk size twice.
+    a crash finds the one before and recomputes ``e`` from the same rows). An
+    epoch that changed nothing saves no file. Once ``e`` is saved only it and the
+    newest file before it are kept. Cost: one Parquet write of the collection per
+    epoch that changed it, and its disk size twice.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -288,23 +288,32 @@ class DesiredStore:
                 out.append(int(stem))
         return sorted(out)
 
+    def newest_before(self, epoch: int) -> int | None:
+        """The newest saved epoch ``< epoch``, or None."""
+        older = [e for e in self._epochs() if e < epoch]
+        return older[-1] if older else None
+
     def load_before(self, epoch: int) -> tuple[int, pa.Table] | None:
         """The newest saved ``(epoch', table)`` with ``epoch' < epoch``, or None."""
-        older = [e for e in self._epochs() if e < epoch]
-        if not older:
+        e = self.newest_before(epoch)
+        if e is None:
             return None
-        e = older[-1]
         return e, pq.read_table(self.directory / f"desired-{e}.parquet")
 
     def save(self, epoch: int, table: pa.Table) -> None:
-        """Write the collection after ``epoch``; drop files older than ``epoch - 1``."""
+        """Write the collection after ``epoch``; keep only it and the newest file before it.
+
+        Epochs that changed nothing need no file: the newest one before them holds
+        their collection.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"desired-{epoch}.parquet"
         tmp = final.with_suffix(".tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, final)
+        before = self.newest_before(epoch)
         for e in self._epochs():
-            if e < epoch - 1:
+            if before is not None and e < before:
                 (self.directory / f"desired-{e}.parquet").unlink(missing_ok=True)
 
 

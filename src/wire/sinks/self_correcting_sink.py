@@ -439,18 +439,39 @@ class _PartTask:
     writer: str
 
     def __call__(self, req: PartRequest, shard: int) -> PartResult:
-        """Run :func:`~wire.delivery.self_correcting.correct_part` for partition ``shard``."""
+        """Run :func:`~wire.delivery.self_correcting.correct_part` for partition ``shard``.
+
+        A partition without rows in the epoch folds and saves nothing, and in a
+        touched-keys request has nothing to compare. The task's Python worker keeps
+        the partition's collection in memory after saving it (:data:`_DESIRED`) and
+        reuses it at the next epoch when it is still the newest saved, instead of
+        reading the Parquet file.
+        """
+        inputs = self.inputs.get(shard, [])
+        if not inputs and not req.full:
+            return PartResult(shard, 0, 0, 0)
         store = ShardedDesiredStore(self.state_dir, self.partitions)
-        desired = DesiredCollection(self.key, retract_column=self.retract_column, covers=self.covers,
-                                    schema=self.schema)
-        before = store.load_before(shard, self.epoch, shard_columns(self.key, self.covers))
-        if before is not None and before.num_columns:
-            desired.load(before)
+        cache_key = (self.state_dir, shard)
+        cached = _DESIRED.pop(cache_key, None)
+        prev = store.shard(shard).newest_before(self.epoch)
+        if cached is not None and prev is not None and cached[0] == prev:
+            desired = cached[1]
+        else:
+            desired = DesiredCollection(self.key, retract_column=self.retract_column, covers=self.covers,
+                                        schema=self.schema)
+            before = store.load_before(shard, self.epoch, shard_columns(self.key, self.covers))
+            if before is not None and before.num_columns:
+                desired.load(before)
+        desired.schema = self.schema
         touched: set[Key] = set()
-        for path in self.inputs.get(shard, []):
+        for path in inputs:
             touched |= desired.apply(pq.read_table(path))
         desired.schema = self.schema
-        store.shard(shard).save(self.epoch, desired.to_arrow())
+        if inputs:
+            store.shard(shard).save(self.epoch, desired.to_arrow())
+            _DESIRED[cache_key] = (self.epoch, desired)
+        elif prev is not None:
+            _DESIRED[cache_key] = (prev, desired)
         conn = None
         try:
             if self.backend == "postgres":
@@ -468,10 +489,19 @@ class _PartTask:
                 conn.close()
 
 
+_DESIRED: dict[tuple[str, int], tuple[int, DesiredCollection]] = {}
+"""Per Python worker: (state directory, partition) -> (epoch saved, its desired collection)."""
+
+
 def _run_parts(task: _PartTask, req: PartRequest, job: str) -> list[PartResult]:
-    """Run ``task`` for every partition: one Spark task each when Spark runs, else in this process."""
+    """Run ``task`` for every partition: one Spark task each when Spark runs, else in this process.
+
+    No job when no partition has rows and the request compares only touched keys.
+    """
     from pyspark import SparkContext
 
+    if not req.full and not any(task.inputs.values()):
+        return [PartResult(n, 0, 0, 0) for n in range(task.partitions)]
     sc = SparkContext._active_spark_context
     if sc is None:
         return [task(req, n) for n in range(task.partitions)]

@@ -286,3 +286,15 @@ def test_interleaved_append_is_a_conflict_then_resolved():
     out = wa.write(_Interleaved(table, [lambda: wb.write(table, b, tb, 2)]), a, a.apply(more), 2)
     assert out.conflicts == 1 and out.status == "behind"
     assert sorted((r["k"], r["v"]) for r in table.rows) == [("a", 7), ("b", 2)]
+
+
+def test_store_keeps_the_newest_file_before_a_save_across_skipped_epochs(tmp_path):
+    """Epochs without rows save nothing; a replay of the next saved epoch must still find
+    the collection before it, however many epochs were skipped."""
+    store = DesiredStore(tmp_path)
+    for e in (1, 3):
+        store.save(e, pa.table({"k": ["a"], "v": [e]}))
+    store.save(10, pa.table({"k": ["a"], "v": [10]}))  # epochs 4-9 changed nothing
+    assert store.load_before(10)[0] == 3 and store.load_before(10)[1].column("v").to_pylist() == [3]
+    assert store.load_before(11)[0] == 10
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == ["desired-10.parquet", "desired-3.parquet"]
