@@ -1,4 +1,5 @@
-"""Rescaling an interval join and a keyed process function, with a crash during the rescale.
+"""Rescaling an interval join of two sources and a keyed process function, with a crash
+during the rescale.
 
 3 key groups, stop; restart with 7, whose rescale fails half-way (after one operator's state
 was re-keyed): the checkpoint is unchanged and still says 3; restart with 7 again and stop
@@ -6,6 +7,8 @@ before the first epoch runs (as if killed right after the rescale), restart (the
 replays with the seeded state), restart once more (an ordinary restart), then run to the
 end with 2. The outputs equal an uninterrupted run's, and the join's a pandas
 oracle's (every event is on time by construction, so every pair within the bounds joins).
+The ``even`` source is read twice (two branches), ``odd`` once: Spark's offset log has three
+sources, which the rescale maps back to their steps.
 """
 
 from __future__ import annotations
@@ -37,14 +40,19 @@ def events() -> list[dict]:
 
 
 def build(src: Path, out: Path) -> wire.Flow:
+    """Two sources: even ``v`` (read twice: the dedupe and the join) and odd ``v``."""
     flow = wire.Flow("rescale-join")
-    s = flow.source(wire.sources.files(str(src), format="jsonl", schema=SCHEMA), event_time="t",
-                    key="k", watermark=wire.BoundedOutOfOrderness(DELAY), max_events_per_epoch=15)
+
+    def source(name: str) -> wire.api.flow.Stream:
+        return flow.source(wire.sources.files(str(src / name), format="jsonl", schema=SCHEMA),
+                           event_time="t", key="k", watermark=wire.BoundedOutOfOrderness(DELAY),
+                           max_events_per_epoch=8, name=name)
+
+    even, odd = source("even"), source("odd")
     dedupe = Dedupe(within_ms=25)
-    unique = s.process(dedupe.on_events, on_timer=dedupe.on_timer, state=dedupe.state,
-                       schema=dedupe.schema(SCHEMA), name="dedupe")
+    unique = even.process(dedupe.on_events, on_timer=dedupe.on_timer, state=dedupe.state,
+                          schema=dedupe.schema(SCHEMA), name="dedupe")
     unique.sink(wire.sinks.parquet(str(out / "unique")), name="unique_out")
-    even, odd = s.filter("v % 2 = 0"), s.filter("v % 2 = 1")
     joined = even.interval_join(odd, lower=-BOUND, upper=BOUND, name="pairs")
     joined.sink(wire.sinks.parquet(str(out / "pairs")), name="pairs_out")
     return flow
@@ -64,8 +72,10 @@ def rows(df: pd.DataFrame) -> list[tuple]:
 @pytest.mark.slow  # seven runs of the flow: ~90 s
 def test_rescale_join_and_process_with_a_crash_during_the_rescale(spark, tmp_path, monkeypatch):
     src = tmp_path / "in"
-    src.mkdir()
-    (src / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events()))
+    for name, parity in (("even", 0), ("odd", 1)):
+        (src / name).mkdir(parents=True)
+        (src / name / "e.jsonl").write_text(
+            "".join(json.dumps(e) + "\n" for e in events() if e["v"] % 2 == parity))
     build(src, tmp_path / "ref").run(str(tmp_path / "ck_ref"), spark=spark, key_groups=3, progress=False)
 
     ck, out = tmp_path / "ck", tmp_path / "out"

@@ -42,12 +42,17 @@ from the same old state (the same result). A crash after it is an ordinary resta
 new generation: before its first commit, Spark replays batch 0 with the same initial
 state and resume offsets.
 
-Limits (refused with a :class:`~wire.errors.CheckpointError`, the checkpoint unchanged):
-flows whose Spark source reads are not all of one source step with equal offsets (Spark
-numbers sources by plan position, which Wire cannot map to steps yet); a checkpoint
-without a committed epoch; sources without a ``resume`` parameter
-(:func:`wire.sources.base.resumable`). Each operator's whole state passes through the
-driver's memory, one operator at a time.
+Each line of Spark's offset log belongs to one source read; which step it reads comes from
+the compiled plan (:func:`parse_source_order`). A source step read by several branches
+resumes all its reads from one offset, so they must have recorded the same offsets.
+
+Limits (refused, the checkpoint unchanged): a source step whose reads recorded different
+offsets, a checkpoint without a committed epoch (:class:`~wire.errors.CheckpointError`); a
+source connector without a ``resume`` parameter (:class:`~wire.errors.ConfigError`; every
+Wire source has one, :func:`wire.sources.base.resumable`). Each operator's whole state
+passes through the driver's memory, one operator at a time. Tested with the file source;
+the Kafka, Redis Streams, HTTP ingest, Nexmark and scripted test sources resume the same way
+(their readers' ``initialOffset``), untested on a rescale.
 """
 
 from __future__ import annotations
@@ -87,8 +92,37 @@ def operator_ids(df: DataFrame) -> dict[str, int]:
     running query): the first pre-stage named :func:`~wire.compiler.keyed.stage_name`
     below each ``TransformWithStateInPySpark`` is that operator's.
     """
+    return parse_operator_ids(explain(df))
+
+
+def explain(df: DataFrame) -> str:
+    """Spark's explained physical plan of ``df`` (``df.explain()``'s text)."""
     jvm = df.sparkSession._jvm  # type: ignore[attr-defined]
-    return parse_operator_ids(jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple"))
+    return str(jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple"))
+
+
+_SOURCE_PORT = re.compile(r"CASE WHEN \(__kind#\d+ = 1\) THEN (.+?) ELSE __port#")
+
+
+def parse_source_order(text: str) -> list[str]:
+    """The source step of each ``StreamingRelation`` of an explained plan, in plan order.
+
+    Spark numbers a query's sources (the lines of its offset log) in the order they appear
+    in its plan. Each Wire source read sits under the projection that names its watermark
+    rows' channel after the source step (``CASE WHEN (__kind = 1) THEN <step> ELSE __port``):
+    the nearest such line above a ``StreamingRelation`` names its step.
+    """
+    order: list[str] = []
+    last: str | None = None
+    for line in text.splitlines():
+        if (m := _SOURCE_PORT.search(line)) is not None:
+            last = m.group(1)
+        elif "StreamingRelation " in line:
+            if last is None:
+                raise CheckpointError("rescale: a Spark source without a Wire source step in the plan")
+            order.append(last)
+            last = None
+    return order
 
 
 def parse_operator_ids(text: str) -> dict[str, int]:
@@ -112,19 +146,32 @@ def _offset_lines(spark_dir: Path, batch: int) -> list[str]:
     return (spark_dir / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()[2:]
 
 
-def _resume(plan: Plan, spark_dir: Path, committed: int, planned: int, where: str) -> dict[str, dict]:
-    """Per source step, ``{"start": committed end offset, "end": in-flight end or None}``."""
-    steps = [n.step for n in plan.nodes if isinstance(n, SourceNode)]
-    start = set(_offset_lines(spark_dir, committed))
-    end = set(_offset_lines(spark_dir, planned)) if planned > committed else {None}
-    if len(steps) != 1 or len(start) != 1 or len(end) != 1 or "-" in start:
+def _resume(order: list[str], spark_dir: Path, committed: int, planned: int, where: str) -> dict[str, dict]:
+    """Per source step, ``{"start": committed end offset, "end": in-flight end or None}``.
+
+    ``order``: the source step of each of Spark's sources, in offset-log order
+    (:func:`parse_source_order`). A step read several times (branches) must have recorded
+    the same offsets for every read: they resume from one.
+    """
+    start, end = _offset_lines(spark_dir, committed), (
+        _offset_lines(spark_dir, planned) if planned > committed else None)
+    if len(order) != len(start) or (end is not None and len(end) != len(start)):
         raise CheckpointError(
-            f"{where}: rescaling needs a flow whose Spark sources are reads of one source step "
-            f"with equal offsets (found source steps {steps} and {len(start)} distinct offsets); "
-            "run it with the checkpoint's key_groups"
-        )
-    e = end.pop()
-    return {steps[0]: {"start": json.loads(start.pop()), "end": None if e is None else json.loads(e)}}
+            f"{where}: Spark's offset log records {len(start)} sources, the flow's plan "
+            f"reads {len(order)} ({order}); run it with the checkpoint's key_groups")
+    out: dict[str, dict] = {}
+    for step in dict.fromkeys(order):
+        at = [i for i, s in enumerate(order) if s == step]
+        starts = {start[i] for i in at}
+        ends = {None} if end is None else {end[i] for i in at}
+        if len(starts) != 1 or len(ends) != 1 or "-" in starts:
+            raise CheckpointError(
+                f"{where}: source {step!r} is read {len(at)} times (branches) and its reads "
+                "recorded different offsets, so no single offset resumes them; run it with the "
+                "checkpoint's key_groups")
+        e = ends.pop()
+        out[step] = {"start": json.loads(starts.pop()), "end": None if e is None else json.loads(e)}
+    return out
 
 
 def _read_groups(spark: SparkSession, spark_dir: Path, op: int, batch: int) -> dict[int, GroupState]:
@@ -212,9 +259,17 @@ def rescale_checkpoint(
         raise CheckpointError(f"{where}: no committed epoch to rescale from; run it with the "
                               "checkpoint's key_groups first, or start a new checkpoint")
     committed, planned = commits[-1], offsets[-1]
-    resume = _resume(plan, old_dir, committed, planned, where)
-    probe = compile_plan(plan, spark, key_groups, None, resume=resume)
-    ids = operator_ids(probe.dataframe)
+    # compiled as the new query will be (a source that cannot resume is refused here)
+    sources = [n.step for n in plan.nodes if isinstance(n, SourceNode)]
+    probe = compile_plan(plan, spark, key_groups, None,
+                         resume={step: {"start": None, "end": None} for step in sources})
+    explained = explain(probe.dataframe)
+    resume = _resume(parse_source_order(explained), old_dir, committed, planned, where)
+    if set(resume) != set(sources):
+        raise CheckpointError(f"{where}: the plan's Spark sources read steps {sorted(resume)}, the "
+                              f"flow's sources are {sorted(sources)}; run it with the checkpoint's "
+                              "key_groups")
+    ids = parse_operator_ids(explained)
     if set(ids) != set(probe.state_keys):
         raise CheckpointError(f"{where}: found Spark operators for steps {sorted(ids)}, the flow's "
                               f"keyed steps are {sorted(probe.state_keys)}")

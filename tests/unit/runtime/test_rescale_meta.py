@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import DataSourceStreamReader
 
-import wire
 from wire.errors import CheckpointError
 from wire.runtime.checkpoint import epoch_base, list_epochs, open_checkpoint, spark_checkpoint
-from wire.runtime.rescale import _resume, parse_operator_ids
+from wire.runtime.rescale import _resume, parse_operator_ids, parse_source_order
 from wire.sources.base import resumable
-from wire.sources.test_stream import TestStreamSource
 
 
 def spark_logs(d: Path, offsets: dict[int, list[str]], commits: list[int]) -> None:
@@ -60,24 +57,21 @@ def test_a_rescale_callback_replaces_wire_json_and_a_failing_one_changes_nothing
     assert "previous_spark_dir" not in json.loads((tmp_path / "wire.json").read_text())
 
 
-def one_source_plan() -> wire.Flow:
-    flow = wire.Flow("f")
-    source = TestStreamSource(pa.schema([("t", pa.int64()), ("k", pa.string())]), ((None, 10),))
-    flow.source(source, event_time="t", key="k", name="src").sink(wire.testing.MemorySink())
-    return flow
+def test_resume_offsets_of_sources_read_once_or_twice(tmp_path):
+    spark_logs(tmp_path, {3: ['{"n": 3}', '{"m": 1}', '{"n": 3}'], 4: ['{"n": 4}', '{"m": 1}', '{"n": 4}']},
+               [3])
+    order = ["a", "b", "a"]
+    assert _resume(order, tmp_path, 3, 4, "ck") == {"a": {"start": {"n": 3}, "end": {"n": 4}},
+                                                    "b": {"start": {"m": 1}, "end": {"m": 1}}}
+    assert _resume(order, tmp_path, 3, 3, "ck")["a"] == {"start": {"n": 3}, "end": None}
 
 
-def test_resume_offsets_of_one_source_read_twice(tmp_path):
-    spark_logs(tmp_path, {3: ['{"n": 3}', '{"n": 3}'], 4: ['{"n": 4}', '{"n": 4}']}, [3])
-    plan = one_source_plan().plan()
-    assert _resume(plan, tmp_path, 3, 4, "ck") == {"src": {"start": {"n": 3}, "end": {"n": 4}}}
-    assert _resume(plan, tmp_path, 3, 3, "ck") == {"src": {"start": {"n": 3}, "end": None}}
-
-
-def test_resume_refuses_reads_with_different_offsets(tmp_path):
+def test_resume_refuses_reads_with_different_offsets_or_another_source_count(tmp_path):
     spark_logs(tmp_path, {3: ['{"n": 3}', '{"n": 2}']}, [3])
-    with pytest.raises(CheckpointError, match="reads of one source step with equal offsets"):
-        _resume(one_source_plan().plan(), tmp_path, 3, 3, "ck")
+    with pytest.raises(CheckpointError, match=r"read 2 times .* different offsets"):
+        _resume(["a", "a"], tmp_path, 3, 3, "ck")
+    with pytest.raises(CheckpointError, match="records 2 sources, the flow's plan reads 1"):
+        _resume(["a"], tmp_path, 3, 3, "ck")
 
 
 EXPLAINED = """\
@@ -92,11 +86,18 @@ state info [ checkpoint = <unknown>, runId = 0a39, opId = 0, ver = 0, numPartiti
 NoTime, state info [ checkpoint = <unknown>, runId = 0a39, opId = 1, ver = 0, numPartitions = 2]
 :     :              +- MapInArrow wire_keyed_73657373(t#0L, k#1)#12, [__kind#13], false
 +- MapInArrow PackPort(k#46)#60, [k#61], false
+   +- *(1) Project [t#0L, CASE WHEN (__kind#3 = 0) THEN cast(pmod(xxhash64(k#1, 42), 4) as int) ELSE \
+coalesce(__kg#6, 0) END AS __kg#11, CASE WHEN (__kind#3 = 1) THEN orders ELSE __port#7 END AS __port#10]
+      +- StreamingRelation wire_files, [t#0L, k#1, v#2L, __kind#3, __et#4L, __wm#5L, __kg#6, __port#7]
+   +- *(4) Project [k#1, CASE WHEN (__kind#3 = 1) THEN pay ments ELSE __port#7 END AS __port#10]
+      +- *(4) Filter NOT (__kind#3 = 2)
+         +- StreamingRelation wire_kafka, [t#0L, k#1, v#2L, __kind#3, __et#4L, __wm#5L, __kg#6]
 """
 
 
-def test_operator_ids_are_read_from_the_explained_plan():
+def test_operator_ids_and_source_order_are_read_from_the_explained_plan():
     assert parse_operator_ids(EXPLAINED) == {"w": 0, "sess": 1}
+    assert parse_source_order(EXPLAINED) == ["orders", "pay ments"]
 
 
 class _Reader(DataSourceStreamReader):
