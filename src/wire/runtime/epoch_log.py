@@ -2,7 +2,8 @@
 
 ``<checkpoint>/epochs.jsonl`` gets, after each epoch commits, the run's counters so far
 (the same counters the control plane reads): processing time ``t_ms`` (ms since the Unix
-epoch), Spark's ``batch`` id, ``run`` (the run's start, ms: counters restart with each
+epoch), the epoch id as ``batch`` (Spark's batch id plus the checkpoint's epoch base,
+which a rescale raises: :mod:`wire.runtime.rescale`), ``run`` (the run's start, ms: counters restart with each
 run), ``epochs``, ``epoch_ms`` (the epoch's wall time), ``metrics`` and ``gauges`` as
 ``[step, name, value]`` rows, ``rows_written`` per sink and the ``source_steps``.
 
