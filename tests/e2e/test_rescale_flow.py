@@ -28,12 +28,12 @@ SIZE, LATENESS, DELAY, GAP, PER_EPOCH = 100, 200, 20, 30, 12
 
 
 def events() -> list[dict]:
-    """~115 events of 12 keys in file order: on time, late within the allowed lateness, and
+    """~85 events of 12 keys in file order: on time, late within the allowed lateness, and
     definitely late (a window closed long ago whatever the epoch split, far from any session).
     Events of other keys are never behind the watermark: the sessions read only those."""
     rng = random.Random(12)
     rows: list[dict] = []
-    for i in range(100):
+    for i in range(75):
         t = i * 9 + rng.randint(-DELAY, 0)
         rows.append({"t": t, "k": f"k{rng.randint(0, 11)}", "v": rng.randint(1, 9)})
         # The watermark in force when row i arrives is between i*9 - 175 (an epoch of 12
