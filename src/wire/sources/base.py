@@ -341,8 +341,10 @@ def resumable(reader: DataSourceStreamReader, resume: dict | str | None) -> Data
     committed end offset: watermarks, file sets, positions, whatever the source records)
     and, when ``e`` is not None, ``latestOffset(s, limit)`` returns ``e`` (the old
     query's epoch in flight, so its range is replayed exactly); every other call is the
-    source's own. Every Wire source reads from any of its own offsets, so this is the
-    whole mechanism. ``resume`` None (or empty): ``reader`` unchanged.
+    source's own. That is what an ordinary restart of a checkpoint looks like to a reader:
+    Spark calls no ``initialOffset`` then, only ``latestOffset`` from the last committed
+    end offset, so every source that survives a restart (each of Wire's) resumes this way.
+    ``resume`` None (or empty): ``reader`` unchanged.
     """
     if not resume:
         return reader
