@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
+import wire.runtime.rescale as rescale_module
 from wire.runtime.checkpoint import epoch_base, list_epochs, open_checkpoint
 
 pytestmark = pytest.mark.spark
@@ -83,7 +84,8 @@ def outputs(out: Path) -> dict[str, list[tuple]]:
             "late": read(out / "late"), "dead": read(out / "dead")}
 
 
-def test_rescale_4_16_8_equals_uninterrupted_run_and_oracle(spark, tmp_path):
+def test_rescale_4_16_8_equals_uninterrupted_run_and_oracle(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(rescale_module, "GROUPS_PER_READ", 3)  # several bounded reads per operator
     src = write_input(tmp_path / "in")
     build(src, tmp_path / "ref").run(str(tmp_path / "ck_ref"), spark=spark, key_groups=4, progress=False)
 

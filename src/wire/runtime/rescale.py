@@ -8,7 +8,8 @@ checkpoint; the flow then runs on, and its outputs equal an uninterrupted run's.
 What is read (all from the current Spark checkpoint, ``<checkpoint>/<spark_dir>/``, at its
 last committed batch ``C``):
 
-* each keyed operator's state, with Spark's state data source
+* each keyed operator's state, with Spark's state data source, :data:`GROUPS_PER_READ` old
+  key groups per read (:func:`rekey_operator`)
   (``spark.read.format("statestore")``, options ``operatorId``, ``stateVarName`` =
   ``operator`` (its ValueState: watermarks, channels, chunk index) and ``segments`` (its
   MapState of Arrow chunks), ``batchId`` = ``C``). A step's Spark operator id comes from the
@@ -49,10 +50,11 @@ resumes all its reads from one offset, so they must have recorded the same offse
 Limits (refused, the checkpoint unchanged): a source step whose reads recorded different
 offsets, a checkpoint without a committed epoch (:class:`~wire.errors.CheckpointError`); a
 source connector without a ``resume`` parameter (:class:`~wire.errors.ConfigError`; every
-Wire source has one, :func:`wire.sources.base.resumable`). Each operator's whole state
-passes through the driver's memory, one operator at a time. Tested with the file source;
-the Kafka, Redis Streams, HTTP ingest, Nexmark and scripted test sources resume the same way
-(their readers' ``initialOffset``), untested on a rescale.
+Wire source has one, :func:`wire.sources.base.resumable`). The state of
+:data:`GROUPS_PER_READ` old key groups of one operator passes through the driver's memory
+at a time (and the new groups' chunk indexes); each read scans the operator's state in
+Spark. Tested with the file source; the Kafka, Redis Streams, HTTP ingest, Nexmark and
+scripted test sources resume the same way (as on an ordinary restart), untested on a rescale.
 """
 
 from __future__ import annotations
@@ -77,9 +79,11 @@ from wire.compiler.keyed import (
     OperatorState,
 )
 from wire.core.envelope import KG, decode_table, encode_table
+from wire.core.time import NO_WATERMARK
 from wire.errors import CheckpointError
 from wire.plan.nodes import Plan, SourceNode
-from wire.state.rekey import GroupState, rekey
+from wire.state.rekey import INDEX_TABLE, GroupState, merge_channels, rekey
+from wire.state.segments import INDEX_SCHEMA
 
 _TWS = re.compile(r"TransformWithStateInPySpark .*opId = (\d+)")
 _PRE = re.compile(r"MapInArrow wire_keyed_([0-9a-f]+)\(")
@@ -174,11 +178,14 @@ def _resume(order: list[str], spark_dir: Path, committed: int, planned: int, whe
     return out
 
 
-def _read_groups(spark: SparkSession, spark_dir: Path, op: int, batch: int) -> dict[int, GroupState]:
-    """The operator's state per old key group, decoded (:class:`wire.state.rekey.GroupState`)."""
+def _read_groups(
+    spark: SparkSession, spark_dir: Path, op: int, batch: int, lo: int, hi: int
+) -> dict[int, GroupState]:
+    """The operator's state of old key groups ``lo <= kg < hi``, decoded per group."""
     def read(var: str) -> DataFrame:
-        return (spark.read.format("statestore").option("operatorId", op)
-                .option("stateVarName", var).option("batchId", batch).load(str(spark_dir)))
+        df = (spark.read.format("statestore").option("operatorId", op)
+              .option("stateVarName", var).option("batchId", batch).load(str(spark_dir)))
+        return df.where(F.col("key").getField(KG).between(lo, hi - 1))
 
     values = read("operator").select(F.col("key").getField(KG).alias("kg"), "value.*").toArrow()
     groups: dict[int, GroupState] = {}
@@ -194,6 +201,63 @@ def _read_groups(spark: SparkSession, spark_dir: Path, op: int, batch: int) -> d
                               strict=True):
         groups.setdefault(int(kg), GroupState()).chunks[(int(b), int(c))] = decode_table(rows)
     return groups
+
+
+GROUPS_PER_READ = 64
+"""Old key groups whose state one read brings to the driver (:func:`rekey_operator`)."""
+
+
+def rekey_operator(
+    spark: SparkSession, spark_dir: Path, op: int, batch: int, *, old_groups: int, key: str,
+    new_groups: int, per_group: set[str], path: Path,
+) -> None:
+    """Write operator ``op``'s re-keyed state to the seed Parquet ``path``, in bounded reads.
+
+    Reads the old key groups :data:`GROUPS_PER_READ` at a time, re-keys each read
+    (:func:`wire.state.rekey.rekey`) and writes its chunks at once, numbered after the
+    chunks earlier reads put in the same new group and bucket (so chunks keep the old
+    groups' order); only the chunk index and the watermarks stay in memory, and the
+    operator rows (watermarks: the minimum over all reads) are written last.
+    """
+    written: dict[tuple[int, int], int] = {}
+    index: dict[int, list[tuple[int, int, int, int]]] = {g: [] for g in range(new_groups)}
+    other: dict[int, dict[str, list[pa.Table]]] = {g: {} for g in range(new_groups)}
+    marks: list[tuple[int, int]] = []
+    channels: list[dict[str, int]] = []
+    with pq.ParquetWriter(path, SEED_SCHEMA) as writer:
+        for lo in range(0, old_groups, GROUPS_PER_READ):
+            old = _read_groups(spark, spark_dir, op, batch, lo, lo + GROUPS_PER_READ)
+            if not old:
+                continue
+            new = rekey(old, key=key, new_groups=new_groups, per_group_channels=per_group,
+                        assign=spark_assign(spark, old, key, new_groups))
+            marks.append((new[0].wm_in, new[0].wm_out))
+            channels.append(new[0].channels)
+            for g, st in new.items():
+                ix = st.tables.get(INDEX_TABLE)
+                cols = [] if ix is None else [ix.column(n).to_pylist() for n in ("bucket", "chunk", "level")]
+                levels = {(b, c): lv for b, c, lv in zip(*cols, strict=True)}
+                chunks = {}
+                for (b, c), table in sorted(st.chunks.items()):
+                    n = written.get((g, b), 0)
+                    written[(g, b)] = n + 1
+                    chunks[(b, n)] = table
+                    index[g].append((b, n, table.num_rows, levels.get((b, c), 0)))
+                for name, table in st.tables.items():
+                    if name != INDEX_TABLE:
+                        other[g].setdefault(name, []).append(table)
+                writer.write_table(seed_table({g: GroupState(chunks=chunks)}, operators=False))
+        wm_in = min((m[0] for m in marks), default=NO_WATERMARK)
+        wm_out = min((m[1] for m in marks), default=NO_WATERMARK)
+        merged = merge_channels(channels, per_group=per_group, new_groups=new_groups)
+        final = {}
+        for g in range(new_groups):
+            rows = sorted(index[g])
+            tables = {name: pa.concat_tables(parts) for name, parts in other[g].items()}
+            tables[INDEX_TABLE] = pa.Table.from_arrays(
+                [pa.array([r[i] for r in rows], pa.int64()) for i in range(4)], schema=INDEX_SCHEMA)
+            final[g] = GroupState(wm_in, wm_out, dict(merged), tables, {})
+        writer.write_table(seed_table(final))
 
 
 def spark_assign(spark: SparkSession, groups: dict[int, GroupState], key: str, new_groups: int) -> Any:
@@ -220,8 +284,11 @@ def spark_assign(spark: SparkSession, groups: dict[int, GroupState], key: str, n
     return assign
 
 
-def seed_table(groups: dict[int, GroupState]) -> pa.Table:
-    """The rows of :data:`~wire.compiler.keyed.SEED_SCHEMA` for re-keyed ``groups``."""
+def seed_table(groups: dict[int, GroupState], *, operators: bool = True) -> pa.Table:
+    """The rows of :data:`~wire.compiler.keyed.SEED_SCHEMA` for re-keyed ``groups``.
+
+    Per group its operator row (unless ``operators`` is False) and one row per chunk.
+    """
     cols: dict[str, list[Any]] = {f.name: [] for f in SEED_SCHEMA}
 
     def add(**values: Any) -> None:
@@ -229,9 +296,10 @@ def seed_table(groups: dict[int, GroupState]) -> pa.Table:
             cols[name].append(values.get(name))
 
     for g, s in sorted(groups.items()):
-        wm_in, wm_out, channels, tables = OperatorState(s.wm_in, s.wm_out, s.channels, s.tables).dump()
-        add(**{KG: g}, seed_kind=SEED_OPERATOR, wm_in=wm_in, wm_out=wm_out, channels=channels,
-            tables=tables)
+        if operators:
+            wm_in, wm_out, channels, tables = OperatorState(s.wm_in, s.wm_out, s.channels, s.tables).dump()
+            add(**{KG: g}, seed_kind=SEED_OPERATOR, wm_in=wm_in, wm_out=wm_out, channels=channels,
+                tables=tables)
         for (b, c), t in sorted(s.chunks.items()):
             add(**{KG: g}, seed_kind=SEED_CHUNK, bucket=b, chunk=c, rows=encode_table(t))
     return pa.table(cols, schema=SEED_SCHEMA)
@@ -282,11 +350,9 @@ def rescale_checkpoint(
     per_group = set(probe.state_keys)
     seeds = {}
     for step, op in sorted(ids.items()):
-        old = _read_groups(spark, old_dir, op, committed)
-        key = probe.state_keys[step]
-        new = rekey(old, key=key, new_groups=key_groups, assign=spark_assign(spark, old, key, key_groups),
-                    per_group_channels=per_group)
-        pq.write_table(seed_table(new), tmp / f"{op}.parquet")
+        rekey_operator(spark, old_dir, op, committed, old_groups=int(doc["key_groups"]),
+                       key=probe.state_keys[step], new_groups=key_groups, per_group=per_group,
+                       path=tmp / f"{op}.parquet")
         seeds[step] = f"{name}.seeds/{op}.parquet"
     tmp.rename(seeds_dir)
     base = int(doc.get("epoch_base", 0)) + committed + 1
