@@ -8,11 +8,11 @@ checkpoint; the flow then runs on, and its outputs equal an uninterrupted run's.
 What is read (all from the current Spark checkpoint, ``<checkpoint>/<spark_dir>/``, at its
 last committed batch ``C``):
 
-* each keyed operator's state, with Spark's state data source, :data:`GROUPS_PER_READ` old
-  key groups per read (:func:`rekey_operator`)
+* each keyed operator's state, with Spark's state data source
   (``spark.read.format("statestore")``, options ``operatorId``, ``stateVarName`` =
   ``operator`` (its ValueState: watermarks, channels, chunk index) and ``segments`` (its
-  MapState of Arrow chunks), ``batchId`` = ``C``). A step's Spark operator id comes from the
+  MapState of Arrow chunks), ``batchId`` = ``C``), :data:`GROUPS_PER_READ` old key groups
+  per read (:func:`rekey_operator`). A step's Spark operator id comes from the
   compiled plan (:func:`operator_ids`): each keyed operator's pre-stage function is named
   after its step (:func:`wire.compiler.keyed.stage_name`);
 * the offset log: the end offsets of batch ``C`` (where the sources resume: they hold the
@@ -24,7 +24,10 @@ last committed batch ``C``):
 The re-key rule is :func:`wire.state.rekey.rekey`'s: each state row moves to the new key
 group of its key (Spark's own ``pmod(xxhash64(key), new)``, computed by Spark on the
 operator's distinct keys); every new key group gets the minimum over the old groups of
-the input, output and channel watermarks.
+the input, output and channel watermarks. So the outputs equal an uninterrupted run's,
+except the ``watermark`` column of result rows (the output watermark of the row's key
+group, which depends on how keys are grouped, as it does between two runs with different
+``key_groups``).
 
 What is written: ``<checkpoint>/spark-g<n>.seeds/<operator id>.parquet`` per keyed step,
 rows of :data:`wire.compiler.keyed.SEED_SCHEMA` that the new query's operators load
@@ -34,7 +37,9 @@ through ``transformWithStateInPandas(initialState=...)`` in its first epoch
 batch 0), ``generation`` ``n``, ``epoch_base`` = old base + ``C`` + 1 (the epoch ids that
 sinks and the epoch log see continue), ``seeds``, ``resume`` (per source step, ``start`` /
 ``end`` offsets, :func:`wire.sources.base.resumable`) and ``previous_spark_dir``, kept
-until the new Spark checkpoint has committed an epoch.
+until the new Spark checkpoint has committed an epoch. Every run of the generation
+compiles its operators with the seeds (Spark reads them only in batch 0), so they are kept
+until the next rescale's Spark checkpoint has committed.
 
 Crash behaviour: nothing counts until ``wire.json`` is replaced (atomically). A crash
 before leaves the old checkpoint as it was plus a ``spark-g<n>.seeds.tmp`` or an
