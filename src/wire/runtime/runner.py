@@ -220,10 +220,8 @@ class EpochDispatcher:
                 else:
                     rows = result.driver_rows.get(node.source.port_id())
                     if rows is None or rows.num_rows == 0:
-                        if not getattr(node.sink, "wants_empty_epochs", False):
-                            continue
-                        rows = pa.table({})
-                    node.sink.write_epoch(epoch, with_epoch(rows, epoch) if rows.num_columns else rows)
+                        continue
+                    node.sink.write_epoch(epoch, with_epoch(rows, epoch))
                     written = rows.num_rows
                 report = getattr(node.sink, "epoch_metrics", None)  # the self-correcting sink's
                 if report is not None and (counters := report()):
