@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
 from wire.core.windowing import BoundedOutOfOrderness, Session, Sliding, Tumbling, Window
+from wire.delivery.sink import Sink
 from wire.errors import ConfigError, PlanError
 from wire.plan.fingerprint import key_of
 from wire.plan.nodes import (
@@ -59,6 +60,7 @@ from wire.plan.nodes import (
 from wire.state.aggregations import Aggregator
 from wire.state.keyed_state import StateSpec
 from wire.state.process import OnEvents, OnTimer, declared_states
+from wire.state.spec import Emit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -488,7 +490,7 @@ class Stream:
         window: Window,
         *,
         allowed_lateness: Duration = 0,
-        emit: str = "final",
+        emit: Emit = "final",
         before_update: Callable[[pa.Table, pa.Table], Any] | None = None,
         after_update: Callable[[pa.Table, pa.Table], Any] | None = None,
     ) -> WindowedStream:
@@ -803,14 +805,12 @@ class Stream:
         """The dead-letter port of this step (malformed records it rejected)."""
         return Stream(self.flow, PortRef(self.ref.step, DEAD_LETTER))
 
-    def sink(self, sink: Any, *, name: str | None = None) -> None:
+    def sink(self, sink: Sink, *, name: str | None = None) -> None:
         """Write this stream to ``sink`` (e.g. ``wire.sinks.parquet(path)``).
 
         Each epoch's rows of this port are written once per epoch, with an extra
         ``epoch`` column (int64, the Spark batch id), in the sink's declared guarantee.
         """
-        from wire.delivery.sink import Sink
-
         if not isinstance(sink, Sink):
             raise ConfigError("sink", sink, "a Wire sink, e.g. wire.sinks.parquet(path)")
         step = self.flow._step_id(name, "sink")
@@ -846,7 +846,7 @@ class WindowedStream:
     stream: Stream
     window: Window
     allowed_lateness_ms: int
-    emit: str = "final"
+    emit: Emit = "final"
     before_update: Callable[[pa.Table, pa.Table], Any] | None = None
     after_update: Callable[[pa.Table, pa.Table], Any] | None = None
 

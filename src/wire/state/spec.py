@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -23,6 +23,8 @@ RESULT_COLUMNS = ("window_start", "window_end", "emit")
 LATE_COLUMNS = ("event_time", "watermark", "reason")
 RESERVED_INPUT = (WINDOW_START, WINDOW_END, FIRED)
 EMIT_MODES = ("final", "update")
+Emit = Literal["final", "update"]
+"""A window's emission mode (SPEC §3): ``"final"`` or ``"update"``."""
 
 Callback = Callable[[pa.Table, pa.Table], Any]
 """``callback(aggregate, event) -> bool array``: see :class:`WindowSpec`."""
