@@ -423,16 +423,16 @@ def start_plan(
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
     plan, kept = keep_unsunk_ports(plan, checkpoint)
     spark_log = None
-    started: list[SparkSession] = [] if spark is None else [spark]
+    sessions: list[SparkSession] = [] if spark is None else [spark]
 
     def session() -> SparkSession:
         nonlocal spark_log
-        if not started:
+        if not sessions:
             if SparkSession.getActiveSession() is None:  # Wire starts the JVM: its chatter goes to a file
                 spark_log = str(Path(checkpoint) / SPARK_LOG)
-            started.append(spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}",
-                                         log_file=spark_log))
-        return started[0]
+            sessions.append(spark_session(master, spark_conf, app_name=f"wire:{plan.flow_id}",
+                                          log_file=spark_log))
+        return sessions[0]
 
     control = control_path(checkpoint)
     meta = open_checkpoint(
