@@ -152,16 +152,16 @@ def checkpoints(path: Annotated[str, typer.Argument(help="a flow's checkpoint di
     table = Table(title=f"checkpoint {path}")
     for col in ("epoch", "source offsets", "watermark (ms)", "committed"):
         table.add_column(col)
-    for e in epochs:
+    for ep in epochs:
         offs = []
-        for i, o in enumerate(e.offsets):
+        for i, o in enumerate(ep.offsets):
             if isinstance(o, dict):
                 pos = o.get("admitted", o.get("step"))
                 offs.append(f"#{i}: {pos}{' ended' if o.get('ended') else ''}")
             else:
                 offs.append(f"#{i}: -")
-        marks = ", ".join(_fmt_wm(w) for w in e.watermarks)
-        table.add_row(str(e.epoch), "; ".join(offs), marks, "yes" if e.committed else "no")
+        marks = ", ".join(_fmt_wm(w) for w in ep.watermarks)
+        table.add_row(str(ep.epoch), "; ".join(offs), marks, "yes" if ep.committed else "no")
     console.print(table)
     ctl = read_control(control_path(path))
     if ctl.get("paused"):

@@ -103,7 +103,7 @@ class Sink(ABC):
         sizes, timeouts) are left out.
         """
         fp: dict[str, Any] = {"kind": type(self).__qualname__, "guarantee": self.guarantee}
-        for f in fields(self) if is_dataclass(self) else ():
+        for f in fields(self) if is_dataclass(self) else ():  # type: ignore[var-annotated]
             value = getattr(self, f.name)
             if isinstance(value, Sink):
                 fp[f.name] = value.fingerprint()
