@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 
 import pandas as pd
 import pyarrow as pa
@@ -82,10 +81,9 @@ from wire.core.windowing import Sliding, Tumbling
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
 from wire.state import assigners as A
-from wire.state import window_segments as WS
+from wire.state import window_epoch as WE
 from wire.state import windows as W
 from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, TopK, UserAggregator
-from wire.state.segments import Segments
 
 NO_KEY = "__key"
 """Synthetic constant key column used when a stream has no key."""
@@ -174,76 +172,27 @@ class WindowProcessor(KeyedProcessor):
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
     ) -> pd.DataFrame:
-        """Merge the epoch's events into the windows, emit results by the watermark."""
+        """Run :func:`wire.state.window_epoch.on_epoch` on the key group's state; pack its outputs."""
         st = self.stage
-        tables = op.tables or {}
+        tables = dict(op.tables or {})
         calls0 = self.chunks.calls
-        segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, partial(W.compact, spec=st.spec))
-        if "windows" in tables:  # a checkpoint written before the bucketed layout
-            WS.migrate(segments, tables.pop("windows"), st.spec)
-        bucketed = WS.bucketed(st.spec)
-        windows = None if bucketed else WS.load_whole(segments)
-        late_parts: list[pa.Table] = []
-        partials = list(group.blobs.get(PARTIALS, []))
-        candidates = list(group.blobs.get(CANDIDATES, []))
-        accepted_events: list[pa.Table] = []
-        if group.blobs.get(EVENTS):
-            raw = pa.concat_tables(group.blobs[EVENTS])
-            accepted, late, cands = W.split_late(raw, wm_in, st.spec)
-            late_parts.append(late)
-            candidates.append(cands)
-            accepted_events.append(accepted)
-        if not st.spec.needs_events:
-            partials += [W.preaggregate(a, st.spec) for a in accepted_events]
-        candidates = [c for c in candidates if c.num_rows]
-        if candidates:
-            # live sessions: the state and this epoch's sessions (a candidate may bridge to them)
-            live = [t.select([st.spec.key, W.WINDOW_START, W.WINDOW_END])
-                    for t in ([windows] if windows is not None else []) + partials + accepted_events]
-            live_table = pa.concat_tables(live) if live else None
-            accepted, late = W.resolve_candidates(live_table, pa.concat_tables(candidates), wm_in,
-                                                  st.spec)
-            late_parts.append(late)
-            if st.spec.needs_events:
-                accepted_events.append(accepted)
-            else:
-                partials.append(W.preaggregate(accepted, st.spec))
+        out = WE.on_epoch(
+            self.chunks, tables.get(SEGMENT_INDEX),
+            WE.WindowInputs(partials=group.blobs.get(PARTIALS, []),
+                            candidates=group.blobs.get(CANDIDATES, []), events=group.blobs.get(EVENTS, [])),
+            wm_in=wm_in, new_in=new_in, wm_out=op.wm_out, spec=st.spec, partial_schema=st.partial,
+            events_schema=st.inputs,
+            legacy_state=tables.pop("windows", None),  # a checkpoint written before the bucketed layout
+        )
         old_out = op.wm_out
-        if st.spec.needs_events:
-            events = [e for e in accepted_events if e.num_rows] or [
-                W.split_late(st.inputs.empty_table(), wm_in, st.spec)[0]]
-            new_windows, results = W.advance(windows, None, wm_in, new_in, st.spec,
-                                             events=pa.concat_tables(events))
-        else:
-            merged = pa.concat_tables(partials) if partials else st.partial.empty_table()
-            if bucketed:
-                results = WS.advance_segments(segments, merged, wm_in, new_in, st.spec)
-            else:
-                new_windows, results = W.advance(windows, merged, wm_in, new_in, st.spec)
-        if bucketed:
-            new_out = WS.output_watermark(old_out, new_in, segments, st.spec)
-        else:
-            segments.replace(WS.WHOLE, new_windows)
-            new_out = W.output_watermark(old_out, new_in, new_windows, st.spec)
-        op.wm_in, op.wm_out = new_in, new_out
-        op.tables = {**tables, SEGMENT_INDEX: segments.index()}
-
-        late_parts = [t for t in late_parts if t.num_rows]
-        late = pa.concat_tables(late_parts) if late_parts else None
-        emits = results.column("emit")
-        stats = {
-            f"emit:{kind}": int(pc.sum(pc.equal(emits, kind)).as_py() or 0)
-            for kind in ("early", "final", "update")
-        }
-        stats["late"] = 0 if late is None else late.num_rows
-        stats["gauge:input_watermark"] = new_in
-        stats["gauge:output_watermark"] = new_out
-        stats["gauge:open_windows"] = segments.rows()
-        stats["state_calls"] = self.chunks.calls - calls0
+        op.wm_in, op.wm_out = new_in, out.wm_out
+        op.tables = {**tables, SEGMENT_INDEX: out.index}
+        stats = {**out.stats, "state_calls": self.chunks.calls - calls0}
+        results = out.results
         return output_frame(
             st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=results,
             event_time=results.column("window_start"), watermark=old_out, side_in=group.table,
-            late=late, late_port=PortRef(st.step, LATE).port_id(), new_out=new_out, stats=stats,
+            late=out.late, late_port=PortRef(st.step, LATE).port_id(), new_out=out.wm_out, stats=stats,
         )
 
 

@@ -1,5 +1,8 @@
 """Watermark hold of chained windows (SPEC §2, Beam hold rule), on the pure kernels.
 
+Each chain runs twice: on the reference composition (``process_epoch``) and on the
+kernel the Spark processor runs (``on_epoch`` over memory chunks, bucketed state).
+
 A window whose results feed a second window must never let its output watermark pass
 the earliest window start an on-time input event could still create, whether or not
 a window is open. Metamorphic property: for every split of the same input into
@@ -20,7 +23,9 @@ from hypothesis import strategies as st
 from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows, earliest_start
-from wire.state.windows import WindowSpec, output_watermark, process_epoch
+from wire.state.segments import MemoryChunkStore
+from wire.state.window_epoch import WindowInputs, on_epoch
+from wire.state.windows import WindowSpec, output_watermark, preaggregate, process_epoch, split_late
 
 NO_WM = -(2**63)
 SECOND = WindowSpec(TumblingWindows(20), 0, "k", (("best", agg.max("x")), ("windows", agg.count())))
@@ -35,15 +40,45 @@ def events_table(rows: list[tuple[str, int, int]], seq0: int) -> pa.Table:
     })
 
 
-def run_chain(events: list[tuple[str, int, bool]], cuts: list[int], delay: int, first: WindowSpec
-              ) -> tuple[list[tuple], int]:
+class Reference:
+    """One window operator run by the reference composition: process_epoch + output_watermark."""
+
+    def __init__(self, spec: WindowSpec):
+        self.spec, self.state = spec, None
+
+    def epoch(self, events: pa.Table, wm_in: int, new_in: int, wm_out: int):
+        self.state, results, late = process_epoch(self.state, events, wm_in, new_in, self.spec)
+        return results, late.num_rows, output_watermark(wm_out, new_in, self.state, self.spec)
+
+
+class Engine:
+    """One window operator run by the kernel the Spark processor runs (on_epoch), its state in
+    memory chunks; raw events classified by the operator itself, as downstream of a window."""
+
+    def __init__(self, spec: WindowSpec):
+        self.spec, self.store, self.index = spec, MemoryChunkStore(), None
+
+    def epoch(self, events: pa.Table, wm_in: int, new_in: int, wm_out: int):
+        out = on_epoch(self.store, self.index, WindowInputs(events=[events]), wm_in=wm_in, new_in=new_in,
+                       wm_out=wm_out, spec=self.spec,
+                       partial_schema=preaggregate(split_late(events, NO_WM, self.spec)[0], self.spec).schema,
+                       events_schema=events.schema)
+        self.index = out.index
+        return out.results, 0 if out.late is None else out.late.num_rows, out.wm_out
+
+
+KERNELS = {"reference": Reference, "engine": Engine}
+
+
+def run_chain(events: list[tuple[str, int, bool]], cuts: list[int], delay: int, first: WindowSpec,
+              kernel: str = "reference") -> tuple[list[tuple], int]:
     """Source (watermark = max event time - delay) -> filter -> window 1 -> window 2, per epoch.
 
     Returns window 2's results (key, start, best, windows) and the count of late rows.
     """
+    w1, w2 = KERNELS[kernel](first), KERNELS[kernel](SECOND)
     bounds = [0, *sorted(set(cuts)), len(events)]
     epochs = [events[a:b] for a, b in itertools.pairwise(bounds)] + [None]
-    s1 = s2 = None
     in1 = out1 = in2 = out2 = NO_WM
     max_et, seq, late, out = NO_WM, 0, 0, []
     for chunk in epochs:
@@ -54,15 +89,13 @@ def run_chain(events: list[tuple[str, int, bool]], cuts: list[int], delay: int, 
             max_et = max([max_et, *(t for _, t, _ in chunk)])
             src_wm = max(in1, max_et - delay)
         counted = [(k, t, 1) for k, t, keep in chunk if keep]  # the filter before window 1
-        s1, r1, l1 = process_epoch(s1, events_table(counted, seq), in1, src_wm, first)
+        r1, l1, new_out1 = w1.epoch(events_table(counted, seq), in1, src_wm, out1)
         seq += len(counted)
-        new_out1 = output_watermark(out1, src_wm, s1, first)
         finals = [r for r in r1.to_pylist() if r["emit"] == "final"]
         feed = [(r["k"], r["window_start"], r["n"]) for r in finals]
-        s2, r2, l2 = process_epoch(s2, events_table(feed, seq), in2, new_out1, SECOND)
+        r2, l2, out2 = w2.epoch(events_table(feed, seq), in2, new_out1, out2)
         seq += len(feed)
-        out2 = output_watermark(out2, new_out1, s2, SECOND)
-        late += l1.num_rows + l2.num_rows
+        late += l1 + l2
         out += [(r["k"], r["window_start"], r["best"], r["windows"]) for r in r2.to_pylist()
                 if r["emit"] == "final"]
         in1, out1, in2 = src_wm, new_out1, new_out1
@@ -110,7 +143,8 @@ FIRST_WINDOWS = [
 ]
 
 
-def test_filtered_gap_then_sliding_window_is_not_late_downstream():
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_filtered_gap_then_sliding_window_is_not_late_downstream(kernel):
     """The bug: filtered events move the watermark while no window is open (hand transcript).
 
     Epoch 0: only filtered events, the source watermark goes to 100. Epoch 1: an on-time
@@ -120,7 +154,7 @@ def test_filtered_gap_then_sliding_window_is_not_late_downstream():
     """
     first = FIRST_WINDOWS[1]
     events = [("a", 50, False), ("a", 100, False), ("a", 105, True)]
-    got, late = run_chain(events, [2], 0, first)
+    got, late = run_chain(events, [2], 0, first, kernel)
     assert late == 0
     assert got == [("a", 80, 1, 2), ("a", 100, 1, 1)] == oracle(events, first)
 
@@ -151,9 +185,11 @@ def test_output_watermark_holds_without_open_windows_and_releases_at_end():
     extra_delay=st.integers(0, 10),
     cuts=st.lists(st.integers(0, 40), max_size=10),
     which=st.integers(0, len(FIRST_WINDOWS) - 1),
+    kernel=st.sampled_from(sorted(KERNELS)),
     data=st.data(),
 )
-def test_any_epoch_split_and_delay_gives_the_batch_result(steps, disorder, extra_delay, cuts, which, data):
+def test_any_epoch_split_and_delay_gives_the_batch_result(steps, disorder, extra_delay, cuts, which, kernel,
+                                                          data):
     """Events ``disorder`` ms out of order at most; delay >= disorder: no source event is late."""
     t, events = 1000, []
     for gap, k, keep in steps:
@@ -161,6 +197,7 @@ def test_any_epoch_split_and_delay_gives_the_batch_result(steps, disorder, extra
         shift = data.draw(st.integers(0, disorder))
         events.append((k, t - shift, keep))
     first = FIRST_WINDOWS[which]
-    got, late = run_chain(events, [c for c in cuts if c <= len(events)], disorder + extra_delay, first)
+    cut = [c for c in cuts if c <= len(events)]
+    got, late = run_chain(events, cut, disorder + extra_delay, first, kernel)
     assert late == 0
     assert got == oracle(events, first)
