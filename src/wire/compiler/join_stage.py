@@ -5,8 +5,10 @@ blob row per key group (port ``left`` / ``right``); the two envelope-only stream
 are unioned and grouped by key group into one transformWithStateInPandas
 processor (:class:`JoinProcessor`) that runs :func:`wire.state.join_segments.join_segments`
 once per key group per epoch: both sides' buffers are bucketed by event time in a
-MapState of chunks; the epoch reads the buckets that can hold partners, appends its
-accepted events, and drops expired buckets (issue 12). The input watermark is the
+MapState of chunks; the epoch reads the buckets that can hold partners (of them, only
+the chunks whose key index may hold one of the other side's new keys: MapState
+``keyindex``, :data:`KEY_INDEX_VALUE`), appends its accepted events, and drops expired
+buckets (issue 12). The input watermark is the
 minimum over both sides' channels; the output watermark is
 :func:`wire.state.join.output_watermark` (Beam watermark-hold rule, SPEC §2):
 ``in - allowed_lateness`` (a joined row's event time is the later of its two events,
@@ -19,14 +21,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from wire.compiler.keyed import (
     SEGMENT_INDEX,
+    SEGMENT_KEY,
     GroupInput,
     KeyedProcessor,
     OperatorState,
@@ -54,9 +60,42 @@ from wire.errors import ConfigError
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
 from wire.state import join as J
 from wire.state import join_segments as JS
-from wire.state.segments import Segments
+from wire.state.segments import KeyIndex, Segments
 
 LEFT, RIGHT = "left", "right"
+
+KEY_INDEX_VALUE = StructType([StructField("hashes", BinaryType())])
+"""MapState ``keyindex`` of each key group: ``(bucket, chunk) -> the chunk's sorted distinct
+key hashes`` (uint64 little-endian bytes, :func:`wire.state.join_segments.key_hashes`), one
+entry per chunk of ``segments``. A rescale does not carry it: missing entries are rebuilt
+from their chunks when first probed."""
+
+
+class MapStateHashes:
+    """:class:`wire.state.segments.HashStore` over the ``keyindex`` MapState.
+
+    Each method is one Python↔JVM round trip, counted in :attr:`calls`.
+    """
+
+    def __init__(self, state: object) -> None:
+        self.state = state
+        self.calls = 0
+
+    def get(self, bucket: int, chunk: int) -> np.ndarray | None:
+        """The chunk's key hashes (None: no entry)."""
+        self.calls += 1
+        value = self.state.getValue((bucket, chunk))  # type: ignore[attr-defined]
+        return None if value is None else np.frombuffer(value[0], dtype="<u8")
+
+    def put(self, bucket: int, chunk: int, hashes: np.ndarray) -> None:
+        """Write a chunk's key hashes."""
+        self.calls += 1
+        self.state.updateValue((bucket, chunk), (hashes.astype("<u8").tobytes(),))  # type: ignore[attr-defined]
+
+    def delete(self, bucket: int, chunk: int) -> None:
+        """Remove a chunk's entry."""
+        self.calls += 1
+        self.state.removeKey((bucket, chunk))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -113,6 +152,11 @@ class JoinProcessor(KeyedProcessor):
         self.stage = stage
         self.channels = stage.channels
 
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the state variables: the base's, and the key index (MapState ``keyindex``)."""
+        super().init(handle)
+        self.hashes = MapStateHashes(handle.getMapState("keyindex", SEGMENT_KEY, KEY_INDEX_VALUE))
+
     def _side(self, blobs: dict[str, list[pa.Table]], side: str) -> pa.Table:
         schema = self.stage.side_schema(side)
         parts = [t.select(schema.names).cast(schema) for t in blobs.get(side, [])]
@@ -124,8 +168,10 @@ class JoinProcessor(KeyedProcessor):
         """Join the epoch's new events with both buffers."""
         st = self.stage
         tables = op.tables or {}
-        calls0 = self.chunks.calls
-        segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, pa.concat_tables)
+        calls0 = self.chunks.calls + self.hashes.calls
+        key_type = st.left.field(st.spec.key).type
+        keys = KeyIndex(st.spec.key, JS.key_hashes, self.hashes) if JS.indexable(key_type) else None
+        segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, pa.concat_tables, keys=keys)
         if LEFT in tables or RIGHT in tables:  # a checkpoint written before the bucketed layout
             JS.migrate(segments, tables.pop(LEFT, None), tables.pop(RIGHT, None), st.spec)
         joined, late = JS.join_segments(
@@ -140,7 +186,7 @@ class JoinProcessor(KeyedProcessor):
             "gauge:input_watermark": new_in,
             "gauge:output_watermark": new_out,
             "gauge:buffered": segments.rows(),
-            "state_calls": self.chunks.calls - calls0,
+            "state_calls": self.chunks.calls + self.hashes.calls - calls0,
         }
         return output_frame(
             st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=joined,

@@ -23,6 +23,21 @@ Cost model
       read, one ``delete`` per chunk of a bucket dropped. :attr:`MemoryChunkStore.calls`
       and the Spark store count them (metric ``state_calls``).
 
+Key index (optional, :class:`KeyIndex`; the joins use it)
+    Per chunk, the **sorted distinct 64-bit hashes of its keys** (a uint64 array, 8 bytes
+    per distinct key of the chunk), kept in a second store under the chunk's
+    ``(bucket, chunk)``. :meth:`Segments.read_matching` reads a bucket's hash arrays
+    (small: 8 bytes per key against the whole rows) and then only the chunks whose hashes
+    meet the probe's (``searchsorted``, O(probe keys x log chunk keys) per chunk).
+    A hash collision is harmless: it only reads a chunk that holds none of the probe's
+    keys (the caller still matches keys exactly). Entries are written with their chunk
+    (appends, compaction: the merged chunk's entry is rebuilt from its rows) and deleted
+    with it; a missing entry (a checkpoint written before the index, or seeded by a
+    rescale, which carries only the chunks) is **rebuilt from the chunk on first use**
+    and written back. Store calls: one more ``put`` per chunk written, one more
+    ``delete`` per chunk deleted, and a probe makes one index ``get`` per chunk of the
+    bucket plus one chunk ``get`` per chunk that may match.
+
 The store is the only side effect; everything else here is pure and unit-tested
 without Spark (``tests/unit/state/test_segments.py``).
 """
@@ -33,6 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 
 FANOUT = 4
@@ -94,6 +110,74 @@ class MemoryChunkStore:
         self.chunks.pop((bucket, chunk), None)
 
 
+class HashStore(Protocol):
+    """Where the key index lives: a map ``(bucket, chunk) -> sorted uint64 array``."""
+
+    def get(self, bucket: int, chunk: int) -> np.ndarray | None:
+        """The chunk's key hashes (None if absent)."""
+        ...
+
+    def put(self, bucket: int, chunk: int, hashes: np.ndarray) -> None:
+        """Write (or overwrite) a chunk's key hashes."""
+        ...
+
+    def delete(self, bucket: int, chunk: int) -> None:
+        """Remove a chunk's entry (absent: nothing happens)."""
+        ...
+
+
+@dataclass
+class MemoryHashStore:
+    """A :class:`HashStore` in a dict, for tests and pure reference runs."""
+
+    entries: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    calls: int = 0
+
+    def get(self, bucket: int, chunk: int) -> np.ndarray | None:
+        """The chunk's key hashes."""
+        self.calls += 1
+        return self.entries.get((bucket, chunk))
+
+    def put(self, bucket: int, chunk: int, hashes: np.ndarray) -> None:
+        """Write a chunk's key hashes."""
+        self.calls += 1
+        self.entries[(bucket, chunk)] = hashes
+
+    def delete(self, bucket: int, chunk: int) -> None:
+        """Remove a chunk's entry."""
+        self.calls += 1
+        self.entries.pop((bucket, chunk), None)
+
+
+Hasher = Callable[[pa.Array | pa.ChunkedArray], np.ndarray]
+"""``hasher(keys) -> sorted distinct uint64 hashes of the non-null keys``."""
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """The key index of :class:`Segments` (see the module docstring).
+
+    ``column``: the key column of the chunks; ``hasher``: the hash of a key array, the
+    same for chunks and probes; ``store``: where the entries are.
+    """
+
+    column: str
+    hasher: Hasher
+    store: HashStore
+
+    def of(self, table: pa.Table) -> np.ndarray:
+        """The entry of a chunk: sorted distinct hashes of its keys."""
+        return self.hasher(table.column(self.column))
+
+
+def meets(hashes: np.ndarray, probe: np.ndarray) -> bool:
+    """Whether two sorted uint64 arrays share a value (O(len(probe) x log len(hashes)))."""
+    if not len(hashes) or not len(probe):
+        return False
+    pos = np.searchsorted(hashes, probe)
+    return bool((hashes[np.minimum(pos, len(hashes) - 1)] == probe).any())
+
+
 @dataclass
 class _Chunk:
     id: int
@@ -119,14 +203,17 @@ class Segments:
         ``merge(chunks) -> chunk``: what compaction does with the chunks of one bucket.
     fanout : int
         Compaction fan-in (default :data:`FANOUT`), >= 2.
+    keys : KeyIndex or None
+        Keep a key index of every chunk (:meth:`read_matching`); None: no index.
     """
 
     def __init__(
-        self, index: pa.Table | None, store: ChunkStore, merge: Merge, *, fanout: int = FANOUT
+        self, index: pa.Table | None, store: ChunkStore, merge: Merge, *, fanout: int = FANOUT,
+        keys: KeyIndex | None = None,
     ) -> None:
         if fanout < 2:
             raise ValueError(f"fanout must be >= 2, got {fanout}")
-        self.store, self.merge, self.fanout = store, merge, fanout
+        self.store, self.merge, self.fanout, self.keys = store, merge, fanout, keys
         self._buckets: dict[int, list[_Chunk]] = {}
         if index is not None:
             for b, c, r, lv in zip(*(index.column(n).to_pylist() for n in INDEX_SCHEMA.names), strict=True):
@@ -154,6 +241,26 @@ class Segments:
         for c in list(self._buckets.get(bucket, [])):
             yield self.store.get(bucket, c.id)
 
+    def read_matching(self, bucket: int, probe: np.ndarray) -> Iterator[pa.Table]:
+        """The chunks of ``bucket`` that may hold a key hashed in ``probe``, oldest first.
+
+        ``probe``: sorted uint64 hashes (:attr:`KeyIndex.hasher` of the probe keys). Without
+        a key index, every chunk. A chunk whose index entry is missing is read, its entry
+        rebuilt and written back (then it is yielded only if it may match).
+        """
+        if self.keys is None:
+            yield from self.read(bucket)
+            return
+        for c in list(self._buckets.get(bucket, [])):
+            hashes = self.keys.store.get(bucket, c.id)
+            table = None
+            if hashes is None:
+                table = self.store.get(bucket, c.id)
+                hashes = self.keys.of(table)
+                self.keys.store.put(bucket, c.id, hashes)
+            if meets(hashes, probe):
+                yield table if table is not None else self.store.get(bucket, c.id)
+
     def append(self, bucket: int, table: pa.Table) -> None:
         """Add ``table`` to ``bucket`` as a new chunk, then compact the bucket's tail."""
         if not table.num_rows:
@@ -164,7 +271,7 @@ class Segments:
             tail = chunks[-self.fanout:]
             merged = self.merge([self.store.get(bucket, c.id) for c in tail])
             for c in tail:
-                self.store.delete(bucket, c.id)
+                self._delete(bucket, c.id)
             del chunks[-self.fanout:]
             self._put(bucket, merged, level=tail[0].level + 1)
 
@@ -179,7 +286,7 @@ class Segments:
     def drop(self, bucket: int) -> None:
         """Delete every chunk of ``bucket``."""
         for c in self._buckets.pop(bucket, []):
-            self.store.delete(bucket, c.id)
+            self._delete(bucket, c.id)
 
     def index(self) -> pa.Table:
         """The chunk index to keep for the next epoch (:data:`INDEX_SCHEMA`)."""
@@ -191,4 +298,11 @@ class Segments:
         chunks = self._buckets.setdefault(bucket, [])
         chunk = max((c.id for c in chunks), default=-1) + 1
         self.store.put(bucket, chunk, table)
+        if self.keys is not None:
+            self.keys.store.put(bucket, chunk, self.keys.of(table))
         chunks.append(_Chunk(chunk, table.num_rows, level))
+
+    def _delete(self, bucket: int, chunk: int) -> None:
+        self.store.delete(bucket, chunk)
+        if self.keys is not None:
+            self.keys.store.delete(bucket, chunk)
