@@ -58,14 +58,14 @@ def test_epochs_shrink_towards_the_target_and_results_equal_the_oracle(spark, tm
 
 
 class _FixedSource:
-    """A connector whose ``read_stream`` has no ``target_epoch_ms``: it cannot size epochs."""
+    """A connector without the ``"target_epoch_ms"`` capability: it cannot size its epochs."""
 
     bounded = True
 
     def resolve_schema(self) -> pa.Schema:
         return pa.schema([("ts", pa.int64())])
 
-    def read_stream(self, spark, **binding):
+    def read_stream(self, spark, request):
         raise AssertionError("not reached: the compiler refuses the flow first")
 
 

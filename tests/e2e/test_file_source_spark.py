@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from wire.core import envelope
-from wire.sources.file_source import SourceBinding, files, read_stream
+from wire.sources.base import ReadRequest
+from wire.sources.file_source import files
 
 pytestmark = pytest.mark.spark
 
@@ -25,11 +26,11 @@ oops,a,3.0
 """
 
 
-def run_available_now(spark, binding, checkpoint):
+def run_available_now(spark, source, request, checkpoint):
     """Run the source until it has nothing more; return [(epoch id, arrow table)]."""
     epochs = []
     query = (
-        read_stream(spark, binding)
+        source.read_stream(spark, request)
         .writeStream.foreachBatch(lambda df, epoch: epochs.append((epoch, df.toArrow())))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -60,8 +61,8 @@ def test_csv_stream_epochs_dead_letters_and_watermarks(spark, tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "events.csv").write_text(CSV)
     source = files(str(tmp_path / "in" / "*.csv"), format="csv", schema=SCHEMA)
-    binding = SourceBinding("events", source, SCHEMA, "ts", 1000, 3, 2)
-    epochs = run_available_now(spark, binding, tmp_path / "ck")
+    request = ReadRequest("events", SCHEMA, "ts", key_groups=2, max_delay_ms=1000, max_events_per_epoch=3)
+    epochs = run_available_now(spark, source, request, tmp_path / "ck")
 
     assert [e for e, _ in epochs] == [0, 1, 2, 3]
     parts = [split(t) for _, t in epochs]
@@ -115,12 +116,12 @@ def test_restart_resumes_from_the_offset_log_with_its_watermark(spark, tmp_path)
     folder.mkdir()
     (folder / "a.csv").write_text("ts,user,amount\n5000,a,1\n4000,b,1\n")
     source = files(str(folder), format="csv", schema=SCHEMA, bounded=False)
-    binding = SourceBinding("events", source, SCHEMA, "ts", 500, 10, 1)
-    first = run_available_now(spark, binding, tmp_path / "ck")
+    request = ReadRequest("events", SCHEMA, "ts", key_groups=1, max_delay_ms=500, max_events_per_epoch=10)
+    first = run_available_now(spark, source, request, tmp_path / "ck")
     assert [(e, split(t)[1]) for e, t in first] == [(0, [(0, 4500)])]
 
     (folder / "b.csv").write_text("ts,user,amount\n4200,a,1\n7000,b,1\n")
-    second = run_available_now(spark, binding, tmp_path / "ck")
+    second = run_available_now(spark, source, request, tmp_path / "ck")
     assert [e for e, _ in second] == [1]
     data, marks, _ = split(second[0][1])
     assert [(r["ts"], r["__wm"]) for r in data] == [(4200, 4500), (7000, 4500)]
@@ -141,9 +142,9 @@ def test_partitioned_directories_watermark_is_the_minimum_and_replays_from_the_l
     (base / "p0" / "a.csv").write_text("ts,user,amount\n10000,a,1\n20000,a,1\n30000,a,1\n40000,a,1\n")
     (base / "p1" / "b.csv").write_text("ts,user,amount\n1000,b,1\n2000,b,1\n3000,b,1\n4000,b,1\n")
     source = files(str(base), format="csv", schema=SCHEMA, bounded=False, partition_by="directory")
-    binding = SourceBinding("events", source, SCHEMA, "ts", 0, 4, 2)
+    request = ReadRequest("events", SCHEMA, "ts", key_groups=2, max_delay_ms=0, max_events_per_epoch=4)
     ck = tmp_path / "ck"
-    first = run_available_now(spark, binding, ck)
+    first = run_available_now(spark, source, request, ck)
     assert [e for e, _ in first] == [0, 1]
     logged = [offset_log(ck, e) for e in range(2)]
     per_partition = [{n: p["watermark"] for n, p in o["partitions"].items()} for o in logged]
@@ -176,7 +177,7 @@ def test_partitioned_directories_watermark_is_the_minimum_and_replays_from_the_l
     # a new partition: had epoch 1 been planned again, p2 would take a share of its budget
     (base / "p2").mkdir()
     (base / "p2" / "c.csv").write_text("ts,user,amount\n5000,c,1\n")
-    second = run_available_now(spark, binding, ck)
+    second = run_available_now(spark, source, request, ck)
     assert [e for e, _ in second] == [1, 2]
     assert (ck / "offsets" / "1").read_text() == offsets_1
     assert sorted(second[0][1].to_pylist(), key=rows_key) == sorted(first[1][1].to_pylist(), key=rows_key)

@@ -9,8 +9,8 @@ checkpoint (SPEC §6).
 
 Column pruning: a flow is compiled once with complete sources; Spark's optimized plan
 of the result tells which payload columns of each source the flow reads
-(:mod:`wire.compiler.pruning`). When a source can produce fewer columns (its
-``read_stream`` takes ``columns``; the file source always can) and the flow reads
+(:mod:`wire.compiler.pruning`). When a source can produce fewer columns (it has the
+``"columns"`` capability, :mod:`wire.sources.base`; the file source has) and the flow reads
 fewer, the flow is compiled again with that source told its columns (always with its
 event-time and key columns). Inside the compiled flow the unread columns are put back
 as typed null literals, so every operator sees the same schema as before and Spark's
@@ -19,7 +19,6 @@ optimizer drops them again; the outputs do not change.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -60,8 +59,7 @@ from wire.plan.nodes import (
     WindowAggregateNode,
     upstreams,
 )
-from wire.sources.base import SourceConnector
-from wire.sources.file_source import FileSource, SourceBinding, read_stream, register
+from wire.sources.base import ReadRequest, Source, can
 
 
 @dataclass(frozen=True)
@@ -374,19 +372,9 @@ def _compile(
 
 
 
-def _accepts(connector: object, parameter: str) -> bool:
-    """True when the connector's ``read_stream`` declares ``parameter`` (the file source: all)."""
-    if isinstance(connector, FileSource):
-        return True
-    try:
-        return parameter in inspect.signature(connector.read_stream).parameters  # type: ignore[attr-defined]
-    except (TypeError, ValueError):
-        return False
-
-
 def _prunable(connector: object) -> bool:
-    """True when the source can produce a subset of its columns (a ``columns`` parameter)."""
-    return _accepts(connector, "columns")
+    """True when the source can produce a subset of its columns (capability ``"columns"``)."""
+    return can(connector, "columns")
 
 
 def _pruned_columns(
@@ -452,12 +440,14 @@ def _open_source(
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
-    ``columns``: the payload columns the source produces (None: all); only passed to a
-    source that can prune (:func:`_prunable`). ``resume``: see :func:`compile_plan`;
-    passed to a source that declares a ``resume`` parameter, refused for others.
+    Every source gets one :class:`~wire.sources.base.ReadRequest`. ``columns``: the payload
+    columns the source produces (None: all); set only for a source that can prune
+    (:func:`_prunable`). ``resume``: see :func:`compile_plan`; set for a source with the
+    ``"resume"`` capability, refused for others, as ``target_epoch_ms`` is for a source
+    without ``"target_epoch_ms"``.
     """
     connector = src.connector
-    if not isinstance(connector, FileSource | SourceConnector):
+    if not isinstance(connector, Source):
         raise ConfigError(
             "connector", connector, "a source connector, e.g. wire.sources.files(...)",
             step=src.step,
@@ -467,45 +457,22 @@ def _open_source(
         raise ConfigError(
             "event_time", src.event_time, f"a column of the source: {payload.names}", step=src.step
         )
-    if not isinstance(connector, FileSource):
-        pruning: dict[str, object] = {} if columns is None else {"columns": columns}
-        if src.watermark.max_future_ms is not None:  # only when set: other connectors need not know it
-            pruning["max_future_ms"] = src.watermark.max_future_ms
-        if src.target_epoch_ms is not None:  # likewise: only connectors that size epochs get it
-            if not _accepts(connector, "target_epoch_ms"):
-                raise ConfigError(
-                    "target_epoch_duration", src.target_epoch_ms,
-                    f"None: the {type(connector).__name__} source does not size its epochs (the file, "
-                    "HTTP ingest, Redis Streams and Nexmark sources do)", step=src.step,
-                )
-            pruning["target_epoch_ms"] = src.target_epoch_ms
-        if resume is not None:
-            if not _accepts(connector, "resume"):
-                raise ConfigError(
-                    "key_groups", "a rescale", f"the checkpoint's key groups: the "
-                    f"{type(connector).__name__} source cannot resume on a new Spark checkpoint "
-                    "(no 'resume' parameter)", step=src.step,
-                )
-            pruning["resume"] = resume
-        df = connector.read_stream(
-            spark, step=src.step, event_time=src.event_time, key_groups=key_groups,
-            max_delay_ms=src.watermark.max_delay_ms,
-            max_events_per_epoch=src.max_events_per_epoch, control_file=control_file, **pruning,
+    if src.target_epoch_ms is not None and not can(connector, "target_epoch_ms"):
+        raise ConfigError(
+            "target_epoch_duration", src.target_epoch_ms,
+            f"None: the {type(connector).__name__} source does not size its epochs (the file, Kafka, "
+            "HTTP ingest, Redis Streams and Nexmark sources do)", step=src.step,
         )
-        return df, payload, connector.bounded
-    binding = SourceBinding(
-        step=src.step,
-        source=connector,
-        payload_schema=payload,
-        event_time=src.event_time,
-        max_delay_ms=src.watermark.max_delay_ms,
-        max_events_per_epoch=src.max_events_per_epoch,
-        key_groups=key_groups,
-        control_file=control_file,
-        columns=columns,
-        max_future_ms=src.watermark.max_future_ms,
-        target_epoch_ms=src.target_epoch_ms,
-        resume=resume,
+    if resume is not None and not can(connector, "resume"):
+        raise ConfigError(
+            "key_groups", "a rescale", f"the checkpoint's key groups: the "
+            f"{type(connector).__name__} source cannot resume on a new Spark checkpoint "
+            "(no 'resume' capability)", step=src.step,
+        )
+    request = ReadRequest(
+        step=src.step, schema=payload, event_time=src.event_time, key_groups=key_groups,
+        max_delay_ms=src.watermark.max_delay_ms, max_events_per_epoch=src.max_events_per_epoch,
+        control_file=control_file, columns=columns if _prunable(connector) else None,
+        max_future_ms=src.watermark.max_future_ms, target_epoch_ms=src.target_epoch_ms, resume=resume,
     )
-    register(spark)
-    return read_stream(spark, binding), payload, connector.bounded
+    return connector.read_stream(spark, request), payload, connector.bounded

@@ -1,15 +1,17 @@
 """What a source connector provides to the compiler (SPEC §2, §5, §7).
 
-A source connector is a frozen dataclass (it sits in the immutable plan) with:
+A source connector (:class:`Source`) is a frozen dataclass (it sits in the immutable
+plan) with:
 
 * ``bounded``: whether its input ends (then the flow stops by itself);
 * ``resolve_schema() -> pa.Schema``: its payload columns;
-* ``read_stream(spark, **binding) -> DataFrame``: a streaming DataFrame of rows in
-  the envelope format (:mod:`wire.core.envelope`), normally from a PySpark Python
-  streaming data source. ``binding`` carries ``step`` (the source step id),
-  ``event_time`` (column), ``key_groups``, ``max_delay_ms`` (bounded out-of-orderness),
-  ``max_events_per_epoch`` (admission per epoch) and ``control_file`` (pause / stop,
-  :mod:`wire.core.control_file`).
+* ``read_stream(spark, request) -> DataFrame``: a streaming DataFrame of rows in the
+  envelope format (:mod:`wire.core.envelope`), normally from a PySpark Python streaming
+  data source. ``request`` (:class:`ReadRequest`) is everything the compiler tells a
+  source step: step id, event-time column, key groups, watermark delay, admission,
+  control file, and the optional settings below.
+* ``capabilities`` (optional, default none): which optional settings of the request it
+  honours (:data:`Capability`); the compiler sets only those.
 
 A bounded source that knows how many records it will admit may have
 ``total_records() -> int | None`` (None: unknown); the console's progress bar shows the
@@ -17,18 +19,22 @@ records admitted of that total and an ETA (:mod:`wire.runtime.progress`). Option
 without it the bar shows the count alone. The file source knows it for Parquet (from
 the footers), the Nexmark generator and the scripted test stream always.
 
-A source that sizes its epochs from a target duration declares a ``target_epoch_ms``
-parameter (int ms, None = off) and admits at most
-:class:`~wire.sources.epoch_sizing.EpochSizer`'s budget per epoch; the compiler passes
-it only when the flow sets ``target_epoch_duration``, and refuses that setting (a
-``ConfigError`` when the flow is compiled, before it runs) for a source without it.
+A source with the ``"target_epoch_ms"`` capability sizes its epochs from a target
+duration: it admits at most :class:`~wire.sources.epoch_sizing.EpochSizer`'s budget per
+epoch. The compiler sets ``target_epoch_ms`` only when the flow sets
+``target_epoch_duration``, and refuses that setting (a ``ConfigError`` when the flow is
+compiled, before it runs) for a source without the capability.
 
-A source that can produce fewer columns declares a ``columns`` parameter in
-``read_stream``: a tuple of payload column names (None = all). It then produces those
-payload columns only, in schema order (always followed by the envelope), while still
-validating, computing event times and routing malformed records exactly as with every
-column. The compiler passes ``columns`` only to such sources, and only the columns the
-flow reads (:mod:`wire.compiler.pruning`), always with the event-time and key columns.
+A source with the ``"columns"`` capability can produce fewer columns: given
+``request.columns`` (payload column names; None = all) it produces those payload columns
+only, in schema order (always followed by the envelope), while still validating,
+computing event times and routing malformed records exactly as with every column. The
+compiler sets ``columns`` only for such sources, and only to the columns the flow reads
+(:mod:`wire.compiler.pruning`), always with the event-time and key columns.
+
+A source with the ``"resume"`` capability can start on a new Spark checkpoint where an
+old one stopped (:func:`resumable`, after a rescale); the compiler refuses a rescale of
+a flow with a source without it.
 
 The data source computes the watermark while planning an epoch and records it in
 the epoch's end offset, so that a replay sees the same watermark; it ends each epoch
@@ -42,7 +48,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -54,9 +60,52 @@ from wire.core import envelope
 from wire.core.watermarks import check_max_future
 from wire.errors import ConfigError
 
+Capability = Literal["columns", "target_epoch_ms", "resume"]
+"""An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """What the compiler tells a source's ``read_stream`` about one source step.
+
+    The optional settings (``columns``, ``target_epoch_ms``, ``resume``) are set only for a
+    source that declares the matching :data:`Capability`; the others are None for it.
+    """
+
+    step: str
+    """The source step's id (names its metrics, dead letters and control-file entry)."""
+    schema: pa.Schema
+    """Every payload column of the source: its ``resolve_schema()``, resolved once by the compiler."""
+    event_time: str
+    """The payload column event times are read from."""
+    key_groups: int
+    """The flow's key groups: each epoch ends with one watermark row per group."""
+    max_delay_ms: int
+    """Bounded out-of-orderness (ms): the watermark is the max event time minus this."""
+    max_events_per_epoch: int
+    """Admission: at most this many records per epoch."""
+    control_file: str | None = None
+    """Pause / stop file of the run (:mod:`wire.core.control_file`); None: none."""
+    columns: tuple[str, ...] | None = None
+    """The payload columns to produce, in schema order (None: all); capability ``"columns"``."""
+    max_future_ms: int | None = None
+    """Events more than this (ms) ahead of the epoch's processing time are dead letters and do
+    not move the watermark (``BoundedOutOfOrderness``); None: off. Sources that cannot tell
+    processing time from event time (the Nexmark generator, the scripted test stream) ignore it."""
+    target_epoch_ms: int | None = None
+    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off;
+    capability ``"target_epoch_ms"``."""
+    resume: dict | None = None
+    """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`); None:
+    start as usual; capability ``"resume"``."""
+
+    def settings(self) -> dict[str, Any]:
+        """Every field but ``schema``, by name (a connector's binding takes them as they are)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "schema"}
+
 
 @runtime_checkable
-class SourceConnector(Protocol):
+class Source(Protocol):
     """The protocol every source connector implements (see the module docstring)."""
 
     bounded: bool
@@ -65,9 +114,20 @@ class SourceConnector(Protocol):
         """The payload schema of the source's events."""
         ...
 
-    def read_stream(self, spark: SparkSession, **binding: Any) -> DataFrame:
-        """The envelope DataFrame of the source."""
+    def read_stream(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+        """The envelope DataFrame of the source for one source step."""
         ...
+
+
+def can(source: object, capability: Capability) -> bool:
+    """True when ``source`` honours the optional ``capability`` of a :class:`ReadRequest`.
+
+    A connector lists them in a ``capabilities`` attribute (a frozenset); without it, none.
+    """
+    return capability in getattr(source, "capabilities", ())
+
+
+ALL_CAPABILITIES: frozenset[Capability] = frozenset({"columns", "target_epoch_ms", "resume"})
 
 
 def schema_to_b64(schema: pa.Schema) -> str:
@@ -216,6 +276,11 @@ class Binding:
         check_admission(step, max_delay_ms=self.max_delay_ms,
                         max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups)
 
+    @classmethod
+    def of(cls, source: Any, request: ReadRequest) -> Self:
+        """The binding of ``source`` for the compiler's ``request``."""
+        return cls(source=source, payload_schema=request.schema, **request.settings())
+
     @property
     def output_schema(self) -> pa.Schema:
         """The payload columns the source produces: ``payload_schema`` restricted to ``columns``."""
@@ -242,90 +307,104 @@ class Binding:
         return cls(**d)
 
 
-class BindingDataSource(DataSource):
-    """A Spark Python data source whose option ``binding`` is a :class:`Binding`'s JSON.
+class BindingSource:
+    """``read_stream`` for a source connector read by a :class:`BindingDataSource`.
+
+    The connector names its data source in :meth:`data_source`; the data source's
+    ``binding_class.of(self, request)`` is what its reader gets. It honours every
+    optional setting of the request (:data:`ALL_CAPABILITIES`) unless it says otherwise.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES
+
+    def data_source(self) -> type[BindingDataSource]:
+        """The connector's Spark data source class."""
+        raise NotImplementedError
+
+    def read_stream(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
+        """Return the envelope DataFrame of this source for ``request.step``; called by the compiler.
+
+        ``request.columns`` (None: all): the payload columns produced; records are still
+        decoded and checked against the whole schema (the same records become dead letters).
+
+        Raises
+        ------
+        ConfigError
+            When the event-time column is not a column of the source or has an unsupported
+            type, or a setting of the request is invalid (:class:`Binding`).
+        """
+        ds = self.data_source()
+        return open_stream(spark, ds, binding=ds.binding_class.of(self, request).to_json())
+
+
+def open_stream(spark: SparkSession, data_source: type[DataSource], **options: str) -> DataFrame:
+    """Register ``data_source`` with ``spark`` and load it as a stream with ``options``."""
+    spark.dataSource.register(data_source)
+    reader = spark.readStream.format(data_source.name())
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+class ConfigDataSource(DataSource):
+    """A Spark Python data source configured by one JSON option, its reader :func:`resumable`.
 
     A connector subclasses it with ``format_name`` (``spark.readStream.format``),
-    ``binding_class`` and :meth:`reader`.
+    :meth:`config` (its option parsed; the result has an ``output_schema``: the payload
+    columns produced) and :meth:`reader`; the connector's ``read_stream`` loads it with
+    :func:`open_stream`. ``resume`` comes from the option :data:`RESUME_OPTION`
+    (:func:`resume_options`) unless :meth:`resume` says otherwise.
     """
 
     format_name: ClassVar[str]
-    binding_class: ClassVar[type[Binding]]
 
     @classmethod
     def name(cls) -> str:
         """Return the format name used with ``spark.readStream.format``."""
         return cls.format_name
 
-    def binding(self) -> Binding:
-        """The binding of this data source's options."""
-        return self.binding_class.from_json(self.options["binding"])
+    def config(self) -> Any:
+        """The configuration of this data source, parsed from its option."""
+        raise NotImplementedError
+
+    def resume(self, config: Any) -> dict | str | None:
+        """Where to resume on a new Spark checkpoint (:func:`resumable`; None: as usual)."""
+        return self.options.get(RESUME_OPTION)
 
     def schema(self) -> StructType:
         """Return the row schema: the produced payload columns, then the envelope columns."""
-        return spark_struct(self.binding().output_schema)
+        return spark_struct(self.config().output_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""
-        binding = self.binding()
-        return resumable(self.reader(binding), binding.resume)
+        config = self.config()
+        return resumable(self.reader(config), self.resume(config))
 
-    def reader(self, binding: Any) -> DataSourceStreamReader:
-        """The connector's stream reader for ``binding``."""
+    def reader(self, config: Any) -> DataSourceStreamReader:
+        """The connector's stream reader for ``config``."""
         raise NotImplementedError
 
 
-class BindingSource:
-    """``read_stream`` for a source connector read by a :class:`BindingDataSource`.
+class BindingDataSource(ConfigDataSource):
+    """A :class:`ConfigDataSource` whose option ``binding`` is a :class:`Binding`'s JSON.
 
-    The connector names its data source in :meth:`data_source`; its payload schema is
-    ``resolve_schema()``.
+    A connector subclasses it with ``format_name``, ``binding_class`` and :meth:`reader`.
     """
 
-    def data_source(self) -> type[BindingDataSource]:
-        """The connector's Spark data source class."""
-        raise NotImplementedError
+    binding_class: ClassVar[type[Binding]]
 
-    def read_stream(
-        self,
-        spark: SparkSession,
-        *,
-        step: str,
-        event_time: str,
-        key_groups: int,
-        max_delay_ms: int,
-        max_events_per_epoch: int,
-        control_file: str | None = None,
-        columns: tuple[str, ...] | None = None,
-        max_future_ms: int | None = None,
-        target_epoch_ms: int | None = None,
-        resume: dict | None = None,
-        **_: Any,
-    ) -> DataFrame:
-        """Return the envelope DataFrame of this source for step ``step``; called by the compiler.
+    def config(self) -> Binding:
+        """The binding of this data source's options."""
+        return self.binding_class.from_json(self.options["binding"])
 
-        ``columns`` (None: all): the payload columns produced; records are still decoded
-        and checked against the whole schema (the same records become dead letters).
-        ``max_future_ms`` (None: off): records whose event time is more than this ahead of
-        the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
-        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
-        ``resume`` (None: off): where to start on a new Spark checkpoint (:func:`resumable`).
+    def resume(self, config: Binding) -> dict | None:
+        """The binding's ``resume``."""
+        return config.resume
 
-        Raises
-        ------
-        ConfigError
-            When the event-time column is not a column of the source or has an unsupported
-            type, or a setting of the binding is invalid (:class:`Binding`).
-        """
-        ds = self.data_source()
-        binding = ds.binding_class(
-            step=step, source=self, payload_schema=self.resolve_schema(),  # type: ignore[attr-defined]
-            event_time=event_time, max_delay_ms=max_delay_ms, max_events_per_epoch=max_events_per_epoch,
-            key_groups=key_groups, control_file=control_file, columns=columns, max_future_ms=max_future_ms,
-            target_epoch_ms=target_epoch_ms, resume=resume,
-        )
-        spark.dataSource.register(ds)
-        return spark.readStream.format(ds.format_name).option("binding", binding.to_json()).load()
+
+def resume_options(resume: dict | None) -> dict[str, str]:
+    """The option carrying ``resume`` to a :class:`ConfigDataSource` (none when None or empty)."""
+    return {RESUME_OPTION: json.dumps(resume)} if resume else {}
 
 
 RESUME_OPTION = "wire_resume"

@@ -41,6 +41,7 @@ from wire.errors import ConfigError, WireError
 from wire.sources.base import (
     Binding,
     BindingDataSource,
+    BindingSource,
     schema_from_b64,
     schema_to_b64,
     spark_row_schema,
@@ -61,7 +62,7 @@ from wire.sources.file_stream import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    pass
 
 __all__ = [
     "DATA_SOURCE_NAME",
@@ -72,8 +73,6 @@ __all__ = [
     "WireFileDataSource",
     "WireFileStreamReader",
     "files",
-    "read_stream",
-    "register",
     "spark_row_schema",
     "spark_struct",
     "wall_clock_ms",
@@ -83,7 +82,7 @@ DATA_SOURCE_NAME = "wire_files"
 
 
 @dataclass(frozen=True)
-class FileSource:
+class FileSource(BindingSource):
     """Files matched by a glob or held in a directory, read as one stream of partitions.
 
     Build it with :func:`files`. Immutable; part of a flow plan. Durations are held in
@@ -205,6 +204,10 @@ class FileSource:
         """Inverse of :meth:`to_dict` (a dict without ``max_field_bytes`` gets the default)."""
         schema = None if d["schema"] is None else schema_from_b64(d["schema"])
         return FileSource(**{**d, "schema": schema, "null_values": tuple(d["null_values"])})
+
+    def data_source(self) -> type[BindingDataSource]:
+        """The Spark data source that reads this source (:class:`WireFileDataSource`)."""
+        return WireFileDataSource
 
 
 def files(
@@ -358,13 +361,3 @@ def _size(path: str) -> int | None:
     except OSError:
         return None
 
-
-def register(spark: SparkSession) -> None:
-    """Register the ``wire_files`` data source with ``spark`` (idempotent)."""
-    spark.dataSource.register(WireFileDataSource)
-
-
-def read_stream(spark: SparkSession, binding: SourceBinding) -> DataFrame:
-    """Return the streaming DataFrame of one file-source step, in the envelope format."""
-    register(spark)
-    return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()

@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
@@ -69,6 +68,9 @@ from wire.delivery.wal import WriteAheadLog
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sources.base import (
     BindingDataSource,
+    BindingSource,
+    Capability,
+    ReadRequest,
     SchemaDataclassDict,
     check_admission,
     check_columns,
@@ -110,7 +112,7 @@ PAUSED_RETRY_AFTER_S = 5
 
 
 @dataclass(frozen=True)
-class HttpIngestSource(SchemaDataclassDict):
+class HttpIngestSource(SchemaDataclassDict, BindingSource):
     """An HTTP endpoint whose accepted events are fed to the flow through a write-ahead log.
 
     Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
@@ -119,6 +121,8 @@ class HttpIngestSource(SchemaDataclassDict):
     acknowledges: ClassVar[bool] = True
     """It acknowledges what it read once the epoch commits; a flow may not branch on it
     (:func:`wire.compiler.plan_compiler.source_reads`)."""
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "target_epoch_ms"})
+    """No ``"resume"``: its log's read position is not an offset another checkpoint can take."""
 
     port: int
     wal_dir: str
@@ -166,33 +170,9 @@ class HttpIngestSource(SchemaDataclassDict):
         """Return the payload schema (the events' fields)."""
         return self.schema
 
-    def read_stream(
-        self,
-        spark: SparkSession,
-        *,
-        step: str,
-        event_time: str,
-        key_groups: int,
-        max_delay_ms: int,
-        max_events_per_epoch: int,
-        control_file: str | None = None,
-        columns: tuple[str, ...] | None = None,
-        max_future_ms: int | None = None,
-        target_epoch_ms: int | None = None,
-        **_: Any,
-    ) -> DataFrame:
-        """Return the envelope DataFrame of this source (see the module docstring).
-
-        ``columns`` (None: all): the payload columns produced. Records are still parsed
-        and checked against the whole schema (the same records become dead letters).
-        ``max_future_ms`` (None: off): events whose event time is more than this ahead
-        of the epoch's processing time are dead letters (``BoundedOutOfOrderness``).
-        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
-        """
-        binding = IngestBinding(step, self, event_time, max_delay_ms, max_events_per_epoch,
-                                key_groups, control_file, columns, max_future_ms, target_epoch_ms)
-        spark.dataSource.register(HttpIngestDataSource)
-        return spark.readStream.format(DATA_SOURCE_NAME).option("binding", binding.to_json()).load()
+    def data_source(self) -> type[BindingDataSource]:
+        """The Spark data source that reads this source (:class:`HttpIngestDataSource`)."""
+        return HttpIngestDataSource
 
 
 def http_ingest(
@@ -299,6 +279,13 @@ class IngestBinding:
     do not move the watermark; None: off."""
     target_epoch_ms: int | None = None
     """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
+    resume: dict | None = None
+    """Always None: the source cannot resume on a new Spark checkpoint (no ``"resume"`` capability)."""
+
+    @classmethod
+    def of(cls, source: HttpIngestSource, request: ReadRequest) -> IngestBinding:
+        """The binding of ``source`` for the compiler's ``request`` (its payload schema is the source's)."""
+        return cls(source=source, **request.settings())
 
     def __post_init__(self) -> None:
         check_max_future(self.step, self.max_future_ms)

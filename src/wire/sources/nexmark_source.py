@@ -45,30 +45,31 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
 
 from wire.core import envelope
-from wire.core.arrow_types import spark_schema
 from wire.core.control_file import is_paused
 from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 from wire.sources.base import (
-    RESUME_OPTION,
+    Capability,
+    ConfigDataSource,
+    ReadRequest,
     check_columns,
-    resumable,
+    open_stream,
+    resume_options,
     select_columns,
     spark_row_schema,
 )
@@ -338,6 +339,8 @@ class NexmarkSource:
     one final epoch carries :data:`wire.core.envelope.MAX_WATERMARK`.
     """
 
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "target_epoch_ms", "resume"})
+
     events: int
     first_event_rate: int = 10_000
     seed: int = 1
@@ -380,43 +383,28 @@ class NexmarkSource:
             }
         )
 
-    def read_stream(
-        self,
-        spark: SparkSession,
-        *,
-        step: str,
-        event_time: str,
-        key_groups: int,
-        max_delay_ms: int = 0,
-        max_events_per_epoch: int = 100_000,
-        control_file: str | None = None,
-        columns: tuple[str, ...] | None = None,
-        target_epoch_ms: int | None = None,
-        resume: dict | None = None,
-        **_: Any,
-    ) -> DataFrame:
+    def read_stream(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         """The envelope DataFrame of the generated events (``resume``: :func:`wire.sources.base.resumable`).
 
-        ``columns`` (None: all): the payload columns to produce, in :data:`SCHEMA` order;
-        only those are generated (plus the event-time column, for ``__et``).
-        ``target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
+        ``request.columns`` (None: all): the payload columns to produce, in :data:`SCHEMA`
+        order; only those are generated (plus the event-time column, for ``__et``).
+        ``request.target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.epoch_sizing`).
+        ``request.max_future_ms`` is ignored: generated event times are not compared with
+        processing time.
 
         Raises
         ------
         ConfigError
             When ``columns`` names a column that :data:`SCHEMA` does not have.
         """
-        options = self.to_json(
-            step=step, event_time=event_time, key_groups=key_groups, max_delay_ms=max_delay_ms,
-            max_events_per_epoch=max_events_per_epoch,
-            control_file=None if control_file is None else str(control_file),
-            columns=check_columns(step, SCHEMA, columns), target_epoch_ms=target_epoch_ms,
+        r = request
+        config = self.to_json(
+            step=r.step, event_time=r.event_time, key_groups=r.key_groups, max_delay_ms=r.max_delay_ms,
+            max_events_per_epoch=r.max_events_per_epoch,
+            control_file=None if r.control_file is None else str(r.control_file),
+            columns=check_columns(r.step, SCHEMA, r.columns), target_epoch_ms=r.target_epoch_ms,
         )
-        spark.dataSource.register(NexmarkDataSource)
-        reader = spark.readStream.format(DATA_SOURCE_NAME).option("config", options)
-        if resume:
-            reader = reader.option(RESUME_OPTION, json.dumps(resume))
-        return reader.load()
+        return open_stream(spark, NexmarkDataSource, config=config, **resume_options(r.resume))
 
 
 def nexmark(
@@ -460,27 +448,23 @@ class _Config:
         self.target_epoch_ms: int | None = d.get("target_epoch_ms")
         columns = d.get("columns")
         self.columns: tuple[str, ...] | None = None if columns is None else tuple(columns)
-        self.payload = select_columns(SCHEMA, self.columns)
+        self.output_schema = select_columns(SCHEMA, self.columns)
         """The payload columns produced."""
-        self.row_schema = spark_row_schema(self.payload)
+        self.row_schema = spark_row_schema(self.output_schema)
 
 
-class NexmarkDataSource(DataSource):
+class NexmarkDataSource(ConfigDataSource):
     """Spark Python data source ``wire_nexmark``; option ``config`` (JSON)."""
 
-    @classmethod
-    def name(cls) -> str:
-        """The format name."""
-        return DATA_SOURCE_NAME
+    format_name = DATA_SOURCE_NAME
 
-    def schema(self) -> StructType:
-        """Payload (nullable) followed by the envelope columns."""
-        return spark_schema(_Config(self.options["config"]).row_schema)
+    def config(self) -> _Config:
+        """The generator and the step's settings, from the option ``config``."""
+        return _Config(self.options["config"])
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+    def reader(self, config: _Config) -> DataSourceStreamReader:
         """The stream reader."""
-        reader = NexmarkStreamReader(_Config(self.options["config"]))
-        return resumable(reader, self.options.get(RESUME_OPTION))
+        return NexmarkStreamReader(config)
 
 
 class _Range(InputPartition):
@@ -571,7 +555,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             n = events.num_rows
             cols: dict[str, pa.Array] = {
                 f.name: events.column(f.name).combine_chunks().cast(schema.field(f.name).type)
-                for f in c.payload
+                for f in c.output_schema
             }
             cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
             cols[envelope.ET] = events.column(c.event_time).combine_chunks().cast(pa.int64())

@@ -18,22 +18,23 @@ import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
 from wire.core import envelope
-from wire.core.arrow_types import spark_schema
 from wire.core.time import NO_WATERMARK
 from wire.sources.base import (
-    RESUME_OPTION,
+    Capability,
+    ConfigDataSource,
+    ReadRequest,
     check_columns,
-    resumable,
+    open_stream,
+    resume_options,
     schema_from_b64,
     schema_to_b64,
     select_columns,
@@ -53,6 +54,7 @@ class TestStreamSource:
     """
 
     __test__ = False  # not a pytest test class
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "resume"})
 
     schema: pa.Schema
     steps: tuple[tuple[bytes | None, int], ...]
@@ -84,28 +86,17 @@ class TestStreamSource:
             }
         )
 
-    def read_stream(
-        self,
-        spark: SparkSession,
-        *,
-        step: str,
-        event_time: str,
-        key_groups: int,
-        columns: tuple[str, ...] | None = None,
-        resume: dict | None = None,
-        **_: Any,
-    ) -> DataFrame:
+    def read_stream(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
         """The envelope DataFrame of this scripted stream (watermarks come from the script).
 
-        ``columns`` (None: all): the payload columns produced, in schema order. ``resume``:
-        :func:`wire.sources.base.resumable`.
+        ``request.columns`` (None: all): the payload columns produced, in schema order.
+        ``request.resume``: :func:`wire.sources.base.resumable`. The script fixes the
+        epochs and watermarks: delay, admission and ``max_future_ms`` are not used.
         """
-        spark.dataSource.register(TestStreamDataSource)
-        script = self.to_json(step=step, event_time=event_time, key_groups=key_groups, columns=columns)
-        reader = spark.readStream.format(DATA_SOURCE_NAME).option("script", script)
-        if resume:
-            reader = reader.option(RESUME_OPTION, json.dumps(resume))
-        return reader.load()
+        r = request
+        script = self.to_json(step=r.step, event_time=r.event_time, key_groups=r.key_groups,
+                              columns=r.columns)
+        return open_stream(spark, TestStreamDataSource, script=script, **resume_options(r.resume))
 
 
 class _Script:
@@ -116,10 +107,10 @@ class _Script:
         self.key_groups: int = d["key_groups"]
         columns = d.get("columns")
         columns = None if columns is None else tuple(columns)
-        self.payload = select_columns(schema_from_b64(d["schema"]), columns)
+        self.output_schema = select_columns(schema_from_b64(d["schema"]), columns)
         """The payload columns produced."""
         self.steps: list[tuple[str | None, int]] = [tuple(s) for s in d["steps"]]
-        self.row_schema = spark_row_schema(self.payload)
+        self.row_schema = spark_row_schema(self.output_schema)
 
     def events(self, i: int) -> pa.Table | None:
         blob = self.steps[i][0]
@@ -129,23 +120,19 @@ class _Script:
         return NO_WATERMARK if i == 0 else int(self.steps[i - 1][1])
 
 
-class TestStreamDataSource(DataSource):
+class TestStreamDataSource(ConfigDataSource):
     """Spark Python data source ``wire_test_stream``; option ``script`` (JSON)."""
 
     __test__ = False
+    format_name = DATA_SOURCE_NAME
 
-    @classmethod
-    def name(cls) -> str:
-        """The format name."""
-        return DATA_SOURCE_NAME
+    def config(self) -> _Script:
+        """The script, from the option ``script``."""
+        return _Script(self.options["script"])
 
-    def schema(self) -> StructType:
-        """Payload (nullable) followed by the envelope columns."""
-        return spark_schema(_Script(self.options["script"]).row_schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+    def reader(self, config: _Script) -> DataSourceStreamReader:
         """The stream reader."""
-        return resumable(TestStreamReader(_Script(self.options["script"])), self.options.get(RESUME_OPTION))
+        return TestStreamReader(config)
 
 
 class _Step(InputPartition):
@@ -190,7 +177,7 @@ class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 (s.events(j).num_rows if s.steps[j][0] is not None else 0) for j in range(i)
             )
             cols: dict[str, pa.Array] = {
-                f.name: events.column(f.name).combine_chunks().cast(f.type) for f in s.payload
+                f.name: events.column(f.name).combine_chunks().cast(f.type) for f in s.output_schema
             }
             cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
             cols[envelope.ET] = events.column(s.event_time).combine_chunks().cast(pa.int64())

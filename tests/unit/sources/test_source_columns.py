@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 import wire.sources.file_readers as file_readers
 from wire.core import envelope
 from wire.errors import ConfigError
-from wire.sources.base import check_columns, select_columns
+from wire.sources.base import ReadRequest, check_columns, select_columns
 from wire.sources.file_readers import ParseSpec, parse_file
 from wire.sources.file_source import SourceBinding, WireFileDataSource, WireFileStreamReader, files
 from wire.sources.http_source import HttpIngestReader, IngestBinding, http_ingest
@@ -93,8 +93,9 @@ def test_nexmark_reader_produces_requested_columns():
 
 def test_nexmark_read_stream_rejects_unknown_columns():
     with pytest.raises(ConfigError, match="columns"):
-        nexmark(events=10).read_stream(None, step="s", event_time="date_time", key_groups=1,
-                                       columns=("nope",))
+        request = ReadRequest("s", SCHEMA, "date_time", key_groups=1, max_delay_ms=0, max_events_per_epoch=10,
+                              columns=("nope",))
+        nexmark(events=10).read_stream(None, request)
 
 
 # ----------------------------------------------------------------------------- file parsing
