@@ -77,10 +77,8 @@ from wire.core.envelope import (
     side_batch,
     with_envelope,
 )
-from wire.core.windowing import Sliding, Tumbling
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
-from wire.state import assigners as A
 from wire.state import window_epoch as WE
 from wire.state import windows as W
 from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, TopK, UserAggregator
@@ -197,16 +195,9 @@ class WindowProcessor(KeyedProcessor):
 
 
 def window_spec(node: WindowAggregateNode, key: str) -> W.WindowSpec:
-    """The pure-logic spec of a plan node."""
-    w = node.window
-    if isinstance(w, Tumbling):
-        assigner: A.Assigner = A.TumblingWindows(w.size_ms)
-    elif isinstance(w, Sliding):
-        assigner = A.SlidingWindows(w.size_ms, w.slide_ms)
-    else:
-        assigner = A.SessionWindows(w.gap_ms)
+    """The pure-logic spec of a plan node (the kernels assign the plan's window object itself)."""
     return W.WindowSpec(
-        assigner=assigner,
+        assigner=node.window,
         allowed_lateness_ms=node.allowed_lateness_ms,
         key=key,
         aggregations=node.aggregations,

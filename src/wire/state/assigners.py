@@ -17,78 +17,16 @@ would start below int64 min are not representable (event times within ``size`` o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from wire.errors import ConfigError
+from wire.core.windowing import Session, Sliding, Tumbling, Window
 from wire.state.kernels import INT64_MIN, add_saturating
 
+__all__ = ["Assigner", "Session", "Sliding", "Tumbling", "assign", "earliest_start"]
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _positive(parameter: str, value: object) -> None:
-    if not _is_int(value) or value <= 0:  # type: ignore[operator]
-        raise ConfigError(parameter, value, "an int > 0 (milliseconds)")
-
-
-@dataclass(frozen=True)
-class TumblingWindows:
-    """Fixed, non-overlapping windows ``[k * size_ms, (k + 1) * size_ms)``.
-
-    Raises
-    ------
-    ConfigError
-        If ``size_ms`` is not an int > 0.
-    """
-
-    size_ms: int
-
-    def __post_init__(self) -> None:
-        _positive("size_ms", self.size_ms)
-
-
-@dataclass(frozen=True)
-class SlidingWindows:
-    """Windows of ``size_ms`` starting every ``slide_ms``: ``[k * slide, k * slide + size)``.
-
-    An event belongs to every window containing it (``ceil(size / slide)`` windows
-    when ``slide`` divides ``size``, else that or one fewer).
-
-    Raises
-    ------
-    ConfigError
-        If ``size_ms`` is not an int > 0 or ``slide_ms`` not an int in ``(0, size_ms]``.
-    """
-
-    size_ms: int
-    slide_ms: int
-
-    def __post_init__(self) -> None:
-        _positive("size_ms", self.size_ms)
-        if not _is_int(self.slide_ms) or not 0 < self.slide_ms <= self.size_ms:
-            raise ConfigError("slide_ms", self.slide_ms, f"an int in (0, size_ms={self.size_ms}]")
-
-
-@dataclass(frozen=True)
-class SessionWindows:
-    """Per-key sessions: each event opens ``[t, t + gap_ms)``; overlapping sessions merge.
-
-    Raises
-    ------
-    ConfigError
-        If ``gap_ms`` is not an int > 0.
-    """
-
-    gap_ms: int
-
-    def __post_init__(self) -> None:
-        _positive("gap_ms", self.gap_ms)
-
-
-Assigner = TumblingWindows | SlidingWindows | SessionWindows
+Assigner = Window
+"""The window kinds the kernels assign: the API's own classes (:mod:`wire.core.windowing`),
+one class per window kind."""
 
 
 def assign(event_time: np.ndarray, assigner: Assigner) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -98,7 +36,7 @@ def assign(event_time: np.ndarray, assigner: Assigner) -> tuple[np.ndarray, np.n
     ----------
     event_time : numpy.ndarray
         int64 event times (ms).
-    assigner : TumblingWindows, SlidingWindows or SessionWindows
+    assigner : Tumbling, Sliding or Session
         The window kind.
 
     Returns
@@ -111,9 +49,9 @@ def assign(event_time: np.ndarray, assigner: Assigner) -> tuple[np.ndarray, np.n
     """
     t = np.asarray(event_time, dtype=np.int64)
     rows = np.arange(len(t), dtype=np.int64)
-    if isinstance(assigner, SessionWindows):
+    if isinstance(assigner, Session):
         return rows, t, add_saturating(t, assigner.gap_ms)
-    if isinstance(assigner, TumblingWindows):
+    if isinstance(assigner, Tumbling):
         start = t - np.mod(t, np.int64(assigner.size_ms))
         return rows, start, add_saturating(start, assigner.size_ms)
     size, slide = assigner.size_ms, assigner.slide_ms

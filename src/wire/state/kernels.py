@@ -92,6 +92,11 @@ class Groups:
         return Groups(np.arange(n, dtype=np.int64), np.arange(n + 1, dtype=np.int64))
 
 
+def is_int(value: object) -> bool:
+    """True for a Python or NumPy integer, not a bool (parameter checks)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def changes(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
     """Return a bool mask, True on row 0 and where any of ``columns`` differs from the row above.
 

@@ -10,14 +10,8 @@ import pyarrow as pa
 
 from wire.errors import ConfigError
 from wire.state.aggregator import Aggregator
-from wire.state.assigners import (
-    Assigner,
-    SessionWindows,
-    SlidingWindows,
-    TumblingWindows,
-    _is_int,
-)
-from wire.state.kernels import ARRIVAL, EVENT_TIME, FIRED, WINDOW_END, WINDOW_START
+from wire.state.assigners import Assigner, Session, Sliding, Tumbling
+from wire.state.kernels import ARRIVAL, EVENT_TIME, FIRED, WINDOW_END, WINDOW_START, is_int
 
 RESULT_COLUMNS = ("window_start", "window_end", "emit")
 LATE_COLUMNS = ("event_time", "watermark", "reason")
@@ -36,7 +30,7 @@ class WindowSpec:
 
     Parameters
     ----------
-    assigner : TumblingWindows, SlidingWindows or SessionWindows
+    assigner : Tumbling, Sliding or Session
         How events are assigned to windows.
     allowed_lateness_ms : int
         How long after its end (in event time, ms) a window keeps its state and
@@ -72,10 +66,10 @@ class WindowSpec:
     after_update: Callback | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.assigner, TumblingWindows | SlidingWindows | SessionWindows):
-            accepted = "TumblingWindows(size_ms), SlidingWindows(size_ms, slide_ms) or SessionWindows(gap_ms)"
+        if not isinstance(self.assigner, Tumbling | Sliding | Session):
+            accepted = "Tumbling(size_ms), Sliding(size_ms, slide_ms) or Session(gap_ms)"
             raise ConfigError("assigner", self.assigner, accepted)
-        if not _is_int(self.allowed_lateness_ms) or self.allowed_lateness_ms < 0:
+        if not is_int(self.allowed_lateness_ms) or self.allowed_lateness_ms < 0:
             raise ConfigError("allowed_lateness_ms", self.allowed_lateness_ms, "an int >= 0 (milliseconds)")
         reserved_keys = (*RESERVED_INPUT, EVENT_TIME, ARRIVAL, *RESULT_COLUMNS)
         if not isinstance(self.key, str) or not self.key or self.key in reserved_keys:
@@ -113,7 +107,7 @@ class WindowSpec:
     @property
     def sessions(self) -> bool:
         """True for session windows (merging windows; late candidates)."""
-        return isinstance(self.assigner, SessionWindows)
+        return isinstance(self.assigner, Session)
 
 
 def TumblingSpec(
@@ -122,8 +116,8 @@ def TumblingSpec(
     key: str,
     aggregations: tuple[tuple[str, Aggregator], ...],
 ) -> WindowSpec:
-    """A :class:`WindowSpec` of :class:`TumblingWindows` (the former ``TumblingSpec``)."""
-    return WindowSpec(TumblingWindows(size_ms), allowed_lateness_ms, key, aggregations)
+    """A :class:`WindowSpec` of :class:`Tumbling` (the former ``TumblingSpec``)."""
+    return WindowSpec(Tumbling(size_ms), allowed_lateness_ms, key, aggregations)
 
 
 def event_schema(input_schema: pa.Schema) -> pa.Schema:

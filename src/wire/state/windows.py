@@ -60,9 +60,9 @@ import pyarrow as pa
 
 from wire.state.aggregator import Aggregator
 from wire.state.assigners import (
-    SessionWindows,
-    SlidingWindows,
-    TumblingWindows,
+    Session,
+    Sliding,
+    Tumbling,
     assign,
     earliest_start,
 )
@@ -101,10 +101,10 @@ __all__ = [
     "SESSION_LATE_REASON",
     "WINDOW_END",
     "WINDOW_START",
-    "SessionWindows",
-    "SlidingWindows",
+    "Session",
+    "Sliding",
+    "Tumbling",
     "TumblingSpec",
-    "TumblingWindows",
     "WindowSpec",
     "advance",
     "compact",
@@ -189,7 +189,7 @@ def split_late(events: pa.Table, watermark: int, spec: WindowSpec) -> tuple[pa.T
     """
     events = _prepare(events)
     et = events.column(EVENT_TIME).to_numpy()
-    if isinstance(spec.assigner, SessionWindows):
+    if isinstance(spec.assigner, Session):
         end = add_saturating(et, spec.assigner.gap_ms)
         closed = closed_by(end, watermark, spec)
         accepted = _with_window(events.filter(pa.array(~closed)), et[~closed], end[~closed])
@@ -234,7 +234,7 @@ def resolve_candidates(
     """
     candidates = _prepare(candidates)
     et = candidates.column(EVENT_TIME).to_numpy()
-    if isinstance(spec.assigner, SessionWindows) and state is not None:
+    if isinstance(spec.assigner, Session) and state is not None:
         alive = candidates_alive(state, candidates, watermark, spec)
         end = add_saturating(et, spec.assigner.gap_ms)
     else:
@@ -246,7 +246,7 @@ def resolve_candidates(
 
 def _windows(table: pa.Table, spec: WindowSpec) -> Groups:
     """Groups of rows sorted by (key, ``__ws``, ...) that form one window (sessions: merged)."""
-    if isinstance(spec.assigner, SessionWindows):
+    if isinstance(spec.assigner, Session):
         return session_groups(table, spec.key)
     return Groups.from_new(changes(table, [spec.key, WINDOW_START, WINDOW_END]))
 

@@ -10,7 +10,7 @@ import pytest
 from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.windows import (
-    TumblingWindows,
+    Tumbling,
     WindowSpec,
     advance,
     output_watermark_hold,
@@ -53,7 +53,7 @@ RES = ("k", "window_start", "window_end", "n", "s", "c", "emit")
 
 
 def test_update_mode_emits_early_final_update_and_hold():
-    spec = WindowSpec(TumblingWindows(10), 5, "k", AGGS, emit="update")
+    spec = WindowSpec(Tumbling(10), 5, "k", AGGS, emit="update")
     feed = Feed()
 
     def run(state, rows, wm_in, wm_out):
@@ -91,7 +91,7 @@ def test_update_mode_emits_early_final_update_and_hold():
 
 
 def test_final_mode_never_emits_early():
-    spec = WindowSpec(TumblingWindows(10), 0, "k", AGGS)
+    spec = WindowSpec(Tumbling(10), 0, "k", AGGS)
     _, res, _ = process_epoch(None, Feed()([("a", 1, 1)]), NO_WM, 5, spec)
     assert res.num_rows == 0
 
@@ -107,7 +107,7 @@ def test_callbacks_emit_pre_and_post_event_aggregates():
         calls.append(("after", aggregate.column("n").to_pylist(), event.column("x").to_pylist()))
         return (aggregate.column("n").to_numpy() % 2 == 0).tolist()  # every second event
 
-    spec = WindowSpec(TumblingWindows(10), 5, "k", AGGS, before_update=before, after_update=after)
+    spec = WindowSpec(Tumbling(10), 5, "k", AGGS, before_update=before, after_update=after)
     assert spec.needs_events
     feed = Feed()
     # epoch 1: a@1 x=1, a@2 x=200, b@3 x=5, a@4 x=3
@@ -143,15 +143,15 @@ def test_callbacks_emit_pre_and_post_event_aggregates():
 
 
 def test_callback_result_length_is_checked():
-    spec = WindowSpec(TumblingWindows(10), 0, "k", AGGS, after_update=lambda a, e: [True])
+    spec = WindowSpec(Tumbling(10), 0, "k", AGGS, after_update=lambda a, e: [True])
     with pytest.raises(ValueError, match="after_update returned"):
         process_epoch(None, Feed()([("a", 1, 1), ("a", 2, 1)]), NO_WM, 5, spec)
 
 
 def test_advance_with_events_equals_advance_with_partials():
-    spec = WindowSpec(TumblingWindows(10), 5, "k", AGGS, emit="update")
+    spec = WindowSpec(Tumbling(10), 5, "k", AGGS, emit="update")
     cb = WindowSpec(
-        TumblingWindows(10), 5, "k", AGGS, emit="update", after_update=lambda a, e: np.zeros(len(e), bool)
+        Tumbling(10), 5, "k", AGGS, emit="update", after_update=lambda a, e: np.zeros(len(e), bool)
     )
     ev = Feed()([("a", 1, 1), ("b", 12, 2), ("a", 3, 3)])
     accepted, _, _ = split_late(ev, NO_WM, spec)

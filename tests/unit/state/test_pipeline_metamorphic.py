@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state import join as J
-from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows
+from wire.state.assigners import Session, Sliding, Tumbling
 from wire.state.windows import WindowSpec, output_watermark, process_epoch, split_late
 
 NO_WM = -(2**63)
@@ -48,7 +48,7 @@ Row = tuple[str, int, int]
 class Stage:
     """One window operator: its assigner, what ``x`` becomes, re-keying and lateness."""
 
-    assigner: TumblingWindows | SlidingWindows | SessionWindows
+    assigner: Tumbling | Sliding | Session
     agg: str  # "count" | "sum" | "max": the result column x (the next stage's value)
     rekey: bool  # the next stage is keyed by one constant key ("top per window" shape)
     lateness: int = 0
@@ -200,7 +200,7 @@ def _window_sql(source: str, stage: Stage) -> str:
     """SQL of one window stage over ``source(k, t, x)``: ``(k, start, end, x, n)``."""
     a = stage.assigner
     x = {"count": "count(*)", "sum": "sum(x)", "max": "max(x)"}[stage.agg]
-    if isinstance(a, SessionWindows):
+    if isinstance(a, Session):
         gap = a.gap_ms
         return f"""
             WITH o AS (
@@ -215,7 +215,7 @@ def _window_sql(source: str, stage: Stage) -> str:
                    CAST({x} AS BIGINT) AS x, count(*) AS n
             FROM s GROUP BY k, sid"""
     size = a.size_ms
-    slide = a.slide_ms if isinstance(a, SlidingWindows) else size
+    slide = a.slide_ms if isinstance(a, Sliding) else size
     per_event = -(-size // slide)
     return f"""
         WITH w AS (
@@ -255,9 +255,9 @@ def oracle(pipeline: Pipeline, sources: list[list[tuple]]) -> list[tuple]:
 
 # ---------------------------------------------------------------- inputs
 
-FIRST = [TumblingWindows(10), TumblingWindows(7), SlidingWindows(30, 10), SlidingWindows(25, 10),
-         SlidingWindows(40, 5), SessionWindows(7), SessionWindows(20)]
-SECOND = [TumblingWindows(10), TumblingWindows(20), SlidingWindows(40, 20), SessionWindows(15)]
+FIRST = [Tumbling(10), Tumbling(7), Sliding(30, 10), Sliding(25, 10),
+         Sliding(40, 5), Session(7), Session(20)]
+SECOND = [Tumbling(10), Tumbling(20), Sliding(40, 20), Session(15)]
 GAPS = [0, 1, 3, 7, 12, 25, 40, 90]
 
 
@@ -270,7 +270,7 @@ def stages(draw: st.DrawFn, kinds: list, *, rekey: bool) -> Stage:
 @st.composite
 def pipelines(draw: st.DrawFn, *, sessions: bool = True) -> Pipeline:
     def kinds(assigners: list) -> list:
-        return [a for a in assigners if sessions or not isinstance(a, SessionWindows)]
+        return [a for a in assigners if sessions or not isinstance(a, Session)]
 
     front = draw(st.sampled_from(["one", "union", "join"]))
     first = draw(stages(kinds(FIRST), rekey=True))
@@ -359,8 +359,8 @@ def test_hold_bug_transcript_sliding_then_top_per_window():
     stayed at 80, the earliest start an event at >= 100 can create, so the top-per-window
     stage ([80,100) and [100,120), keyed by one constant) takes every count on time.
     """
-    pipeline = Pipeline("one", (Stage(SlidingWindows(30, 10), "count", True),
-                                Stage(TumblingWindows(20), "max", False)))
+    pipeline = Pipeline("one", (Stage(Sliding(30, 10), "count", True),
+                                Stage(Tumbling(20), "max", False)))
     events = [("a", 50, 1, False), ("a", 100, 1, False), ("a", 105, 1, True)]
     got, checks, _ = run(pipeline, [events], [[2]], [0], 1)
     assert checks.late == 0 and checks.behind == []
@@ -375,8 +375,8 @@ def test_session_then_window_transcript():
     holds 130. The end of input fires [130,140). Tumbling(20) over the starts: [100,120) gets
     1 session of 2 events, [120,140) one of 1.
     """
-    pipeline = Pipeline("one", (Stage(SessionWindows(10), "count", False),
-                                Stage(TumblingWindows(20), "sum", False)))
+    pipeline = Pipeline("one", (Stage(Session(10), "count", False),
+                                Stage(Tumbling(20), "sum", False)))
     events = [("a", 100, 1, True), ("a", 105, 1, True), ("a", 130, 1, True)]
     got, checks, outs = run(pipeline, [events], [[2]], [0], 2)
     assert checks.late == 0 and checks.behind == []
@@ -393,7 +393,7 @@ def test_join_then_window_transcript():
     lateness, but the end of input must release it.
     """
     spec = J.IntervalJoinSpec("k", 0, 5, ("x",), ("x",), allowed_lateness_ms=4)
-    pipeline = Pipeline("join", (Stage(TumblingWindows(10), "sum", False),), spec)
+    pipeline = Pipeline("join", (Stage(Tumbling(10), "sum", False),), spec)
     left = [("a", 10, 1, True), ("a", 20, 2, True)]
     right = [("a", 12, 10, True), ("a", 25, 20, True)]
     got, checks, outs = run(pipeline, [left, right], [[1], [1]], [0, 0], 1)
@@ -412,7 +412,7 @@ def test_join_row_of_an_event_within_allowed_lateness_is_on_time_downstream():
     an output watermark of 1000 (no lag) the row would be behind it and the window late.
     """
     spec = J.IntervalJoinSpec("k", 0, 5, ("x",), ("x",), allowed_lateness_ms=4)
-    pipeline = Pipeline("join", (Stage(TumblingWindows(10), "sum", False),), spec)
+    pipeline = Pipeline("join", (Stage(Tumbling(10), "sum", False),), spec)
     left = [("a", 995, 1, True), ("a", 1001, 2, True)]
     right = [("b", 1000, 5, True), ("a", 998, 10, True)]
     got, checks, _ = run(pipeline, [left, right], [[1], [1, 1]], [0, 0], 1)
@@ -425,7 +425,7 @@ def test_window_over_join_rows_builds_and_routes_late_rows():
 
     Before, the window's late schema rejected the column, so no window could follow a join.
     """
-    spec = WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),))
+    spec = WindowSpec(Tumbling(10), 0, "k", (("n", agg.count()),))
     rows = pa.table({"k": ["a", "a"], "x": [1, 2], "event_time": [5, 25], "__et": [5, 25], "__seq": [0, 1]})
     accepted, late, _ = split_late(rows, 20, spec)  # [0,10) is closed at 20, [20,30) open
     assert accepted.column("event_time").to_pylist() == [25]

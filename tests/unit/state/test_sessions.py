@@ -13,7 +13,7 @@ from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.windows import (
     SESSION_LATE_REASON,
-    SessionWindows,
+    Session,
     WindowSpec,
     late_schema,
     output_watermark_hold,
@@ -28,7 +28,7 @@ from wire.state.windows import (
 NO_WM = -(2**63)
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 AGGS = (("n", agg.count()), ("c", agg.collect("v")))
-SPEC = WindowSpec(SessionWindows(10), 5, "k", AGGS)
+SPEC = WindowSpec(Session(10), 5, "k", AGGS)
 RES = ("k", "window_start", "window_end", "n", "c", "emit")
 
 
@@ -107,7 +107,7 @@ def test_transcript_gap10_lateness5():
 
 
 def test_split_late_and_resolve_candidates():
-    spec = WindowSpec(SessionWindows(10), 0, "k", AGGS)
+    spec = WindowSpec(Session(10), 0, "k", AGGS)
     feed = Feed()
     accepted, late, candidates = split_late(feed([("a", 5, 1), ("a", 1, 2), ("b", 0, 3)]), 11, spec)
     assert rows_of(accepted, "k", "__ws", "__we") == [("a", 5, 15)]  # 15 > 11
@@ -136,7 +136,7 @@ def test_split_late_and_resolve_candidates():
 
 def test_preaggregate_merges_overlapping_events_of_a_batch():
     spec = WindowSpec(
-        SessionWindows(10), 0, "k", (("n", agg.count()), ("f", agg.first("v")), ("l", agg.last("v")))
+        Session(10), 0, "k", (("n", agg.count()), ("f", agg.first("v")), ("l", agg.last("v")))
     )
     accepted, _, _ = split_late(
         Feed()([("a", 12, 1), ("a", 3, 2), ("a", 30, 3), ("a", 21, 4), ("b", 3, 5)]), NO_WM, spec
@@ -150,7 +150,7 @@ def test_preaggregate_merges_overlapping_events_of_a_batch():
 
 
 def test_update_mode_sessions_emit_early_until_final():
-    spec = WindowSpec(SessionWindows(10), 0, "k", AGGS, emit="update")
+    spec = WindowSpec(Session(10), 0, "k", AGGS, emit="update")
     feed = Feed()
     st, res, _ = process_epoch(None, feed([("a", 1, 1), ("a", 3, 2)]), NO_WM, 0, spec)
     assert rows_of(res, *RES) == [("a", 1, 13, 2, [1, 2], "early")]
@@ -172,7 +172,7 @@ def test_callbacks_on_sessions_use_the_merged_session():
         return np.zeros(aggregate.num_rows, bool)
 
     spec = WindowSpec(
-        SessionWindows(10),
+        Session(10),
         0,
         "k",
         AGGS,
@@ -253,7 +253,7 @@ def batch_sessions(ev, gap):
 
 @pytest.mark.parametrize("gap", [5, 12, 40])
 def test_large_delay_equals_batch_sessions(gap):
-    spec = WindowSpec(SessionWindows(gap), 0, "k", R_AGGS)
+    spec = WindowSpec(Session(gap), 0, "k", R_AGGS)
     ev, res, late = simulate(31, 10**6, spec)
     assert len(late) == 0 and (res.emit == "final").all()
     want = batch_sessions(ev, gap).sort_values(["k", "ws"])
@@ -286,7 +286,7 @@ def current_results(res):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_small_delay_every_event_in_one_current_session_or_late(seed):
     gap, lateness = 8, 6
-    spec = WindowSpec(SessionWindows(gap), lateness, "k", R_AGGS)
+    spec = WindowSpec(Session(gap), lateness, "k", R_AGGS)
     ev, res, late = simulate(seed, 10, spec)
     assert len(late) > 0 and (res.emit == "update").any()
     cur = current_results(res)

@@ -13,7 +13,7 @@ from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
 from wire.state.windows import (
     LATE_REASON,
-    SlidingWindows,
+    Sliding,
     WindowSpec,
     late_schema,
     output_watermark_hold,
@@ -25,7 +25,7 @@ from wire.state.windows import (
 
 NO_WM = -(2**63)
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
-SPEC = WindowSpec(SlidingWindows(10, 5), 3, "k", (("n", agg.count()), ("s", agg.sum("v"))))
+SPEC = WindowSpec(Sliding(10, 5), 3, "k", (("n", agg.count()), ("s", agg.sum("v"))))
 
 
 def feed(rows, seq0=0):
@@ -88,7 +88,7 @@ def test_transcript_size10_slide5_lateness3():
 
 
 def test_split_late_one_row_per_event_window_and_one_late_row_per_event():
-    spec = WindowSpec(SlidingWindows(10, 5), 0, "k", (("n", agg.count()),))
+    spec = WindowSpec(Sliding(10, 5), 0, "k", (("n", agg.count()),))
     accepted, late, candidates = split_late(feed([("a", 7, 1), ("a", 3, 2), ("b", 12, 3)]), 10, spec)
     assert rows_of(accepted, "k", "__et", "__ws", "__we") == [
         ("a", 7, 5, 15),  # [0,10) closed at watermark 10 (lateness 0)
@@ -106,7 +106,7 @@ def test_update_mode_and_callbacks_on_sliding():
         seen.append(rows_of(aggregate, "window_start", "n"))
         return np.ones(aggregate.num_rows, bool)
 
-    spec = WindowSpec(SlidingWindows(10, 5), 0, "k", (("n", agg.count()),), after_update=after)
+    spec = WindowSpec(Sliding(10, 5), 0, "k", (("n", agg.count()),), after_update=after)
     _, res, _ = process_epoch(None, feed([("a", 7, 1), ("a", 3, 1)]), NO_WM, 10, spec)
     # a@3 -> [-5,5),[0,10); a@7 -> [0,10),[5,15); processing order inside a window: time
     assert seen == [[(-5, 1), (0, 1), (0, 2), (5, 1)]]
@@ -181,7 +181,7 @@ AGGS = (
 
 @pytest.mark.parametrize(("size", "slide"), [(10, 5), (30, 7), (20, 20)])
 def test_large_delay_equals_batch(size, slide):
-    spec = WindowSpec(SlidingWindows(size, slide), 0, "k", AGGS)
+    spec = WindowSpec(Sliding(size, slide), 0, "k", AGGS)
     ev, res, late = simulate(21, 10**6, spec)
     assert len(late) == 0 and (res.emit == "final").all()
     assert not res.duplicated(["k", "window_start"]).any()
@@ -200,7 +200,7 @@ def test_large_delay_equals_batch(size, slide):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_small_delay_every_event_window_pair_accounted_once(seed):
     size, slide, lateness = 20, 5, 4
-    spec = WindowSpec(SlidingWindows(size, slide), lateness, "k", AGGS)
+    spec = WindowSpec(Sliding(size, slide), lateness, "k", AGGS)
     ev, res, late = simulate(seed, 12, spec)
     pairs = explode(ev, size, slide)
     pairs["open"] = pairs.we + lateness > pairs.wm  # window still had state when the event arrived
@@ -237,7 +237,7 @@ def test_callbacks_see_running_aggregates_continuing_across_epochs():
         return np.ones(len(event), bool)
 
     spec = WindowSpec(
-        SlidingWindows(20, 10), 0, "k", (("n", agg.count()), ("ids", agg.collect("id"))), after_update=after
+        Sliding(20, 10), 0, "k", (("n", agg.count()), ("ids", agg.collect("id"))), after_update=after
     )
     ev, res, late = simulate(5, 10**6, spec, n=400)
     early = res[res.emit == "early"]

@@ -80,8 +80,8 @@ SIZE, SLIDE, GAP = 10, 5, 4
 
 
 def spec_of(assigner: str, aggs: list[str], lateness: int) -> W.WindowSpec:
-    a = {"tumbling": W.TumblingWindows(SIZE), "sliding": W.SlidingWindows(SIZE, SLIDE),
-         "session": W.SessionWindows(GAP)}[assigner]
+    a = {"tumbling": W.Tumbling(SIZE), "sliding": W.Sliding(SIZE, SLIDE),
+         "session": W.Session(GAP)}[assigner]
     return W.WindowSpec(a, lateness, "k", tuple((n, AGGS[n]()) for n in aggs))
 
 
@@ -212,7 +212,7 @@ def test_cumulative_of_no_rows_is_empty():
 def test_result_types_keep_the_input_types():
     schema = pa.schema([("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")),
                         ("d", pa.decimal128(6, 2)), ("__et", pa.int64()), ("__seq", pa.int64())])
-    spec = W.WindowSpec(W.TumblingWindows(10), 0, "k", (("m", wire.max_by("d")),
+    spec = W.WindowSpec(W.Tumbling(10), 0, "k", (("m", wire.max_by("d")),
                                                          ("t", wire.top_k("ts", 2, columns=["d"]))))
     out = result_schema(spec, schema)
     assert out.field("m").type == pa.struct([("k", pa.string()), ("ts", pa.timestamp("us", tz="UTC")),
@@ -264,7 +264,7 @@ def test_schema_errors_name_the_parameter(agg, parameter, accepted):
     schema = pa.schema([("k", pa.string()), ("v", pa.int64()), ("p", pa.string()),
                         ("lst", pa.list_(pa.int64())), ("b", pa.bool_()),
                         ("__et", pa.int64()), ("__seq", pa.int64())])
-    spec = W.WindowSpec(W.TumblingWindows(10), 0, "k", (("o", agg),))
+    spec = W.WindowSpec(W.Tumbling(10), 0, "k", (("o", agg),))
     with pytest.raises(ConfigError) as e:
         result_schema(spec, schema)
     assert e.value.parameter == parameter

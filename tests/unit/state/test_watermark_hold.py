@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 from wire.core.envelope import MAX_WATERMARK
 from wire.state import aggregations as agg
-from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows, earliest_start
+from wire.state.assigners import Session, Sliding, Tumbling, earliest_start
 from wire.state.segments import MemoryChunkStore
 from wire.state.window_epoch import WindowInputs, on_epoch
 from wire.state.windows import WindowSpec, output_watermark, preaggregate, process_epoch, split_late
 
 NO_WM = -(2**63)
-SECOND = WindowSpec(TumblingWindows(20), 0, "k", (("best", agg.max("x")), ("windows", agg.count())))
+SECOND = WindowSpec(Tumbling(20), 0, "k", (("best", agg.max("x")), ("windows", agg.count())))
 
 
 def events_table(rows: list[tuple[str, int, int]], seq0: int) -> pa.Table:
@@ -108,7 +108,7 @@ def oracle(events: list[tuple[str, int, bool]], first: WindowSpec) -> list[tuple
     if df.empty:
         return []
     a = first.assigner
-    if isinstance(a, SessionWindows):
+    if isinstance(a, Session):
         rows = []
         for k, g in df.sort_values("t").groupby("k"):
             start = end = None
@@ -124,7 +124,7 @@ def oracle(events: list[tuple[str, int, bool]], first: WindowSpec) -> list[tuple
         w1 = pd.DataFrame(rows, columns=["k", "start", "n"])
     else:
         size = a.size_ms
-        slide = a.slide_ms if isinstance(a, SlidingWindows) else size
+        slide = a.slide_ms if isinstance(a, Sliding) else size
         parts = []
         for j in range(-(-size // slide)):
             s = df["t"] - df["t"] % slide - j * slide
@@ -136,10 +136,10 @@ def oracle(events: list[tuple[str, int, bool]], first: WindowSpec) -> list[tuple
 
 
 FIRST_WINDOWS = [
-    WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),)),
-    WindowSpec(SlidingWindows(30, 10), 0, "k", (("n", agg.count()),)),
-    WindowSpec(SlidingWindows(25, 10), 0, "k", (("n", agg.count()),)),
-    WindowSpec(SessionWindows(7), 0, "k", (("n", agg.count()),)),
+    WindowSpec(Tumbling(10), 0, "k", (("n", agg.count()),)),
+    WindowSpec(Sliding(30, 10), 0, "k", (("n", agg.count()),)),
+    WindowSpec(Sliding(25, 10), 0, "k", (("n", agg.count()),)),
+    WindowSpec(Session(7), 0, "k", (("n", agg.count()),)),
 ]
 
 
@@ -160,9 +160,9 @@ def test_filtered_gap_then_sliding_window_is_not_late_downstream(kernel):
 
 
 @pytest.mark.parametrize("t, assigner, start", [
-    (105, TumblingWindows(10), 100), (-1, TumblingWindows(10), -10), (100, TumblingWindows(10), 100),
-    (105, SlidingWindows(30, 10), 80), (100, SlidingWindows(30, 10), 80), (99, SlidingWindows(25, 10), 80),
-    (105, SessionWindows(7), 105),
+    (105, Tumbling(10), 100), (-1, Tumbling(10), -10), (100, Tumbling(10), 100),
+    (105, Sliding(30, 10), 80), (100, Sliding(30, 10), 80), (99, Sliding(25, 10), 80),
+    (105, Session(7), 105),
 ])
 def test_earliest_start_by_hand(t, assigner, start):
     assert earliest_start(t, assigner) == start

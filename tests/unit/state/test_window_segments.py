@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from wire.state import aggregations as agg
 from wire.state import window_segments as WS
-from wire.state.assigners import SessionWindows, SlidingWindows, TumblingWindows
+from wire.state.assigners import Session, Sliding, Tumbling
 from wire.state.segments import MemoryChunkStore, Segments
 from wire.state.windows import (
     FIRED,
@@ -37,7 +37,7 @@ ORDER = ["k", "window_start", "window_end", "emit"]
 
 
 def _spec(kind: str, lateness: int, emit: str) -> WindowSpec:
-    assigner = TumblingWindows(10) if kind == "tumbling" else SlidingWindows(10, 5)
+    assigner = Tumbling(10) if kind == "tumbling" else Sliding(10, 5)
     aggs = (("n", agg.count()), ("s", agg.sum("x")), ("hi", agg.max("x")), ("first", agg.first("x")))
     return WindowSpec(assigner, lateness, "k", aggs, emit=emit)
 
@@ -122,7 +122,7 @@ def test_bucketed_epochs_equal_the_whole_state_reference(
 
 def test_an_epoch_on_an_open_window_writes_one_chunk_and_reads_nothing():
     """Hand-derived: 12 epochs of 5 new keys into one open window [0, 3600000)."""
-    spec = WindowSpec(TumblingWindows(3_600_000), 0, "k", (("n", agg.count()),))
+    spec = WindowSpec(Tumbling(3_600_000), 0, "k", (("n", agg.count()),))
     store = MemoryChunkStore()
     segments = Segments(None, store, _merge(spec), fanout=4)
     calls = []
@@ -145,8 +145,8 @@ def test_an_epoch_on_an_open_window_writes_one_chunk_and_reads_nothing():
 
 
 def test_sessions_and_callbacks_are_not_bucketed():
-    assert not WS.bucketed(WindowSpec(SessionWindows(10), 0, "k", (("n", agg.count()),)))
-    cb = WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),), after_update=lambda a, e: [True])
+    assert not WS.bucketed(WindowSpec(Session(10), 0, "k", (("n", agg.count()),)))
+    cb = WindowSpec(Tumbling(10), 0, "k", (("n", agg.count()),), after_update=lambda a, e: [True])
     assert not WS.bucketed(cb)
     with pytest.raises(ValueError, match="tumbling or sliding"):
         WS.advance_segments(Segments(None, MemoryChunkStore(), _merge(cb)), pa.table({}), 0, 0, cb)

@@ -13,7 +13,7 @@ import pytest
 from wire.core.envelope import MAX_WATERMARK
 from wire.errors import ConfigError
 from wire.state import aggregations as agg
-from wire.state.assigners import TumblingWindows, assign
+from wire.state.assigners import Tumbling, assign
 from wire.state.windows import (
     FIRED,
     LATE_REASON,
@@ -69,7 +69,7 @@ def run(state, rows, wm_in, wm_out, spec=SPEC):
 
 
 def starts_of(t, size):
-    return assign(np.asarray(t, np.int64), TumblingWindows(size))[1].tolist()
+    return assign(np.asarray(t, np.int64), Tumbling(size))[1].tolist()
 
 
 def rows_of(table, *cols):
@@ -402,7 +402,7 @@ def test_schema_errors():
 )
 def test_spec_validation(kwargs, parameter):
     base = {
-        "assigner": TumblingWindows(10),
+        "assigner": Tumbling(10),
         "allowed_lateness_ms": 0,
         "key": "k",
         "aggregations": SPEC.aggregations,
@@ -413,9 +413,9 @@ def test_spec_validation(kwargs, parameter):
 
 def test_spec_accepts_list_and_is_frozen():
     spec = TumblingSpec(10, 0, "k", [("n", agg.count())])
-    assert spec == WindowSpec(TumblingWindows(10), 0, "k", (("n", agg.count()),))
+    assert spec == WindowSpec(Tumbling(10), 0, "k", (("n", agg.count()),))
     assert spec.emit == "final" and not spec.needs_events and not spec.sessions
-    assert WindowSpec(TumblingWindows(10), 0, "k", spec.aggregations, after_update=print).needs_events
+    assert WindowSpec(Tumbling(10), 0, "k", spec.aggregations, after_update=print).needs_events
     with pytest.raises(AttributeError):
         spec.key = "x"  # type: ignore[misc]
 
@@ -528,9 +528,9 @@ def test_user_aggregator_across_epochs_and_sessions_equals_pandas():
     k = rng.integers(0, 4, n)
     v = rng.integers(0, 12, n)
     table = pa.table({"k": k, "v": v, "__et": t, "__seq": np.arange(n)})
-    from wire.state.assigners import SessionWindows
+    from wire.state.assigners import Session
 
-    for assigner, window in [(TumblingWindows(100), t // 100 * 100), (SessionWindows(15), None)]:
+    for assigner, window in [(Tumbling(100), t // 100 * 100), (Session(15), None)]:
         spec = WindowSpec(assigner, 0, "k", (("d", distinct),))
         state, got = None, []
         for lo in range(0, n, 50):  # 12 epochs: partials merged into state every epoch
