@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
     from wire.runtime.progress import ProgressReporter
     from wire.runtime.runner import RunningFlow, RunSummary
+    from wire.sources.base import Source
 
 _STEP_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 
@@ -113,7 +114,7 @@ class Flow:
 
     def source(
         self,
-        connector: Any,
+        connector: Source,
         *,
         event_time: str,
         key: str | None = None,
@@ -127,7 +128,8 @@ class Flow:
         Parameters
         ----------
         connector:
-            A source connector, e.g. ``wire.sources.files(...)``.
+            A source connector (:class:`wire.sources.base.Source`), e.g.
+            ``wire.sources.files(...)``; anything else is a ``ConfigError`` here.
         event_time:
             The column holding each event's event time: int64 milliseconds since the
             Unix epoch (UTC), a timestamp, or an ISO-8601 string.
@@ -161,6 +163,9 @@ class Flow:
         ConfigError
             On an invalid parameter.
         """
+        if not all(callable(getattr(connector, m, None)) for m in ("read_stream", "resolve_schema")):
+            raise ConfigError("connector", connector,
+                              "a Wire source connector (wire.sources.Source), e.g. wire.sources.files(...)")
         if not isinstance(event_time, str) or not event_time:
             raise ConfigError("event_time", event_time, "a column name (non-empty string)")
         if key is not None and (not isinstance(key, str) or not key):

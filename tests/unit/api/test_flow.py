@@ -31,6 +31,12 @@ def test_bad_durations_name_the_parameter(bad):
             wire.Tumbling("1h"), allowed_lateness=bad)
 
 
+@pytest.mark.parametrize("bad", ["in/*.parquet", None, wire.sinks.console()])
+def test_source_needs_a_connector(bad):
+    with pytest.raises(wire.ConfigError, match=r"invalid connector=.*accepted: a Wire source connector"):
+        wire.Flow("f").source(bad, event_time="t")
+
+
 def test_zero_window_size_rejected():
     with pytest.raises(wire.ConfigError, match="invalid size=0; accepted: a positive duration"):
         wire.Tumbling(0)
