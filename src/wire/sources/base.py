@@ -47,18 +47,23 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from wire.core import envelope
-from wire.core.watermarks import check_max_future
+from wire.core.control_file import is_paused
+from wire.core.watermarks import check_max_future, future_limit, future_reason
 from wire.errors import ConfigError
+from wire.sources.epoch_sizing import EpochSizer
 
 Capability = Literal["columns", "target_epoch_ms", "resume"]
 """An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
@@ -204,6 +209,57 @@ def check_admission(step: str, *, max_delay_ms: int, max_events_per_epoch: int, 
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(name, value, f"an int >= {least}", step=step)
+
+
+def future_mask(event_times: np.ndarray, at: int | None, max_future_ms: int | None) -> np.ndarray | None:
+    """Which ``event_times`` (ms) are more than ``max_future_ms`` ahead of processing time ``at``.
+
+    None when the check is off (either is None) or no event is that far ahead; else a
+    boolean mask (True: a dead letter, ``BoundedOutOfOrderness``).
+    """
+    limit = future_limit(at, max_future_ms)
+    if limit is None:
+        return None
+    ahead = event_times > limit
+    return ahead if ahead.any() else None
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Records of one read turned into payload rows: the valid rows, their event times, the rejected.
+
+    ``table`` holds the valid records' columns (all nullable), ``event_times`` their event
+    times (ms), ``positions`` their index among the decoded records, and ``dead`` one
+    ``(location, reason, record)`` per rejected record.
+    """
+
+    table: pa.Table
+    event_times: np.ndarray
+    positions: np.ndarray
+    dead: list[tuple[str, str, str]]
+
+    @property
+    def max_event_time(self) -> int | None:
+        """The largest event time among the valid records (None: there are none)."""
+        return int(self.event_times.max()) if len(self.event_times) else None
+
+    def reject_future(self, at: int | None, max_future_ms: int | None,
+                      record: Callable[[int], tuple[str, str]]) -> Decoded:
+        """Move the records more than ``max_future_ms`` ahead of processing time ``at`` to ``dead``.
+
+        ``record(position)`` is a rejected record's ``(location, record text)``. Returns
+        ``self`` when the check is off or nothing is rejected.
+        """
+        ahead = future_mask(self.event_times, at, max_future_ms)
+        if ahead is None:
+            return self
+        assert at is not None and max_future_ms is not None
+        dead = list(self.dead)
+        for pos, et in zip(self.positions[ahead].tolist(), self.event_times[ahead].tolist(), strict=True):
+            location, text = record(pos)
+            dead.append((location, future_reason(et, at, max_future_ms), text))
+        keep = ~ahead
+        return Decoded(self.table.filter(pa.array(keep)), self.event_times[keep], self.positions[keep], dead)
 
 
 class SchemaDataclassDict:
@@ -405,6 +461,55 @@ class BindingDataSource(ConfigDataSource):
 def resume_options(resume: dict | None) -> dict[str, str]:
     """The option carrying ``resume`` to a :class:`ConfigDataSource` (none when None or empty)."""
     return {RESUME_OPTION: json.dumps(resume)} if resume else {}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a reader may admit in the epoch it plans (:meth:`SizedAdmission.admission`)."""
+
+    now: int
+    """Processing time of the planning (ms since the Unix epoch)."""
+    budget: int | None
+    """At most this many records (None: everything available, ``availableNow``)."""
+    started: int
+    """When the run started (ms): recorded in the offsets, else this process's first planning."""
+
+
+class SizedAdmission:
+    """Admission of a stream reader whose budget is Spark's read limit and its epoch sizer.
+
+    The reader sets ``_binding`` (``step``, ``control_file``, ``max_events_per_epoch``),
+    ``_clock`` (ms), ``_sizer`` (:class:`~wire.sources.epoch_sizing.EpochSizer`) and
+    ``_started = None``; its offsets carry ``started`` (ms or None) and may carry ``ended``.
+    """
+
+    _binding: Any
+    _clock: Callable[[], int]
+    _sizer: EpochSizer
+    _started: int | None
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
+        return ReadMaxRows(self._binding.max_events_per_epoch)
+
+    def admission(self, start: dict, limit: ReadLimit) -> Admission | None:
+        """The admission of the epoch planned from ``start``; None while paused or once ended.
+
+        The epoch sizer is asked first, paused or not: the time since the last call is an
+        epoch's. The budget is ``limit``'s (None for ``ReadAllAvailable``; the source's
+        ``max_events_per_epoch`` for a limit it does not know), at most the sizer's.
+        """
+        now = self._clock()
+        sized = self._sizer.budget(now)
+        if start.get("ended") or is_paused(self._binding.control_file, self._binding.step):
+            return None
+        budget: int | None = None
+        if not isinstance(limit, ReadAllAvailable):
+            rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self._binding.max_events_per_epoch
+            budget = min(rows, sized)
+        if self._started is None:
+            self._started = now
+        return Admission(now, budget, self._started if start["started"] is None else start["started"])
 
 
 RESUME_OPTION = "wire_resume"

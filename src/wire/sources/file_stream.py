@@ -22,14 +22,11 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
     ReadLimit,
-    ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
 
 from wire.core import envelope
-from wire.core.control_file import is_paused
 from wire.core.watermarks import (
     NO_WATERMARK,
     PartitionState,
@@ -42,7 +39,7 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
-from wire.sources.base import spark_row_schema
+from wire.sources.base import SizedAdmission, spark_row_schema
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_listing import FileStamp, _wildcard_level
 from wire.sources.file_locate import locate_records
@@ -156,7 +153,7 @@ def file_base(path: str) -> str:
     return base if level is not None else path
 
 
-class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Stream reader of the file source: one Spark task per source partition with records.
 
     Offsets are JSON dicts: ``admitted`` (records admitted so far, valid and malformed),
@@ -204,10 +201,6 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         return _offset({}, {}, admitted=0, watermark=NO_WATERMARK, started=None, at=None, turn=0)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
-        return ReadMaxRows(self._binding.max_events_per_epoch)
-
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the file list: an ``availableNow`` query reads only the files present now.
 
@@ -230,16 +223,10 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounded source whose files are all read returns, once, an ``ended`` offset with
         the maximal watermark.
         """
-        now = self._clock()
-        sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
-        if start["ended"] or is_paused(self._binding.control_file, self._binding.step):
+        admission = self.admission(start, limit)
+        if admission is None:
             return start
-        budget = self._budget(limit)
-        if budget is not None:
-            budget = min(budget, sized)
-        if self._started is None:
-            self._started = now
-        started = self._started if start["started"] is None else start["started"]
+        now, budget, started = admission.now, admission.budget, admission.started
         listing = self._listing()
         before = self._states(start)
         names = sorted(set(listing) | set(before))
@@ -392,13 +379,6 @@ class WireFileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 open_ = self._rel(state.file)
             sets[name] = FileSet(read, open_)
         return sets
-
-    def _budget(self, limit: ReadLimit) -> int | None:
-        if isinstance(limit, ReadAllAvailable):
-            return None
-        if isinstance(limit, ReadMaxRows):
-            return limit.max_rows
-        return self._binding.max_events_per_epoch
 
     def _listing(self) -> dict[str, list[str]]:
         if self._snapshot is not None:

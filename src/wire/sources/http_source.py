@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadLimit
 
 from wire.core import envelope
-from wire.core.control_file import check_bind, is_paused
+from wire.core.control_file import check_bind
 from wire.core.time import Duration, to_millis
 from wire.core.watermarks import (
     NO_WATERMARK,
@@ -72,8 +72,10 @@ from wire.sources.base import (
     Capability,
     ReadRequest,
     SchemaDataclassDict,
+    SizedAdmission,
     check_admission,
     check_columns,
+    future_mask,
     select_columns,
     spark_row_schema,
 )
@@ -382,11 +384,8 @@ def reject_future(parsed: ParsedRecords, bodies: dict[int, str], at: int | None,
     ``bodies`` maps each log seq to its body (the dead letter's record). Returns
     ``parsed`` itself when the check is off or nothing is rejected.
     """
-    limit = future_limit(at, max_future_ms)
-    if limit is None:
-        return parsed
-    ahead = parsed.event_times > limit
-    if not ahead.any():
+    ahead = future_mask(parsed.event_times, at, max_future_ms)
+    if ahead is None:
         return parsed
     assert at is not None and max_future_ms is not None
     dead = parsed.dead + [(int(seq), future_reason(int(et), at, max_future_ms), bodies[int(seq)])
@@ -433,7 +432,7 @@ def _offset(seq: int, admitted: int, state: PartitionState, watermark: int, star
     }
 
 
-class HttpIngestReader(DataSourceStreamReader):
+class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
     """Stream reader of the HTTP ingest source (offsets: see the module docstring).
 
     The planner methods run in Spark's long-lived planner process on the driver; the
@@ -478,10 +477,6 @@ class HttpIngestReader(DataSourceStreamReader):
         self.serve()
         return _offset(0, 0, PartitionState(), NO_WATERMARK, None, None)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
-        return ReadMaxRows(self._binding.max_events_per_epoch)
-
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Admit the log records after ``start``, at most ``limit``; called before each new epoch.
 
@@ -492,16 +487,10 @@ class HttpIngestReader(DataSourceStreamReader):
         """
         self.serve()
         b = self._binding
-        now = self._clock()
-        sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
-        if is_paused(b.control_file, b.step):
+        admission = self.admission(start, limit)
+        if admission is None:
             return start
-        budget = self._budget(limit)
-        if budget is not None:
-            budget = min(budget, sized)
-        if self._started is None:
-            self._started = now
-        started = self._started if start["started"] is None else start["started"]
+        now, budget, started = admission.now, admission.budget, admission.started
         records = self.wal.read(start["seq"], limit=budget) if budget != 0 else []
         parsed = parse_records(records, b.source.schema, b.event_time)
         seq = records[-1][0] if records else start["seq"]
@@ -546,13 +535,6 @@ class HttpIngestReader(DataSourceStreamReader):
         if self._wal is not None:
             self._wal.close()
             self._wal = None
-
-    def _budget(self, limit: ReadLimit) -> int | None:
-        if isinstance(limit, ReadAllAvailable):
-            return None
-        if isinstance(limit, ReadMaxRows):
-            return limit.max_rows
-        return self._binding.max_events_per_epoch
 
     # -- executor ------------------------------------------------------------------------
 

@@ -33,13 +33,13 @@ import base64
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from wire.core.watermarks import future_limit, future_reason
+from wire.sources.base import Decoded
 from wire.sources.conversions import array_from_values, event_times_ms
 
 VALUE_FORMATS = ("json", "avro", "string", "bytes")
@@ -91,26 +91,6 @@ def record_text(value: bytes | None) -> str:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return "base64:" + base64.b64encode(value).decode("ascii")
-
-
-@dataclass(frozen=True)
-class DecodedRecords:
-    """Decoded records of one partition: valid rows, their event times, and the rejected ones.
-
-    ``table`` holds the valid records' columns (payload then metadata, all nullable),
-    ``event_times`` their event times (ms), ``positions`` their index in the input, and
-    ``dead`` one ``(location, reason, record)`` per rejected record.
-    """
-
-    table: pa.Table
-    event_times: np.ndarray
-    positions: np.ndarray
-    dead: list[tuple[str, str, str]]
-
-    @property
-    def max_event_time(self) -> int | None:
-        """The largest event time among the valid records (None: there are none)."""
-        return int(self.event_times.max()) if len(self.event_times) else None
 
 
 class AvroDecoder:
@@ -208,7 +188,7 @@ def decode_records(
     at: int | None = None,
     max_future_ms: int | None = None,
     vectorized: bool = True,
-) -> DecodedRecords:
+) -> Decoded:
     """Decode the records of one topic-partition (module docstring); rejected ones become dead letters.
 
     ``payload_schema`` is the value's columns (:func:`value_schema`); ``event_time``
@@ -287,4 +267,4 @@ def decode_records(
     ]
     if bad:
         table = table.filter(pa.array(keep, pa.bool_()))
-    return DecodedRecords(table, ets[keep], np.flatnonzero(keep).astype(np.int64), dead)
+    return Decoded(table, ets[keep], np.flatnonzero(keep).astype(np.int64), dead)

@@ -35,8 +35,9 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
+from wire.sources.base import Decoded
 from wire.sources.epoch_sizing import EpochSizer
-from wire.sources.kafka_decode import AvroDecoder, DecodedRecords, KafkaRecord, decode_records
+from wire.sources.kafka_decode import AvroDecoder, KafkaRecord, decode_records
 from wire.sources.kafka_offsets import (
     PartitionOffset,
     committable,
@@ -455,7 +456,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 self._pos[n] = recs[-1].offset + 1
         return out
 
-    def _decode(self, name: str, records: list[KafkaRecord], at: int | None) -> DecodedRecords:
+    def _decode(self, name: str, records: list[KafkaRecord], at: int | None) -> Decoded:
         b, src = self._binding, self._binding.source
         if src.value_format == "avro" and self._avro is None:
             self._avro = AvroDecoder(src.avro_schema or "", src.avro_framing)

@@ -30,12 +30,11 @@ from wire.core.watermarks import (
     PartitionState,
     WatermarkPolicy,
     advance_partition,
-    future_limit,
-    future_reason,
     should_tick,
     source_watermark,
 )
 from wire.errors import WireError
+from wire.sources.base import Decoded
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_readers import _array_from_values, event_times_ms
 
@@ -92,46 +91,12 @@ def _entries(raw: list[Any] | None) -> list[Entry]:
 # ------------------------------------------------------------------------ decoding
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """Entries turned into payload rows: valid rows, their event times, and dead letters.
-
-    ``table`` holds the valid entries' payload columns (``schema``, all nullable),
-    ``event_times`` their event times (ms), ``positions`` their index among the decoded
-    entries, and ``dead`` one ``(location, reason, record)`` per rejected entry.
-    """
-
-    table: pa.Table
-    event_times: np.ndarray
-    positions: np.ndarray
-    dead: list[tuple[str, str, str]]
-
-    @property
-    def max_event_time(self) -> int | None:
-        """The largest event time among the valid entries (None: there are none)."""
-        return int(self.event_times.max()) if len(self.event_times) else None
-
-    def reject_future(self, entries: list[Entry], at: int | None, max_future_ms: int | None,
-                      stream: str) -> Decoded:
-        """Move the entries more than ``max_future_ms`` ahead of processing time ``at`` to ``dead``.
-
-        ``entries`` are the decoded entries (for the dead letters' ids and fields).
-        Returns ``self`` when the check is off or nothing is rejected.
-        """
-        limit = future_limit(at, max_future_ms)
-        if limit is None:
-            return self
-        ahead = self.event_times > limit
-        if not ahead.any():
-            return self
-        assert at is not None and max_future_ms is not None
-        dead = list(self.dead)
-        for pos, et in zip(self.positions[ahead].tolist(), self.event_times[ahead].tolist(), strict=True):
-            entry_id, fields = entries[pos]
-            dead.append((f"{stream}:{entry_id}", future_reason(et, at, max_future_ms),
-                         json.dumps(fields, ensure_ascii=False)))
-        keep = ~ahead
-        return Decoded(self.table.filter(pa.array(keep)), self.event_times[keep], self.positions[keep], dead)
+def entry_record(entries: list[Entry], stream: str) -> Callable[[int], tuple[str, str]]:
+    """A rejected entry's dead-letter location and record, by its index in ``entries``."""
+    def record(pos: int) -> tuple[str, str]:
+        entry_id, fields = entries[pos]
+        return f"{stream}:{entry_id}", json.dumps(fields, ensure_ascii=False)
+    return record
 
 
 def decode_entries(
@@ -337,7 +302,7 @@ class RedisStreamReader(DataSourceStreamReader):
         started = self._started if start["started"] is None else start["started"]
         decoded = self._decode(entries) if entries else None
         if decoded is not None:  # future-dated entries do not move the watermark
-            decoded = decoded.reject_future(entries, now, b.max_future_ms, self._stream)
+            decoded = decoded.reject_future(now, b.max_future_ms, entry_record(entries, self._stream))
         prev = PartitionState.from_json(start["stream"])
         part = advance_partition(
             prev,
@@ -509,7 +474,7 @@ class RedisStreamReader(DataSourceStreamReader):
             )
         decoded = self._decode(entries)
         valid = decoded.table.num_rows
-        decoded = decoded.reject_future(entries, p.at, b.max_future_ms, self._stream)
+        decoded = decoded.reject_future(p.at, b.max_future_ms, entry_record(entries, self._stream))
         n = decoded.table.num_rows
         if n:
             yield envelope.data_batch(schema, decoded.table, b.output_schema.names, decoded.event_times,
