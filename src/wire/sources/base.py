@@ -405,14 +405,19 @@ def open_stream(spark: SparkSession, data_source: type[DataSource], **options: s
 class ConfigDataSource(DataSource):
     """A Spark Python data source configured by one JSON option, its reader :func:`resumable`.
 
-    A connector subclasses it with ``format_name`` (``spark.readStream.format``),
-    :meth:`config` (its option parsed; the result has an ``output_schema``: the payload
-    columns produced) and :meth:`reader`; the connector's ``read_stream`` loads it with
+    A connector subclasses it with ``format_name`` (``spark.readStream.format``), ``option``
+    (the option holding the configuration), ``config_class`` (the class parsing that
+    option's text; its instances have an ``output_schema``: the payload columns produced)
+    and ``reader_class`` (the stream reader, built from the configuration), or overrides
+    :meth:`config` / :meth:`reader`; the connector's ``read_stream`` loads it with
     :func:`open_stream`. ``resume`` comes from the option :data:`RESUME_OPTION`
     (:func:`resume_options`) unless :meth:`resume` says otherwise.
     """
 
     format_name: ClassVar[str]
+    option: ClassVar[str]
+    config_class: ClassVar[type]
+    reader_class: ClassVar[type[DataSourceStreamReader]]
 
     @classmethod
     def name(cls) -> str:
@@ -421,7 +426,7 @@ class ConfigDataSource(DataSource):
 
     def config(self) -> Any:
         """The configuration of this data source, parsed from its option."""
-        raise NotImplementedError
+        return self.config_class(self.options[self.option])
 
     def resume(self, config: Any) -> dict | str | None:
         """Where to resume on a new Spark checkpoint (:func:`resumable`; None: as usual)."""
@@ -438,20 +443,22 @@ class ConfigDataSource(DataSource):
 
     def reader(self, config: Any) -> DataSourceStreamReader:
         """The connector's stream reader for ``config``."""
-        raise NotImplementedError
+        return self.reader_class(config)
 
 
 class BindingDataSource(ConfigDataSource):
     """A :class:`ConfigDataSource` whose option ``binding`` is a :class:`Binding`'s JSON.
 
-    A connector subclasses it with ``format_name``, ``binding_class`` and :meth:`reader`.
+    A connector subclasses it with ``format_name``, ``binding_class`` and ``reader_class``
+    (or :meth:`reader`).
     """
 
+    option = "binding"
     binding_class: ClassVar[type[Binding]]
 
     def config(self) -> Binding:
         """The binding of this data source's options."""
-        return self.binding_class.from_json(self.options["binding"])
+        return self.binding_class.from_json(self.options[self.option])
 
     def resume(self, config: Binding) -> dict | None:
         """The binding's ``resume``."""

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader
 
 from wire.core.time import Duration, to_millis
 from wire.core.watermarks import NO_WATERMARK
@@ -348,10 +347,7 @@ class WireFileDataSource(BindingDataSource):
 
     format_name = DATA_SOURCE_NAME
     binding_class = SourceBinding
-
-    def reader(self, binding: SourceBinding) -> DataSourceStreamReader:
-        """The file source's stream reader."""
-        return WireFileStreamReader(binding)
+    reader_class = WireFileStreamReader
 
 
 def _size(path: str) -> int | None:

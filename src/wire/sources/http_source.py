@@ -589,7 +589,4 @@ class HttpIngestDataSource(BindingDataSource):
 
     format_name = DATA_SOURCE_NAME
     binding_class = IngestBinding  # type: ignore[assignment]  # its payload schema is the source's
-
-    def reader(self, binding: IngestBinding) -> DataSourceStreamReader:
-        """The HTTP ingest source's stream reader."""
-        return HttpIngestReader(binding)
+    reader_class = HttpIngestReader

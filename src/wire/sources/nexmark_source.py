@@ -453,20 +453,6 @@ class _Config:
         self.row_schema = spark_row_schema(self.output_schema)
 
 
-class NexmarkDataSource(ConfigDataSource):
-    """Spark Python data source ``wire_nexmark``; option ``config`` (JSON)."""
-
-    format_name = DATA_SOURCE_NAME
-
-    def config(self) -> _Config:
-        """The generator and the step's settings, from the option ``config``."""
-        return _Config(self.options["config"])
-
-    def reader(self, config: _Config) -> DataSourceStreamReader:
-        """The stream reader."""
-        return NexmarkStreamReader(config)
-
-
 class _Range(InputPartition):
     def __init__(self, lo: int, hi: int, w0: int, w1: int, control: dict | None, last: bool) -> None:
         super().__init__(None)
@@ -570,3 +556,12 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                       envelope.metrics_table(c.step, p.control))
         if p.last:
             yield envelope.watermark_batch(schema, p.w1, range(c.key_groups))
+
+
+class NexmarkDataSource(ConfigDataSource):
+    """Spark Python data source ``wire_nexmark``; option ``config``: the generator and the step's settings."""
+
+    format_name = DATA_SOURCE_NAME
+    option = "config"
+    config_class = _Config
+    reader_class = NexmarkStreamReader

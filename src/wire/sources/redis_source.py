@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader
 
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError, require_extra
@@ -217,10 +216,7 @@ class RedisStreamDataSource(BindingDataSource):
 
     format_name = DATA_SOURCE_NAME
     binding_class = RedisBinding
-
-    def reader(self, binding: RedisBinding) -> DataSourceStreamReader:
-        """The Redis Streams source's stream reader (:mod:`wire.sources.redis_reader`)."""
-        return RedisStreamReader(binding)
+    reader_class = RedisStreamReader
 
 
 # ---------------------------------------------------------------------------- sink

@@ -120,21 +120,6 @@ class _Script:
         return NO_WATERMARK if i == 0 else int(self.steps[i - 1][1])
 
 
-class TestStreamDataSource(ConfigDataSource):
-    """Spark Python data source ``wire_test_stream``; option ``script`` (JSON)."""
-
-    __test__ = False
-    format_name = DATA_SOURCE_NAME
-
-    def config(self) -> _Script:
-        """The script, from the option ``script``."""
-        return _Script(self.options["script"])
-
-    def reader(self, config: _Script) -> DataSourceStreamReader:
-        """The stream reader."""
-        return TestStreamReader(config)
-
-
 class _Step(InputPartition):
     def __init__(self, index: int) -> None:
         super().__init__(index)
@@ -189,3 +174,13 @@ class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 schema, envelope.METRICS_PORT, envelope.metrics_table(s.step, counts)
             )
         yield envelope.watermark_batch(schema, int(s.steps[i][1]), range(s.key_groups))
+
+
+class TestStreamDataSource(ConfigDataSource):
+    """Spark Python data source ``wire_test_stream``; option ``script``: the scripted steps."""
+
+    __test__ = False
+    format_name = DATA_SOURCE_NAME
+    option = "script"
+    config_class = _Script
+    reader_class = TestStreamReader
