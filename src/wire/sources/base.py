@@ -409,7 +409,7 @@ class ConfigDataSource(DataSource):
     (the option holding the configuration), ``config_class`` (the class parsing that
     option's text; its instances have an ``output_schema``: the payload columns produced)
     and ``reader_class`` (the stream reader, built from the configuration), or overrides
-    :meth:`config` / :meth:`reader`; the connector's ``read_stream`` loads it with
+    :meth:`config` / :meth:`stream_reader`; the connector's ``read_stream`` loads it with
     :func:`open_stream`. ``resume`` comes from the option :data:`RESUME_OPTION`
     (:func:`resume_options`) unless :meth:`resume` says otherwise.
     """
@@ -417,7 +417,8 @@ class ConfigDataSource(DataSource):
     format_name: ClassVar[str]
     option: ClassVar[str]
     config_class: ClassVar[type]
-    reader_class: ClassVar[type[DataSourceStreamReader]]
+    reader_class: ClassVar[type]
+    """The stream reader's class, built from the configuration (see :meth:`stream_reader`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -439,10 +440,10 @@ class ConfigDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""
         config = self.config()
-        return resumable(self.reader(config), self.resume(config))
+        return resumable(self.stream_reader(config), self.resume(config))
 
-    def reader(self, config: Any) -> DataSourceStreamReader:
-        """The connector's stream reader for ``config``."""
+    def stream_reader(self, config: Any) -> DataSourceStreamReader:
+        """The connector's stream reader for ``config`` (not Spark's batch ``reader(schema)``)."""
         return self.reader_class(config)
 
 
@@ -450,7 +451,7 @@ class BindingDataSource(ConfigDataSource):
     """A :class:`ConfigDataSource` whose option ``binding`` is a :class:`Binding`'s JSON.
 
     A connector subclasses it with ``format_name``, ``binding_class`` and ``reader_class``
-    (or :meth:`reader`).
+    (or :meth:`stream_reader`).
     """
 
     option = "binding"

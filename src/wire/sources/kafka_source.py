@@ -333,7 +333,7 @@ class KafkaDataSource(BindingDataSource):
     format_name = DATA_SOURCE_NAME
     binding_class = KafkaBinding
 
-    def reader(self, binding: KafkaBinding) -> DataSourceStreamReader:
+    def stream_reader(self, binding: KafkaBinding) -> DataSourceStreamReader:
         """The Kafka source's stream reader (:mod:`wire.sources.kafka_reader`)."""
         from wire.sources.kafka_reader import KafkaStreamReader
 
