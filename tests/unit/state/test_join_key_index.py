@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_join_segments import _side
 
 from wire.state import join_segments as JS
 from wire.state.join import IntervalJoinSpec
@@ -41,15 +42,6 @@ class CountingStore(MemoryChunkStore):
 def colliding(keys):
     """A deliberately bad hash: three values for all keys (almost every probe meets every chunk)."""
     return np.unique(JS.key_hashes(keys) % np.uint64(3))
-
-
-def _side(rows, col, seq0):
-    return pa.table({
-        "k": pa.array([r[0] for r in rows], pa.string()),
-        col: pa.array([r[2] for r in rows], pa.int64()),
-        "__et": pa.array([r[1] for r in rows], pa.int64()),
-        "__seq": pa.array(range(seq0, seq0 + len(rows)), pa.int64()),
-    })
 
 
 def _pairs(joined):
