@@ -471,9 +471,6 @@ class CasTable(Protocol):
         """
         ...
 
-    def discard(self, attempt: str) -> None:
-        """Remove what was staged under ``attempt``."""
-        ...
 
 
 Status = Literal["written", "unchanged", "behind", "read_only"]
@@ -652,13 +649,11 @@ class SelfCorrectingWriter:
                 if now.upper == snap.upper and now.token == snap.token:
                     self.last_upper = snap.upper
                     return EpochOutcome("unchanged", desc, 0, drift, 0, conflicts, full, snap.upper)
-            elif table.commit(desc, attempt, snap.token):
+            elif table.commit(desc, attempt, snap.token):  # a failed commit removes the parts itself
                 self.last_upper = desc.upper
                 staged = sum(1 for r in results if r.corrections)
                 return EpochOutcome("written", desc, size, drift, differing, conflicts, full, desc.upper,
                                     staged)
-            else:
-                table.discard(attempt)
             conflicts += 1
             if conflicts >= self.max_conflicts:
                 raise WireError(f"self-correcting sink: {conflicts} compare-and-set conflicts in one epoch")
@@ -701,10 +696,6 @@ class MemoryTable:
     def stage(self, attempt: str, shard: int, desc: BatchDescription, corr: Correction) -> None:
         """Keep ``corr`` as ``attempt``'s part ``shard``."""
         self.staged.setdefault(attempt, {})[shard] = corr
-
-    def discard(self, attempt: str) -> None:
-        """Forget ``attempt``'s parts."""
-        self.staged.pop(attempt, None)
 
     def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
         """Apply ``attempt``'s parts and set the upper iff it is ``desc.lower`` and the rows are as read."""

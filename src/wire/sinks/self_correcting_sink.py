@@ -266,11 +266,11 @@ class _PgTable:
                 self.conn.execute(sql.SQL("DELETE FROM {} WHERE __wire_writer = %s").format(self.staging),
                                   (self.writer,))
         except _Conflict:
-            self.discard(attempt)
+            self._discard(attempt)
             return False
         return True
 
-    def discard(self, attempt: str) -> None:
+    def _discard(self, attempt: str) -> None:
         """Delete the staged rows of ``attempt``."""
         self.conn.execute(self.sql.SQL("DELETE FROM {} WHERE __wire_attempt = %s").format(self.staging),
                           (attempt,))
@@ -364,10 +364,10 @@ class _DeltaTable:
         except CommitFailedError:
             return False
         finally:
-            self.discard(attempt)
+            self._discard(attempt)
         return True
 
-    def discard(self, attempt: str) -> None:
+    def _discard(self, attempt: str) -> None:
         """Remove ``<parts>/<attempt>``."""
         shutil.rmtree(self.parts / attempt, ignore_errors=True)
 
@@ -466,7 +466,6 @@ class _PartTask:
         touched: set[Key] = set()
         for path in inputs:
             touched |= desired.apply(pq.read_table(path))
-        desired.schema = self.schema
         if inputs:
             store.shard(shard).save(self.epoch, desired.to_arrow())
             _DESIRED[cache_key] = (self.epoch, desired)
