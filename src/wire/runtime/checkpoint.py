@@ -217,7 +217,7 @@ def open_checkpoint(
             "or a new checkpoint)"
         )
     recorded = doc.get("steps")
-    if current is not None and recorded is not None and _numbered(spark_dir / "offsets"):
+    if current is not None and recorded is not None and log_batches(spark_dir / "offsets"):
         changes = incompatible_changes(recorded, current)
         if changes:
             raise CheckpointError(
@@ -226,7 +226,7 @@ def open_checkpoint(
             )
     check_spark_logs(root, sources=None if plan is None else source_count(plan))
     previous = doc.get("previous_spark_dir")
-    if previous and _numbered(root / doc["spark_dir"] / "commits"):
+    if previous and log_batches(root / doc["spark_dir"] / "commits"):
         shutil.rmtree(root / previous, ignore_errors=True)  # the new generation has committed
         shutil.rmtree(root / f"{previous}.seeds", ignore_errors=True)
         doc = {k: v for k, v in doc.items() if k != "previous_spark_dir"}
@@ -365,11 +365,12 @@ class EpochInfo:
     """True when the epoch completed (Spark's commit log has it)."""
 
 
-def _numbered(d: Path) -> list[int]:
+def log_batches(d: Path) -> list[int]:
+    """The batch ids that have a file in a Spark log directory (``offsets/``, ``commits/``), sorted."""
     return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
 
 
-def _read_log(file: Path, checkpoint: str | os.PathLike[str]) -> list[str]:
+def read_spark_log(file: Path, checkpoint: str | os.PathLike[str]) -> list[str]:
     """One Spark log file (``offsets/N``, ``commits/N``): its lines after the version line.
 
     Spark writes ``v<version>``, a JSON object (epoch metadata), then for an offset
@@ -414,7 +415,7 @@ def check_spark_logs(checkpoint: str | os.PathLike[str], *, sources: int | None 
 
     Checks what Spark reads first on a restart: ``metadata`` (a JSON object with the
     query ``id``), the latest two offset log files and the latest commit log file
-    (:func:`_read_log`), and, given ``sources``, that the latest offsets hold one
+    (:func:`read_spark_log`), and, given ``sources``, that the latest offsets hold one
     offset per source. Without these checks Spark fails inside the query, e.g. with
     ``IllegalStateException: Log file was malformed``. This reads no state: damaged
     state files still fail in Spark.
@@ -450,17 +451,17 @@ def check_spark_logs(checkpoint: str | os.PathLike[str], *, sources: int | None 
                 f"checkpoint {str(checkpoint)!r}: {spark / name} is a file, not a directory; "
                 f"the checkpoint is damaged. {WAY_OUT}"
             )
-    offsets = _numbered(spark / "offsets")
+    offsets = log_batches(spark / "offsets")
     for n in offsets[-2:][::-1]:
-        lines = _read_log(spark / "offsets" / str(n), checkpoint)
+        lines = read_spark_log(spark / "offsets" / str(n), checkpoint)
         if sources is not None and n == offsets[-1] and len(lines) != sources:
             raise CheckpointError(
                 f"checkpoint {str(checkpoint)!r}: {spark / 'offsets' / str(n)} records "
                 f"{len(lines)} source offset(s), the flow has {sources} source(s); sources "
                 f"cannot be added or removed on a checkpoint. {WAY_OUT}"
             )
-    for n in _numbered(spark / "commits")[-1:]:
-        _read_log(spark / "commits" / str(n), checkpoint)
+    for n in log_batches(spark / "commits")[-1:]:
+        read_spark_log(spark / "commits" / str(n), checkpoint)
 
 
 def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
@@ -475,11 +476,11 @@ def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
     spark = Path(spark_checkpoint(checkpoint))
     if not (spark / "offsets").is_dir():
         raise CheckpointError(f"{str(checkpoint)!r} is not a Wire checkpoint (no spark/offsets)")
-    committed = set(_numbered(spark / "commits"))
+    committed = set(log_batches(spark / "commits"))
     base = epoch_base(checkpoint)  # Wire's epoch ids continue across a rescale
     out = []
-    for n in _numbered(spark / "offsets"):
-        lines = _read_log(spark / "offsets" / str(n), checkpoint)
+    for n in log_batches(spark / "offsets"):
+        lines = read_spark_log(spark / "offsets" / str(n), checkpoint)
         offsets = tuple(None if line.strip() == "-" else json.loads(line) for line in lines)
         marks = tuple(o.get("watermark") if isinstance(o, dict) else None for o in offsets)
         out.append(EpochInfo(n + base, offsets, marks, n in committed))
@@ -489,7 +490,7 @@ def list_epochs(checkpoint: str | os.PathLike[str]) -> list[EpochInfo]:
 def epochs_settled(checkpoint: str | os.PathLike[str]) -> bool:
     """True when every planned epoch has completed (nothing is in flight)."""
     spark = Path(spark_checkpoint(checkpoint))
-    planned, done = _numbered(spark / "offsets"), _numbered(spark / "commits")
+    planned, done = log_batches(spark / "offsets"), log_batches(spark / "commits")
     return (planned[-1:] == done[-1:])
 
 

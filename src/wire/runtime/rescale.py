@@ -87,6 +87,7 @@ from wire.core.envelope import KG, decode_table, encode_table
 from wire.core.time import NO_WATERMARK
 from wire.errors import CheckpointError
 from wire.plan.nodes import Plan, SourceNode
+from wire.runtime.checkpoint import log_batches, read_spark_log
 from wire.state.rekey import INDEX_TABLE, GroupState, merge_channels, rekey
 from wire.state.segments import INDEX_SCHEMA
 
@@ -147,12 +148,8 @@ def parse_operator_ids(text: str) -> dict[str, int]:
     return out
 
 
-def _numbered(d: Path) -> list[int]:
-    return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit()) if d.is_dir() else []
-
-
 def _offset_lines(spark_dir: Path, batch: int) -> list[str]:
-    return (spark_dir / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()[2:]
+    return read_spark_log(spark_dir / "offsets" / str(batch), spark_dir.parent)
 
 
 def _resume(order: list[str], spark_dir: Path, committed: int, planned: int, where: str) -> dict[str, dict]:
@@ -327,7 +324,7 @@ def rescale_checkpoint(
 
     where = f"checkpoint {str(root)!r} (key_groups={doc['key_groups']} -> {key_groups})"
     old_dir = root / doc.get("spark_dir", "spark")
-    commits, offsets = _numbered(old_dir / "commits"), _numbered(old_dir / "offsets")
+    commits, offsets = log_batches(old_dir / "commits"), log_batches(old_dir / "offsets")
     if not commits:
         raise CheckpointError(f"{where}: no committed epoch to rescale from; run it with the "
                               "checkpoint's key_groups first, or start a new checkpoint")
