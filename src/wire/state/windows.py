@@ -434,7 +434,7 @@ def compact(chunks: list[pa.Table], spec: WindowSpec) -> pa.Table:
     ----------
     chunks : list of pyarrow.Table
         Tables in :func:`state_schema` (``__fired`` may be missing: False), several
-        rows per window allowed; each sorted by (key, ``__ws``, ``__we``).
+        rows per window allowed, in any order.
     spec : WindowSpec
         The window configuration (sessions: overlapping sessions of a key merge).
 
@@ -448,8 +448,9 @@ def compact(chunks: list[pa.Table], spec: WindowSpec) -> pa.Table:
               c.append_column(FIRED, pa.array(np.zeros(c.num_rows, bool))) for c in chunks]
     schema = tables[0].schema
     rows = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
-    if len(tables) > 1:
-        rows = rows.sort_by([(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END)])
+    # Always sorted here: one table may be several tasks' partials concatenated (unsorted as
+    # a whole); a window's rows must be adjacent for _windows to merge them.
+    rows = rows.sort_by([(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END)])
     groups = _windows(rows, spec)
     if groups.n == rows.num_rows:
         return rows
