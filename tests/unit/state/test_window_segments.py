@@ -110,7 +110,8 @@ def test_bucketed_epochs_equal_the_whole_state_reference(
         state, ref_results, ref_late = process_epoch(state, table, wm, new_wm, spec)
 
         accepted, late, _ = split_late(table, wm, spec)
-        shares = [accepted.take(pa.array(range(t, accepted.num_rows, tasks), pa.int64())) for t in range(tasks)]
+        n = accepted.num_rows
+        shares = [accepted.take(pa.array(range(t, n, tasks), pa.int64())) for t in range(tasks)]
         partials = pa.concat_tables([preaggregate(share, spec) for share in shares])
         results = WS.advance_segments(segments, partials, wm, new_wm, spec, slice_rows=slice_rows)
         assert _rows(results) == _rows(ref_results), f"epoch {i}"
