@@ -58,7 +58,7 @@ def oracle(events: pd.DataFrame) -> list[tuple[str, int, int]]:
     return sorted((k, int(s), int(n)) for (k, s), n in counts.items())
 
 
-def build(server, out, dead=None):
+def build(server, out, dead=None, raw=None):
     flow = wire.Flow("redis_counts")
     src = redis_stream(server.url, "events", group="wire", schema=SCHEMA, idle_timeout="1s")
     s = flow.source(src, event_time="t", key="k", watermark=wire.BoundedOutOfOrderness(50),
@@ -66,6 +66,8 @@ def build(server, out, dead=None):
     s.window(wire.Tumbling(WINDOW)).aggregate(n=wire.count(), name="w").sink(wire.sinks.parquet(out))
     if dead is not None:
         flow.dead_letters().sink(wire.sinks.parquet(dead))
+    if raw is not None:  # a second branch on the source
+        s.filter("v % 2 = 0", name="even").sink(wire.sinks.parquet(raw), name="raw")
     return flow
 
 
@@ -156,3 +158,21 @@ def test_crash_mid_run_then_restart_is_exactly_once(spark, server, client, tmp_p
         second.stop()
     assert counted(out) == oracle(events)
     assert pending(client) == 0
+
+
+def test_a_branched_flow_reads_and_acknowledges_each_entry_once(spark, server, client, tmp_path):
+    """Two branches on one Redis stream: each branch sees every entry once, each entry is
+    acknowledged, the dead letters come out once, and Spark scans the stream once per epoch."""
+    events = produce(client)
+    out, dead, raw = tmp_path / "out", tmp_path / "dead", tmp_path / "raw"
+    running = build(server, out, dead, raw).start(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    try:
+        wait_for(lambda: total(out) >= N, what="all events counted")
+        wait_for(lambda: read(raw) is not None and read(raw).num_rows >= N // 2, what="raw branch")
+    finally:
+        summary = running.stop()
+    assert counted(out) == oracle(events)
+    assert sorted(read(raw).column("v").to_pylist()) == [v for v in events.v if v % 2 == 0]
+    assert read(dead).num_rows == BAD
+    assert pending(client) == 0
+    assert summary.source_scans == 1

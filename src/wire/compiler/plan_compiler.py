@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from wire.compiler.branches import pack_port
+from wire.compiler.branches import pack_port, read_once
 from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
 from wire.compiler.process_stage import compile_process
@@ -124,26 +124,18 @@ def chain_of(plan: Plan) -> list[Node]:
             f"flow {plan.flow_id!r}: stream(s) {dangling} end without a sink; sink them "
             "(a branch may end in its own sink) or remove them"
         )
-    for step, n in source_reads(plan, ops).items():
-        node = steps[step]
-        if n > 1 and getattr(getattr(node, "connector", None), "acknowledges", False):
-            kind = type(node.connector).__name__  # type: ignore[attr-defined]
-            raise PlanError(
-                f"source {step!r} ({kind}) acknowledges what it reads, and the flow reads it "
-                f"through {n} branches, each of which Spark reads as a source of its own: they "
-                "would split its input and its acknowledgements. A flow on such a source cannot "
-                "branch yet: keep one chain, or run one flow per branch"
-            )
     return ops
 
 
 def source_reads(plan: Plan, order: list[Node] | None = None) -> dict[str, int]:
-    """Per source step, how many times the compiled query reads the source.
+    """Per source step, how many times the source appears in the compiled query's plan.
 
-    Spark's plan is a tree: a stream read by several branches is repeated in each, and
-    Spark makes every repetition of a source its own source, with its own offsets in
-    the offset log (one line each) and its own admission and reads. The count is the
-    number of paths from the query's outputs (:func:`outputs_of`) down to the source.
+    Spark's plan is a tree: a stream read by several branches is repeated in each. Spark
+    makes one stream of the repetitions (one admission and one commit per epoch) but
+    records its offset once per repetition in the offset log; the scans are shared
+    (:func:`wire.compiler.branches.read_once`), so the source is read once per epoch. The
+    count is the number of paths from the query's outputs (:func:`outputs_of`) down to
+    the source.
     """
     order = chain_of(plan) if order is None else order
     steps = {n.step: n for n in order}
@@ -261,6 +253,7 @@ def _compile(
     column, and only these are returned (with what pruning needs to know of them).
     """
     admission = _paused_admission(plan)
+    reads = source_reads(plan, order)
     late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE and not s.kept}
     done: dict[str, _Compiled] = {}
     taken: set[str] = set()
@@ -300,6 +293,8 @@ def _compile(
             # watermark rows travel on the source's channel
             df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step))
                                .otherwise(F.col(PORT)))
+            if reads[node.step] > 1:  # several branches: one scan, shared (branches.read_once)
+                df = read_once(df, node.step)
             done[node.step] = _Compiled(df, node.key, (node.step,), True)
             bounded = bounded and ends
             continue

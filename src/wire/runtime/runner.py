@@ -13,6 +13,7 @@ twice.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,10 +22,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from wire.compiler.branches import source_scans
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
 from wire.core.envelope import metrics_table
@@ -85,6 +88,12 @@ class RunSummary:
     """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
 
     Watermarks are the minimum over an operator's key groups, other gauges the sum."""
+
+    source_scans: int | None = None
+    """How many times each epoch scans the flow's sources, from Spark's physical plan
+    (:func:`wire.compiler.branches.source_scans`; None before the first epoch). A source
+    read by several branches is scanned once (:func:`wire.compiler.branches.read_once`),
+    so this is the number of sources."""
 
     samples: SampleBuffer = field(default_factory=SampleBuffer, compare=False, repr=False)
     """The newest dead letters and late events of committed epochs, at most
@@ -153,6 +162,9 @@ class RunSummary:
             f"  windows update    {self.emitted['update']:>10,}",
             f"  events per second {rate:>10,.0f}",
         ]
+        if self.source_scans is not None and self.source_scans != len(self.source_steps):
+            lines.append(f"  source scans      {self.source_scans:>10,} per epoch "
+                         f"({len(self.source_steps)} sources)")
         if self.restarts:
             lines.append(f"  restarts          {self.restarts:>10,}")
         for port, path in self.kept.items():
@@ -192,6 +204,8 @@ class EpochDispatcher:
         self.epoch_base = 0
         """Added to Spark's batch id to make the epoch id sinks and the epoch log see: after a
         rescale the query starts again at batch 0 (:mod:`wire.runtime.rescale`)."""
+        self.query: StreamingQuery | None = None
+        """The query this handles (set once it started): its plan gives ``source_scans``."""
         self._last = time.perf_counter()
 
     def __call__(self, batch: DataFrame, epoch: int) -> None:
@@ -237,6 +251,7 @@ class EpochDispatcher:
             self.summary.add_metrics(result.metrics)
         self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
         self.summary.epochs += 1
+        self.count_scans()
         now = time.perf_counter()
         self.summary.epoch_wall_seconds.append(now - self._last)
         if self.epoch_log is not None:
@@ -247,6 +262,12 @@ class EpochDispatcher:
         if self.progress is not None:
             self.progress.epoch(self.summary, epoch, sum(result.emitted.values()),
                                 self.summary_late(result.metrics))
+
+    def count_scans(self) -> None:
+        """Record ``summary.source_scans`` once, from the query's last epoch."""
+        if self.summary.source_scans is None and self.query is not None:
+            with contextlib.suppress(Py4JError):  # the JVM is gone (a failed run): nothing to count
+                self.summary.source_scans = source_scans(self.query)
 
     @staticmethod
     def summary_late(metrics: pa.Table | None) -> int:
@@ -395,6 +416,7 @@ class RunningFlow:
             if self._own_progress and self._dispatcher.progress is not None:
                 self._dispatcher.progress.stop()
             self.summary.elapsed_s = time.perf_counter() - self._started
+            self._dispatcher.count_scans()
         return self.summary
 
 
@@ -471,6 +493,7 @@ def start_plan(
         if own_progress and progress is not None:
             progress.start()
         query = writer.start()
+        dispatcher.query = query
     except BaseException:
         for sink in opened:
             sink.close()

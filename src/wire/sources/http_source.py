@@ -120,9 +120,6 @@ class HttpIngestSource(SchemaDataclassDict, BindingSource):
     Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
     """
 
-    acknowledges: ClassVar[bool] = True
-    """It acknowledges what it read once the epoch commits; a flow may not branch on it
-    (:func:`wire.compiler.plan_compiler.source_reads`)."""
     capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "target_epoch_ms"})
     """No ``"resume"``: its log's read position is not an offset another checkpoint can take."""
 

@@ -61,10 +61,6 @@ class RedisStreamSource(SchemaDataclassDict, BindingSource):
     Immutable; part of a flow plan. Durations are held in ms.
     """
 
-    acknowledges: ClassVar[bool] = True
-    """It acknowledges what it read once the epoch commits; a flow may not branch on it
-    (:func:`wire.compiler.plan_compiler.source_reads`)."""
-
     url: str
     stream: str
     group: str
