@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from wire.control.status import (
-    NO_WATERMARK,
     Counters,
     FlowHandle,
     breakers_of,
@@ -35,6 +34,7 @@ from wire.control.status import (
     source_steps,
 )
 from wire.core.control_file import read_control
+from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 
 DEFAULT_INTERVAL_S = 1.0
@@ -122,6 +122,11 @@ def _rates(ts: list[int], counts: list[int]) -> list[float | None]:
     return out[: len(ts)]
 
 
+def _watermarks_of(step: str) -> Callable[[Sample], Mapping[str, int | None]]:
+    """Reads ``step``'s watermark gauges from a sample (none when it reported none)."""
+    return lambda s: s.watermarks.get(step, {})
+
+
 def _column(samples: list[Sample], get: Callable[[Sample], Mapping[str, Any]]) -> dict[str, list[Any]]:
     keys = sorted({k for s in samples for k in get(s)})
     return {k: [get(s).get(k) for s in samples] for k in keys}
@@ -172,7 +177,7 @@ class HistoryBuffer:
             "rows_out_per_s": _rates(ts, [s.rows_out for s in samples]),
             "epoch_ms": [s.epoch_ms for s in samples],
             "watermarks": {
-                step: _column(samples, lambda s, step=step: s.watermarks.get(step, {})) for step in steps
+                step: _column(samples, _watermarks_of(step)) for step in steps
             },
             "lag_ms": _column(samples, lambda s: s.lag_ms),
             "late": _column(samples, lambda s: s.late),

@@ -35,7 +35,6 @@ from prometheus_client.registry import Collector
 from wire.control.models import FlowState
 from wire.control.status import (
     MAX_EVENT_TIME_GAUGE,
-    NO_WATERMARK,
     FlowHandle,
     breakers_of,
     counters_of,
@@ -45,7 +44,7 @@ from wire.control.status import (
     source_steps,
 )
 from wire.core.control_file import read_control
-from wire.core.time import MAX_WATERMARK
+from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 
 STATES: tuple[str, ...] = get_args(FlowState)
 BREAKER_STATES = ("closed", "open", "half_open")

@@ -43,7 +43,8 @@ def read_control(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        return json.loads(Path(path).read_text())
+        doc: dict[str, Any] = json.loads(Path(path).read_text())
+        return doc
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 

@@ -236,7 +236,7 @@ class EpochFiles:
         fsync_dir(self.directory)
         return True
 
-    def _write_atomic(self, name: str, write: Callable[[Path], None]) -> None:
+    def _write_atomic(self, name: str, write: Callable[[Path], object]) -> None:
         tmp = self.staging / f"{name}.{secrets.token_hex(8)}.tmp"
         try:
             write(tmp)

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
 from wire.core.windowing import BoundedOutOfOrderness, Window
 
-OUT = "out"
-LATE = "late"
-DEAD_LETTER = "dead_letter"
-OVERFLOW = "overflow"
+OUT: Final = "out"
+LATE: Final = "late"
+DEAD_LETTER: Final = "dead_letter"
+OVERFLOW: Final = "overflow"
 PORTS = (OUT, LATE, DEAD_LETTER, OVERFLOW)
 ALL_STEPS = "*"
 """A ``PortRef`` step meaning "every step": used by ``Flow.dead_letters()``."""

@@ -7,7 +7,7 @@ import pyarrow as pa
 
 def is_binary(t: pa.DataType) -> bool:
     """Any binary type: binary, large, fixed-size or view."""
-    return (
+    return bool(
         pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
         or pa.types.is_fixed_size_binary(t)
@@ -17,7 +17,7 @@ def is_binary(t: pa.DataType) -> bool:
 
 def is_list(t: pa.DataType) -> bool:
     """Any list type: list, large, fixed-size or view."""
-    return (
+    return bool(
         pa.types.is_list(t)
         or pa.types.is_large_list(t)
         or pa.types.is_fixed_size_list(t)

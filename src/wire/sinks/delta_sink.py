@@ -319,7 +319,7 @@ class DeltaSink(ExecutorSink):
                         "the epoch was staged; the epoch will be replayed"
                     )
                 table.create_write_transaction(
-                    actions, mode=self.mode, schema=table.schema(),
+                    [*actions], mode=self.mode, schema=table.schema(),
                     partition_by=list(table.metadata().partition_columns) or None,
                     commit_properties=properties,
                 )
@@ -521,10 +521,13 @@ def _partition_value(value: object) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    text: str
     if hasattr(value, "strftime") and hasattr(value, "hour"):  # datetime: µs, UTC or naive
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        text = value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return text
     if hasattr(value, "isoformat"):
-        return value.isoformat()
+        text = value.isoformat()
+        return text
     return str(value)
 
 

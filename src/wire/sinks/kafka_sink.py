@@ -57,7 +57,7 @@ def encode_values(table: pa.Table, value_format: str, *, value_column: str | Non
     if value_format == "avro":
         import fastavro
 
-        out = []
+        out: list[bytes | None] = []
         for row in table.to_pylist():
             buf = io.BytesIO()
             fastavro.schemaless_writer(buf, avro_schema, row)
@@ -262,7 +262,8 @@ class KafkaTransactionalSink(KafkaSink):
 
     def _ensure_marker_topic(self) -> None:
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic  # admin re-exports it implicitly
 
         admin = AdminClient({**dict(self.config), "bootstrap.servers": self.bootstrap_servers})
         meta = admin.list_topics(timeout=self.timeout_s)
@@ -304,7 +305,9 @@ class KafkaTransactionalSink(KafkaSink):
                             return last
                         continue
                     if m.key() == key:
-                        last = max(last, int(json.loads(m.value())["epoch"]))
+                        value = m.value()
+                        assert value is not None  # a marker always has a value (write_epoch)
+                        last = max(last, int(json.loads(value)["epoch"]))
         finally:
             consumer.close()
 

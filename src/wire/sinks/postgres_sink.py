@@ -195,7 +195,7 @@ class _Target:
         if row is None or row[1] not in ("r", "p"):
             raise WireError(f"{self.where}: {self.schema}.{self.table} exists but is not a table")
         oid = row[0]
-        actual = dict(
+        actual: dict[str, str] = dict(
             conn.execute(
                 "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
                 "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
@@ -326,6 +326,7 @@ def _upsert(conn: psycopg.Connection, target: _Target, rows: pa.Table) -> None:
     )
     _copy_csv(conn, stage, rows)
     others = [c for c in rows.column_names if c not in target.key]
+    action: sql.Composable
     if others:
         action = sql.SQL("DO UPDATE SET {}").format(
             sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others)

@@ -19,6 +19,7 @@ from wire.sources.redis_source import check_name, check_url
 
 if TYPE_CHECKING:
     import redis
+    from redis.typing import EncodableT, FieldT
 
 __all__ = ["RedisStreamSink", "redis_stream_sink"]
 
@@ -101,7 +102,7 @@ class RedisStreamSink(Sink):
             lines = jsonl_lines(table)
             pipe = client.pipeline(transaction=True)
             for i in range(first, n):
-                entry = {"data": lines[i]}
+                entry: dict[FieldT, EncodableT] = {"data": lines[i]}
                 pipe.xadd(self.stream, entry, id=f"{ms}-{i}", maxlen=self.maxlen, approximate=True)
             results = pipe.execute(raise_on_error=False)
         except redis.exceptions.RedisError as e:

@@ -134,8 +134,8 @@ class _Conflict(Exception):
 
 
 def _exact_key_type(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t))
+    return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_boolean(t) or pa.types.is_date(t) or pa.types.is_timestamp(t))
 
 
 # --- PostgreSQL -----------------------------------------------------------------------
@@ -320,7 +320,7 @@ class _DeltaTable:
         if keys is not None:
             first = pa.array(sorted({k[0] for k in keys}), data.schema.field(self.key[0]).type)
             data = data.filter(pc.is_in(data.column(self.key[0]), value_set=first))
-        rows = data.to_pylist()
+        rows: list[dict[str, Any]] = data.to_pylist()
         if keys is not None and len(self.key) > 1:
             rows = [r for r in rows if tuple(norm(r[k]) for k in self.key) in keys]
         return rows

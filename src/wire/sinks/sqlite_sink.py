@@ -289,28 +289,34 @@ def _to_sqlite(arr: pa.Array, name: str, where: str) -> list[object]:
         or pa.types.is_string(t)
         or pa.types.is_large_string(t)
     ):
-        return arr.to_pylist()
+        return _pylist(arr)
     if pa.types.is_string_view(t):
-        return arr.cast(pa.string()).to_pylist()
+        return _pylist(arr.cast(pa.string()))
     if pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t):
-        return arr.cast(pa.binary()).to_pylist()
+        return _pylist(arr.cast(pa.binary()))
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return arr.to_pylist()
+        return _pylist(arr)
     if pa.types.is_timestamp(t):
         if t.tz is None:
-            return pc.strftime(arr, format="%Y-%m-%dT%H:%M:%S").to_pylist()
+            return _pylist(pc.strftime(arr, format="%Y-%m-%dT%H:%M:%S"))
         utc = arr.cast(pa.timestamp(t.unit, "UTC"))
-        return pc.strftime(utc, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
+        return _pylist(pc.strftime(utc, format="%Y-%m-%dT%H:%M:%SZ"))
     if pa.types.is_duration(t):
-        return arr.cast(pa.int64()).to_pylist()
+        return _pylist(arr.cast(pa.int64()))
     if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t):
-        return arr.cast(pa.string()).to_pylist()
+        return _pylist(arr.cast(pa.string()))
     try:
         values = _to_json_array(arr).to_pylist()
     except WireError as exc:
         raise WireError(f"{where}: column {name!r} of type {t} has no SQLite encoding") from exc
     dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
     return [None if v is None else dumps(v) for v in values]
+
+
+def _pylist(arr: pa.Array) -> list[object]:
+    """``arr.to_pylist()``, typed (pyarrow's is not)."""
+    values: list[object] = arr.to_pylist()
+    return values
 
 
 def _rows(columns: list[list[object]]) -> Iterator[tuple[object, ...]]:

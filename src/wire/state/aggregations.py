@@ -108,7 +108,7 @@ _SUM_ZERO_IF_EMPTY = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
 
 
 def _is_numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 def _numeric(column: str | None, input_schema: pa.Schema) -> pa.DataType:

@@ -46,7 +46,7 @@ def check_column(column: object, *, optional: bool = False) -> None:
 
 def orderable(t: pa.DataType) -> bool:
     """True for the types min / max / max_by / top_k order by: numeric, temporal, string."""
-    return (
+    return bool(
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
         or pa.types.is_decimal(t)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from wire.core.time import INT64_MIN
 from wire.core.windowing import Session, Sliding, Tumbling, Window
-from wire.state.kernels import INT64_MIN, add_saturating
+from wire.state.kernels import add_saturating
 
 __all__ = ["Assigner", "Session", "Sliding", "Tumbling", "assign", "earliest_start"]
 

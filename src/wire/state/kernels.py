@@ -127,7 +127,8 @@ def seg_cumsum(values: np.ndarray, groups: Groups) -> np.ndarray:
     if not len(cs):
         return cs
     base = (cs - values)[groups.starts]
-    return cs - np.repeat(base, groups.counts)
+    sums: np.ndarray = cs - np.repeat(base, groups.counts)
+    return sums
 
 
 def running_arg(groups: Groups, keys: Sequence[tuple[pa.Array | np.ndarray, str]]) -> np.ndarray:
@@ -145,15 +146,16 @@ def running_arg(groups: Groups, keys: Sequence[tuple[pa.Array | np.ndarray, str]
         return np.zeros(0, dtype=np.int64)
     columns: dict[str, pa.Array | np.ndarray] = {"g": groups.ids}
     sort_keys = [("g", "ascending", "at_start")]
-    for i, (values, order) in enumerate(keys):
+    for i, (values, direction) in enumerate(keys):
         columns[f"k{i}"] = values
-        sort_keys.append((f"k{i}", order, "at_start"))
+        sort_keys.append((f"k{i}", direction, "at_start"))
     columns["row"] = np.arange(n, dtype=np.int64)
     sort_keys.append(("row", "ascending", "at_start"))
-    order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys).to_numpy()
+    order: np.ndarray = pc.sort_indices(pa.table(columns), sort_keys=sort_keys).to_numpy()
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n, dtype=np.int64)
-    return order[np.maximum.accumulate(rank)]
+    greatest: np.ndarray = order[np.maximum.accumulate(rank)]
+    return greatest
 
 
 def to_int64(values: pa.Array | pa.ChunkedArray | np.ndarray, what: str) -> np.ndarray:
@@ -177,7 +179,8 @@ def arrival(table: pa.Table) -> np.ndarray:
         return rows
     col = table.column(ARRIVAL)
     if col.null_count == 0:
-        return col.to_numpy().astype(np.int64, copy=False)
+        times: np.ndarray = col.to_numpy().astype(np.int64, copy=False)
+        return times
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
     filled = pc.fill_null(col, 0).to_numpy().astype(np.int64)
     return np.where(valid, filled, rows)
@@ -208,4 +211,5 @@ def column(table: pa.Table, name: str) -> pa.Array:
 
 def np_column(table: pa.Table, name: str) -> np.ndarray:
     """The int64 / bool column ``name`` as a numpy array (no nulls expected)."""
-    return table.column(name).to_numpy()
+    values: np.ndarray = table.column(name).to_numpy()
+    return values

@@ -234,7 +234,7 @@ class ValueState:
         """Set each key's value (a key given twice: the last value wins)."""
         t = self.stored.table
         k = _array(keys, t.schema.field(self.key).type)
-        v = _array(values, t.schema.field(VALUE).type)  # type: ignore[arg-type]
+        v = _array(values, t.schema.field(VALUE).type)
         self.stored.upsert(pa.Table.from_arrays([k, v], schema=t.schema), 1)
 
     def clear(self, keys: Keys) -> None:
@@ -278,7 +278,7 @@ class ListState:
         k = _array(keys, t.schema.field(self.key).type)
         if not len(k):
             return
-        v = _array(values, t.schema.field(VALUE).type)  # type: ignore[arg-type]
+        v = _array(values, t.schema.field(VALUE).type)
         start = (pc.max(t.column(POS)).as_py() + 1) if t.num_rows else 0
         pos = pa.array(np.arange(start, start + len(k), dtype=np.int64))
         self.stored.set(pa.concat_tables([t, pa.Table.from_arrays([k, pos, v], schema=t.schema)]))
@@ -287,7 +287,7 @@ class ListState:
         """Replace each key's list with ``lists[i]`` (a key given twice: the last wins)."""
         t = self.stored.table
         k = _array(keys, t.schema.field(self.key).type)
-        arr = _array(lists, pa.list_(t.schema.field(VALUE).type))  # type: ignore[arg-type]
+        arr = _array(lists, pa.list_(t.schema.field(VALUE).type))
         c, _ = codes([k], [k])
         last = last_per_code(c)
         k, arr = k.take(pa.array(last)), arr.take(pa.array(last))
@@ -327,7 +327,7 @@ class MapState:
         """Set ``(keys[i], map_keys[i]) -> values[i]`` (a pair given twice: the last wins)."""
         t = self.stored.table
         k, m = self._km(keys, map_keys)
-        v = _array(values, t.schema.field(VALUE).type)  # type: ignore[arg-type]
+        v = _array(values, t.schema.field(VALUE).type)
         self.stored.upsert(pa.Table.from_arrays([k, m, v], schema=t.schema), 2)
 
     def remove(self, keys: Keys, map_keys: Keys) -> None:
@@ -380,12 +380,13 @@ class Timers:
     def _times(self, values: Times, n: int, what: str) -> np.ndarray:
         if isinstance(values, int | np.integer):
             return np.full(n, int(values), np.int64)
-        arr = _array(values if isinstance(values, pa.Array | pa.ChunkedArray)  # type: ignore[arg-type]
+        arr = _array(values if isinstance(values, pa.Array | pa.ChunkedArray)
                      else pa.array(np.asarray(values, np.int64)), pa.int64())
         if arr.null_count or len(arr) != n:
             raise TimerError(f"{what}: {n} non-null int64 ms values expected, got {len(arr)} "
                              f"({arr.null_count} null)")
-        return arr.to_numpy()
+        times: np.ndarray = arr.to_numpy()
+        return times
 
     def _set(self, domain: TimeDomain, keys: Keys, times: Times, tag: str,
              output_times: Times | None) -> None:

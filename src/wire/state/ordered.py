@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.core.time import INT64_MAX, INT64_MIN
 from wire.state.aggregator import Aggregator, input_type
-from wire.state.kernels import ARRIVAL, EVENT_TIME, INT64_MAX, INT64_MIN, Groups, running_arg
+from wire.state.kernels import ARRIVAL, EVENT_TIME, Groups, running_arg
 
 _INT64 = pa.int64()
 

@@ -380,7 +380,8 @@ def on_epoch(
 
 def _rank(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Dense rank of each value in ascending order (nulls last); equal values, equal rank."""
-    return pc.rank(values, sort_keys="ascending", tiebreaker="dense").to_numpy()
+    ranks: np.ndarray = pc.rank(values, sort_keys="ascending", tiebreaker="dense").to_numpy()
+    return ranks
 
 
 def declared_states(states: Mapping[str, StateSpec] | None) -> tuple[tuple[str, StateSpec], ...]:

@@ -71,7 +71,7 @@ class TopK(Aggregator):
         How many events to keep, >= 1.
     columns : tuple of str or None
         Payload columns of each kept event; None: every payload column (names not
-        starting with ``__``, the key included).
+        starting with ``__``, the key included). A list given is stored as a tuple.
     ties : {"first", "all"}
         ``"all"`` also keeps events tied with the ``k``-th on the order value.
     largest : bool
@@ -80,7 +80,7 @@ class TopK(Aggregator):
 
     column: str
     k: int = 1
-    columns: tuple[str, ...] | None = None
+    columns: tuple[str, ...] | list[str] | None = None
     ties: str = "first"
     largest: bool = True
     parts: ClassVar[tuple[str, ...]] = ("rows", "order", "et", "seq")

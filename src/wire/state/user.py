@@ -75,10 +75,13 @@ class UserAggregator(Aggregator):
         return pa.field(name, self.result_type)
 
     def _values(self, events: pa.Table) -> list[Any]:
+        values: list[Any]
         if self.column is not None:
-            return events.column(self.column).to_pylist()
+            values = events.column(self.column).to_pylist()
+            return values
         payload = [c for c in events.column_names if not c.startswith("__")]  # no __et, __ws...
-        return events.select(payload).to_pylist()
+        values = events.select(payload).to_pylist()
+        return values
 
     def partial(self, name: str, events: pa.Table, groups: Groups) -> list[pa.Array]:  # noqa: D102
         values = self._values(events)

@@ -58,6 +58,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from wire.core.time import INT64_MAX, INT64_MIN
 from wire.state.aggregator import Aggregator
 from wire.state.assigners import (
     Session,
@@ -71,8 +72,6 @@ from wire.state.kernels import (
     ARRIVAL,
     EVENT_TIME,
     FIRED,
-    INT64_MAX,
-    INT64_MIN,
     WINDOW_END,
     WINDOW_START,
     Groups,
