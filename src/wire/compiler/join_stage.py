@@ -3,8 +3,9 @@
 Each side gets a ``mapInArrow`` pre-stage that packs its events into one Arrow IPC
 blob row per key group (port ``left`` / ``right``); the two envelope-only streams
 are unioned and grouped by key group into one transformWithStateInPandas
-processor (:class:`JoinProcessor`) that runs :func:`wire.state.join_segments.join_segments`
-once per key group per epoch: both sides' buffers are bucketed by event time in a
+processor (:class:`JoinProcessor`) that runs the pure kernel
+:func:`wire.state.join_epoch.on_epoch` once per key group per epoch and only moves
+bytes in and out of it: both sides' buffers are bucketed by event time in a
 MapState of chunks; the epoch reads the buckets that can hold partners (of them, only
 the chunks whose key index may hold one of the other side's new keys: MapState
 ``keyindex``, :data:`KEY_INDEX_VALUE`), appends its accepted events, and drops expired
@@ -46,12 +47,10 @@ from wire.compiler.keyed import (
 from wire.core.arrow_types import arrow_payload_schema, spark_schema
 from wire.core.envelope import (
     ENVELOPE_ARROW,
-    ET,
     KG,
     KIND,
     KIND_DATA,
     METRICS_PORT,
-    SEQ,
     metrics_table,
     side_batch,
     with_envelope,
@@ -59,8 +58,7 @@ from wire.core.envelope import (
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
 from wire.state import join as J
-from wire.state import join_segments as JS
-from wire.state.segments import KeyIndex, Segments
+from wire.state import join_epoch as JE
 
 LEFT, RIGHT = "left", "right"
 
@@ -110,12 +108,6 @@ class JoinStage:
     channels: tuple[str, ...]
     key_groups: int
 
-    def side_schema(self, side: str) -> pa.Schema:
-        """A side's events as the pure join takes them: payload + __et + __seq."""
-        payload = self.left if side == LEFT else self.right
-        return pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
-
-
 class PackSide:
     """``mapInArrow`` function: one side's events, one blob row per key group."""
 
@@ -157,41 +149,29 @@ class JoinProcessor(KeyedProcessor):
         super().init(handle)
         self.hashes = MapStateHashes(handle.getMapState("keyindex", SEGMENT_KEY, KEY_INDEX_VALUE))
 
-    def _side(self, blobs: dict[str, list[pa.Table]], side: str) -> pa.Table:
-        schema = self.stage.side_schema(side)
-        parts = [t.select(schema.names).cast(schema) for t in blobs.get(side, [])]
-        return pa.concat_tables(parts) if parts else schema.empty_table()
-
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
     ) -> pd.DataFrame:
-        """Join the epoch's new events with both buffers."""
+        """Run :func:`wire.state.join_epoch.on_epoch` on the key group's state; pack its outputs."""
         st = self.stage
-        tables = op.tables or {}
+        tables = dict(op.tables or {})
         calls0 = self.chunks.calls + self.hashes.calls
-        key_type = st.left.field(st.spec.key).type
-        keys = KeyIndex(st.spec.key, JS.key_hashes, self.hashes) if JS.indexable(key_type) else None
-        segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, pa.concat_tables, keys=keys)
-        if LEFT in tables or RIGHT in tables:  # a checkpoint written before the bucketed layout
-            JS.migrate(segments, tables.pop(LEFT, None), tables.pop(RIGHT, None), st.spec)
-        joined, late = JS.join_segments(
-            segments, self._side(group.blobs, LEFT), self._side(group.blobs, RIGHT), wm_in, new_in, st.spec)
+        out = JE.on_epoch(
+            self.chunks, tables.get(SEGMENT_INDEX),
+            JE.JoinInputs(left=group.blobs.get(LEFT, []), right=group.blobs.get(RIGHT, [])),
+            wm_in=wm_in, new_in=new_in, wm_out=op.wm_out, spec=st.spec,
+            left_payload=st.left, right_payload=st.right, hashes=self.hashes,
+            # a checkpoint written before the bucketed layout
+            legacy_left=tables.pop(LEFT, None), legacy_right=tables.pop(RIGHT, None),
+        )
         old_out = op.wm_out
-        new_out = J.output_watermark(old_out, new_in, st.spec)
-        op.wm_in, op.wm_out = new_in, new_out
-        op.tables = {**tables, SEGMENT_INDEX: segments.index()}
-        stats = {
-            "joined": joined.num_rows,
-            "late": late.num_rows,
-            "gauge:input_watermark": new_in,
-            "gauge:output_watermark": new_out,
-            "gauge:buffered": segments.rows(),
-            "state_calls": self.chunks.calls + self.hashes.calls - calls0,
-        }
+        op.wm_in, op.wm_out = new_in, out.wm_out
+        op.tables = {**tables, SEGMENT_INDEX: out.index}
+        stats = {**out.stats, "state_calls": self.chunks.calls + self.hashes.calls - calls0}
         return output_frame(
-            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=joined,
-            event_time=joined.column("event_time"), watermark=old_out, side_in=group.table,
-            late=late, late_port=PortRef(st.step, LATE).port_id(), new_out=new_out, stats=stats,
+            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=out.joined,
+            event_time=out.joined.column("event_time"), watermark=old_out, side_in=group.table,
+            late=out.late, late_port=PortRef(st.step, LATE).port_id(), new_out=out.wm_out, stats=stats,
         )
 
 
@@ -234,8 +214,7 @@ def compile_join(
             right_columns=tuple(n for n in rp.names if n != left_key),
             right_prefix=node.right_prefix, allowed_lateness_ms=node.allowed_lateness_ms,
         )
-        stage = JoinStage(node.step, spec, lp, rp, pa.schema([]), channels, key_groups)
-        out = J.output_schema(spec, stage.side_schema(LEFT), stage.side_schema(RIGHT))
+        out = J.output_schema(spec, JE.side_schema(lp), JE.side_schema(rp))
     except ConfigError as e:
         raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
     stage = JoinStage(node.step, spec, lp, rp, with_envelope(out), channels, key_groups)
