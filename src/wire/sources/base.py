@@ -49,7 +49,7 @@ import base64
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +67,9 @@ from wire.sources.epoch_sizing import EpochSizer
 
 Capability = Literal["columns", "target_epoch_ms", "resume"]
 """An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
+
+Offset: TypeAlias = dict[str, Any]
+"""A stream reader's offset: a JSON object (Spark keeps it as JSON in its offset log)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class ReadRequest:
     target_epoch_ms: int | None = None
     """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off;
     capability ``"target_epoch_ms"``."""
-    resume: dict | None = None
+    resume: dict[str, Any] | None = None
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`); None:
     start as usual; capability ``"resume"``."""
 
@@ -113,7 +116,10 @@ class ReadRequest:
 class Source(Protocol):
     """The protocol every source connector implements (see the module docstring)."""
 
-    bounded: bool
+    @property
+    def bounded(self) -> bool:
+        """Whether the source's input ends (then the flow stops by itself)."""
+        ...
 
     def resolve_schema(self) -> pa.Schema:
         """The payload schema of the source's events."""
@@ -319,7 +325,7 @@ class Binding:
     columns: tuple[str, ...] | None = None
     max_future_ms: int | None = None
     target_epoch_ms: int | None = None
-    resume: dict | None = None
+    resume: dict[str, Any] | None = None
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`)."""
 
     def __post_init__(self) -> None:
@@ -402,6 +408,12 @@ def open_stream(spark: SparkSession, data_source: type[DataSource], **options: s
     return reader.load()
 
 
+class _ReaderFactory(Protocol):
+    """A stream reader's class, called with a data source's configuration."""
+
+    def __call__(self, config: Any, /) -> DataSourceStreamReader: ...
+
+
 class ConfigDataSource(DataSource):
     """A Spark Python data source configured by one JSON option, its reader :func:`resumable`.
 
@@ -417,7 +429,7 @@ class ConfigDataSource(DataSource):
     format_name: ClassVar[str]
     option: ClassVar[str]
     config_class: ClassVar[type]
-    reader_class: ClassVar[type]
+    reader_class: ClassVar[_ReaderFactory]
     """The stream reader's class, built from the configuration (see :meth:`stream_reader`)."""
 
     @classmethod
@@ -429,7 +441,7 @@ class ConfigDataSource(DataSource):
         """The configuration of this data source, parsed from its option."""
         return self.config_class(self.options[self.option])
 
-    def resume(self, config: Any) -> dict | str | None:
+    def resume(self, config: Any) -> dict[str, Any] | str | None:
         """Where to resume on a new Spark checkpoint (:func:`resumable`; None: as usual)."""
         return self.options.get(RESUME_OPTION)
 
@@ -461,12 +473,12 @@ class BindingDataSource(ConfigDataSource):
         """The binding of this data source's options."""
         return self.binding_class.from_json(self.options[self.option])
 
-    def resume(self, config: Binding) -> dict | None:
+    def resume(self, config: Binding) -> dict[str, Any] | None:
         """The binding's ``resume``."""
         return config.resume
 
 
-def resume_options(resume: dict | None) -> dict[str, str]:
+def resume_options(resume: dict[str, Any] | None) -> dict[str, str]:
     """The option carrying ``resume`` to a :class:`ConfigDataSource` (none when None or empty)."""
     return {RESUME_OPTION: json.dumps(resume)} if resume else {}
 
@@ -483,15 +495,29 @@ class Admission:
     """When the run started (ms): recorded in the offsets, else this process's first planning."""
 
 
+class AdmissionBinding(Protocol):
+    """What :class:`SizedAdmission` reads from a reader's binding."""
+
+    @property
+    def step(self) -> str: ...  # noqa: D102
+
+    @property
+    def control_file(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def max_events_per_epoch(self) -> int: ...  # noqa: D102
+
+
 class SizedAdmission:
     """Admission of a stream reader whose budget is Spark's read limit and its epoch sizer.
 
-    The reader sets ``_binding`` (``step``, ``control_file``, ``max_events_per_epoch``),
-    ``_clock`` (ms), ``_sizer`` (:class:`~wire.sources.epoch_sizing.EpochSizer`) and
-    ``_started = None``; its offsets carry ``started`` (ms or None) and may carry ``ended``.
+    The reader sets ``_binding`` (an :class:`AdmissionBinding`: ``step``, ``control_file``,
+    ``max_events_per_epoch``), ``_clock`` (ms), ``_sizer``
+    (:class:`~wire.sources.epoch_sizing.EpochSizer`) and ``_started = None``; its offsets
+    carry ``started`` (ms or None) and may carry ``ended``.
     """
 
-    _binding: Any
+    _binding: AdmissionBinding
     _clock: Callable[[], int]
     _sizer: EpochSizer
     _started: int | None
@@ -500,7 +526,7 @@ class SizedAdmission:
         """Return ``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
         return ReadMaxRows(self._binding.max_events_per_epoch)
 
-    def admission(self, start: dict, limit: ReadLimit) -> Admission | None:
+    def admission(self, start: Offset, limit: ReadLimit) -> Admission | None:
         """The admission of the epoch planned from ``start``; None while paused or once ended.
 
         The epoch sizer is asked first, paused or not: the time since the last call is an
@@ -524,7 +550,7 @@ RESUME_OPTION = "wire_resume"
 """The data source option that carries ``resume`` for sources without a :class:`Binding`."""
 
 
-def resumable(reader: DataSourceStreamReader, resume: dict | str | None) -> DataSourceStreamReader:
+def resumable(reader: DataSourceStreamReader, resume: dict[str, Any] | str | None) -> DataSourceStreamReader:
     """``reader``, resuming where another Spark checkpoint of the same flow stopped.
 
     A rescaled restart (:mod:`wire.runtime.rescale`) runs the flow on a new Spark
@@ -550,14 +576,18 @@ def resumable(reader: DataSourceStreamReader, resume: dict | str | None) -> Data
     return reader
 
 
-def _resumed_initial(self: Any) -> dict:
+def _resumed_initial(self: Any) -> Offset:
     """The old query's last committed end offset."""
-    return self._wire_resume["start"]
+    spec: dict[str, Any] = self._wire_resume
+    start: Offset = spec["start"]
+    return start
 
 
-def _resumed_latest(self: Any, start: dict, limit: Any) -> dict:
+def _resumed_latest(self: Any, start: Offset, limit: ReadLimit) -> Offset:
     """The old query's epoch in flight when planning from the resume offset, else the source's."""
-    spec = self._wire_resume
-    if spec.get("end") is not None and start == spec["start"]:
-        return spec["end"]
-    return super(type(self), self).latestOffset(start, limit)
+    spec: dict[str, Any] = self._wire_resume
+    end: Offset | None = spec.get("end")
+    if end is not None and start == spec["start"]:
+        return end
+    latest: Offset = super(type(self), self).latestOffset(start, limit)
+    return latest

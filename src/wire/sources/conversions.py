@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from wire.errors import WireError
 
-ARROW_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowException, OverflowError)
+ARROW_ERRORS: tuple[type[Exception], ...] = (pa.ArrowException, OverflowError)
 """What a failed Arrow conversion raises (``ArrowInvalid``, ``ArrowTypeError``, ...)."""
 
 MIN_EVENT_TIME_MS = -62_135_596_800_000
@@ -57,6 +57,7 @@ class JsonNumber(float):
     """
 
     __slots__ = ("text",)
+    text: str
 
     def __new__(cls, text: str) -> JsonNumber:  # noqa: D102
         number = super().__new__(cls, text)
@@ -158,7 +159,8 @@ def cast_column(arr: pa.Array, typ: pa.DataType) -> tuple[pa.Array, np.ndarray |
         return _cast_rows(arr, typ)
 
 
-_VALUE_ERRORS = (*ARROW_ERRORS, TypeError, ValueError)  # ValueError: e.g. a lone surrogate in a str
+# ValueError: e.g. a lone surrogate in a str
+_VALUE_ERRORS: tuple[type[Exception], ...] = (*ARROW_ERRORS, TypeError, ValueError)
 
 
 def array_from_values(values: Sequence[object], typ: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:

@@ -75,6 +75,11 @@ __all__ = [
 _array_from_values = array_from_values  # the name the Redis and HTTP-ingest sources import
 _BOM = b"\xef\xbb\xbf"
 _INFER_JSON_LINES = 1000
+# Exception tuples spelled out once: mypy does not accept a starred tuple in an except clause.
+_INFER_ERRORS: tuple[type[Exception], ...] = (OSError, TypeError, ValueError, *ARROW_ERRORS)
+_CELL_ERRORS: tuple[type[Exception], ...] = (ValueError, OverflowError, *ARROW_ERRORS)
+_CELL_CAST_ERRORS: tuple[type[Exception], ...] = (ValueError, *ARROW_ERRORS)
+_PARQUET_ERRORS: tuple[type[Exception], ...] = (OSError, KeyError, ValueError, *ARROW_ERRORS)
 DEFAULT_MAX_FIELD_BYTES = 131_072
 """The default CSV field limit in bytes (128 KiB, the default of Python's csv module)."""
 
@@ -165,7 +170,7 @@ def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str,
             with pa_csv.open_csv(path, parse_options=parse, convert_options=convert) as reader:
                 schema = reader.schema
         elif fmt == "jsonl":
-            objects: list[dict] = []
+            objects: list[object] = []
             with open(path, encoding="utf-8-sig", errors="replace") as f:
                 for line in itertools.islice(f, _INFER_JSON_LINES):
                     with contextlib.suppress(ValueError, RecursionError):
@@ -173,7 +178,7 @@ def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str,
             schema = pa.Table.from_pylist([o for o in objects if isinstance(o, dict)]).schema
         else:
             schema = pq.read_schema(path)
-    except (OSError, TypeError, ValueError, *ARROW_ERRORS) as e:
+    except _INFER_ERRORS as e:
         raise WireError(f"cannot infer a {fmt} schema from {path!r}: {e}; pass schema=") from e
     if not schema.names:
         raise WireError(f"cannot infer a {fmt} schema from {path!r}: no columns; pass schema=")
@@ -188,16 +193,16 @@ def _cell_text(column: pa.ChunkedArray | pa.Array, i: int) -> object:
     cell = column.slice(i, 1)
     try:
         return cell.to_pylist()[0]
-    except (ValueError, OverflowError, *ARROW_ERRORS):  # e.g. a timestamp after year 9999
+    except _CELL_ERRORS:  # e.g. a timestamp after year 9999
         pass
     try:
         return cell.cast(pa.string()).to_pylist()[0]
-    except (ValueError, *ARROW_ERRORS):
+    except _CELL_CAST_ERRORS:
         pass
     try:
         raw = cell.cast(pa.binary()).to_pylist()[0]  # e.g. invalid UTF-8 in a string column
         return None if raw is None else raw.decode("utf-8", "replace")
-    except (ValueError, *ARROW_ERRORS):
+    except _CELL_CAST_ERRORS:
         return f"<{column.type} value>"
 
 
@@ -212,7 +217,7 @@ def _parse_parquet(path: str, spec: ParseSpec) -> RawRecords:
         skipped = _unread_parquet_columns(spec, stored, names)
         source = pf.read(columns=[n for n in names if n not in skipped])
         columns = {name: source[name].combine_chunks() for name in source.column_names}
-    except (OSError, KeyError, ValueError, *ARROW_ERRORS) as e:
+    except _PARQUET_ERRORS as e:
         bad = [(0, f"parquet: cannot read file: {short_repr(str(e), 300)[1:-1]}")]
         return RawRecords(1, {}, np.zeros(0, np.int64), bad, lambda _r: (path, ""), reason)
     whole: list[pa.Table] = [] if skipped else [source]
@@ -247,7 +252,7 @@ def _value(values: object, i: int) -> object:
     """Row ``i`` of a raw column, as a Python value for a reason."""
     if isinstance(values, list):
         return values[i]
-    return _cell_text(values, i)  # type: ignore[arg-type]
+    return _cell_text(values, i)
 
 
 def _convert(parsed: RawRecords, spec: ParseSpec, fmt: str) -> tuple[pa.Table, dict[int, str]]:
@@ -343,7 +348,7 @@ class ParseCache:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[tuple, ParsedFile] = OrderedDict()
+        self._entries: OrderedDict[tuple[FileStamp, ParseSpec], ParsedFile] = OrderedDict()
 
     def ensure_capacity(self, capacity: int) -> None:
         """Grow the cache to hold at least ``capacity`` files (e.g. one per source partition)."""

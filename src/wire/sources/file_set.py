@@ -172,4 +172,4 @@ def reading_order(files: FileSet, listed: Collection[str]) -> list[str]:
     ['c', 'a', 'd']
     """
     new = sorted(n for n in listed if n not in files.read)
-    return ([files.open] if files.open in listed else []) + new
+    return ([files.open] if files.open is not None and files.open in listed else []) + new

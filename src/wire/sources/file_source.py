@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
-from wire.core.time import Duration, to_millis
-from wire.core.watermarks import NO_WATERMARK
+from wire.core.time import NO_WATERMARK, Duration, to_millis
 from wire.errors import ConfigError, WireError
 from wire.sources.base import (
     Binding,
@@ -163,8 +162,9 @@ class FileSource(BindingSource):
             return None
         import pyarrow.parquet as pq
 
-        return sum(pq.ParquetFile(f).metadata.num_rows
-                   for fs in self.matching_partitions().values() for f in fs)
+        total: int = sum(pq.ParquetFile(f).metadata.num_rows
+                         for fs in self.matching_partitions().values() for f in fs)
+        return total
 
     def resolve_schema(self) -> pa.Schema:
         """Return the payload schema: the given one, or inferred from the first non-empty file by name.
@@ -307,7 +307,7 @@ def files(
     ('directory', 30000, 200)
     """
     return FileSource(
-        path, format, schema, delimiter, null_values, bounded, partition_by, idle_timeout, watermark_interval,
+        path, format, schema, delimiter, null_values, bounded, partition_by, idle_timeout, watermark_interval,  # type: ignore[arg-type]  # Duration: __post_init__ converts it to int ms
         max_field_bytes,
     )
 

@@ -27,8 +27,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from wire.core import envelope
+from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import (
-    NO_WATERMARK,
     PartitionState,
     WatermarkPolicy,
     advance_partition,
@@ -39,7 +39,7 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
-from wire.sources.base import SizedAdmission, spark_row_schema
+from wire.sources.base import Offset, SizedAdmission, spark_row_schema
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_listing import FileStamp, _wildcard_level
 from wire.sources.file_locate import locate_records
@@ -177,6 +177,8 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
     only the binding. ``clock`` (ms) is the processing-time clock, injectable for tests.
     """
 
+    _binding: SourceBinding
+
     def __init__(self, binding: SourceBinding, clock: Callable[[], int] | None = None) -> None:
         self._binding = binding
         src = binding.source
@@ -194,7 +196,7 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
 
     # -- planner (driver) --------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """Return the position before the first file; called when a query starts fresh.
 
         Holds no clock reading: Spark calls it again when it replays the first epoch.
@@ -209,7 +211,7 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
         self._available_now = True
         self._snapshot = self._binding.source.matching_partitions()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """Admit the next records after ``start``, at most ``limit``, split over partitions.
 
         Called by Spark before each new epoch (never for an epoch replayed from the
@@ -281,7 +283,7 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
             turn=turn, segments=segments, changed=changes,
         )
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         """Plan the epoch ``(start, end]``: one task per source partition with records.
 
         The records are the ``segments`` recorded in ``end``, with the stamps of its
@@ -347,10 +349,10 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
         tasks[0] = replace(tasks[0], control=control, changes=changes)
         return list(tasks)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Nothing to do: the files are left in place; called after each epoch commits."""
 
-    def _states(self, offset: dict) -> dict[str, PartitionState]:
+    def _states(self, offset: Offset) -> dict[str, PartitionState]:
         if "partitions" not in offset:
             raise WireError(
                 f"file source {self._binding.step!r}: offset {offset} predates partitioned file "
@@ -359,7 +361,7 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
         return {n: PartitionState.from_json(d) for n, d in offset["partitions"].items()}
 
     def _file_sets(
-        self, offset: dict, states: dict[str, PartitionState], stamps: dict[str, dict[str, FileStamp]]
+        self, offset: Offset, states: dict[str, PartitionState], stamps: dict[str, dict[str, FileStamp]]
     ) -> dict[str, FileSet]:
         """The offset's file sets; for an offset of an older Wire, derived from its positions.
 
@@ -421,7 +423,8 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
 
         The open file ``open_`` continues at record ``position``, the others start at 0.
         """
-        segments, count = [], 0
+        segments: list[tuple[str, FileStamp, int, int, int]] = []
+        count = 0
         for rel in order:
             if cap is not None and count >= cap:
                 return _Available(segments, count, True)

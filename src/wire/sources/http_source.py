@@ -52,9 +52,8 @@ from pyspark.sql.streaming.datasource import ReadLimit
 
 from wire.core import envelope
 from wire.core.control_file import check_bind
-from wire.core.time import Duration, to_millis
+from wire.core.time import NO_WATERMARK, Duration, to_millis
 from wire.core.watermarks import (
-    NO_WATERMARK,
     PartitionState,
     WatermarkPolicy,
     advance_partition,
@@ -70,6 +69,7 @@ from wire.sources.base import (
     BindingDataSource,
     BindingSource,
     Capability,
+    Offset,
     ReadRequest,
     SchemaDataclassDict,
     SizedAdmission,
@@ -256,7 +256,7 @@ def http_ingest(
     (False, '/events', '127.0.0.1')
     """
     require_extra("ingest", "wire.sources.http_ingest")
-    return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval,
+    return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval,  # type: ignore[arg-type]  # Duration: __post_init__ converts it to int ms
                             max_body_bytes, allow_remote)
 
 
@@ -278,7 +278,7 @@ class IngestBinding:
     do not move the watermark; None: off."""
     target_epoch_ms: int | None = None
     """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
-    resume: dict | None = None
+    resume: dict[str, Any] | None = None
     """Always None: the source cannot resume on a new Spark checkpoint (no ``"resume"`` capability)."""
 
     @classmethod
@@ -332,7 +332,7 @@ class ParsedRecords:
 def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time: str) -> ParsedRecords:
     """Convert ``(seq, body)`` log records to ``schema``; the ones that do not fit are dead letters."""
     payload = pa.schema([f.with_nullable(True) for f in schema])
-    objects: list[dict] = []
+    objects: list[dict[str, object]] = []
     seqs: list[int] = []
     bodies: list[str] = []
     dead: list[tuple[int, str, str]] = []
@@ -438,6 +438,8 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
     processing-time clock, injectable for tests.
     """
 
+    _binding: IngestBinding
+
     def __init__(self, binding: IngestBinding, clock: Callable[[], int] | None = None) -> None:
         self._binding = binding
         src = binding.source
@@ -465,7 +467,7 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
 
     # -- planner (driver) --------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """Return the position before the log's first record (starts the server).
 
         A fresh query reads everything the log still holds. Holds no clock reading:
@@ -474,7 +476,7 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
         self.serve()
         return _offset(0, 0, PartitionState(), NO_WATERMARK, None, None)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """Admit the log records after ``start``, at most ``limit``; called before each new epoch.
 
         Returns ``start`` (no epoch runs) while the flow or source is paused, stopping or
@@ -499,9 +501,9 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
         prev = PartitionState(max_event_time=seen, watermark=own, last_arrival=start["last_arrival"],
                               idle=start["idle"])
         ets = parsed.event_times
-        limit = future_limit(now, b.max_future_ms)
-        if limit is not None:
-            ets = ets[ets <= limit]  # future-dated events do not move the watermark
+        future = future_limit(now, b.max_future_ms)
+        if future is not None:
+            ets = ets[ets <= future]  # future-dated events do not move the watermark
         max_et = int(ets.max()) if len(ets) else None
         state = advance_partition(prev, file="", record=seq, taken=len(records), max_event_time=max_et,
                                   pending=pending, bounded=False, now=now, started=started,
@@ -511,14 +513,14 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
             return start
         return _offset(seq, start["admitted"] + len(records), state, watermark, started, now)
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         """Plan the epoch ``(start, end]`` as one task; also called on a replay after a restart."""
         if start == end:
             return []
         return [WalEpoch(start["seq"], end["seq"], end["admitted"] - start["admitted"],
                          start["watermark"], end["watermark"], end["max_event_time"], end["at"])]
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Delete the log records up to ``end`` (their epoch committed: contraflow ack, SPEC §7)."""
         self.wal.truncate(int(end["seq"]))
 

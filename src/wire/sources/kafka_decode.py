@@ -122,8 +122,8 @@ class AvroDecoder:
 
 
 def _plain_type(typ: pa.DataType) -> bool:
-    return (pa.types.is_integer(typ) or pa.types.is_float64(typ) or pa.types.is_boolean(typ)
-            or pa.types.is_string(typ) or pa.types.is_large_string(typ))
+    return bool(pa.types.is_integer(typ) or pa.types.is_float64(typ) or pa.types.is_boolean(typ)
+                or pa.types.is_string(typ) or pa.types.is_large_string(typ))
 
 
 def json_table(records: Sequence[KafkaRecord], payload_schema: pa.Schema) -> pa.Table | None:
@@ -140,10 +140,12 @@ def json_table(records: Sequence[KafkaRecord], payload_schema: pa.Schema) -> pa.
 
     if not records or not all(_plain_type(f.type) for f in payload_schema):
         return None
-    values = [r.value for r in records]
-    if not all(v is not None and v[:1] == b"{" and b"\n" not in v and b"\r" not in v for v in values):
+    values = [r.value for r in records if r.value is not None]
+    if len(values) < len(records) or not all(
+        v[:1] == b"{" and b"\n" not in v and b"\r" not in v for v in values
+    ):
         return None
-    data = b"\n".join(values)  # type: ignore[arg-type]
+    data = b"\n".join(values)
     schema = pa.schema([f.with_nullable(True) for f in payload_schema])
     try:
         table = pa_json.read_json(

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from wire.core.watermarks import NO_WATERMARK, PartitionState
+from wire.core.time import NO_WATERMARK
+from wire.core.watermarks import PartitionState
 
 _STATE_FIELDS = {f.name for f in fields(PartitionState)}
 

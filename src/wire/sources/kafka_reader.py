@@ -26,8 +26,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from wire.core import envelope
 from wire.core.control_file import is_paused
+from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import (
-    NO_WATERMARK,
     WatermarkPolicy,
     advance_partition,
     fair_split,
@@ -35,7 +35,7 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
-from wire.sources.base import Decoded
+from wire.sources.base import Decoded, Offset
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.kafka_decode import AvroDecoder, KafkaRecord, decode_records
 from wire.sources.kafka_offsets import (
@@ -95,6 +95,23 @@ def _timestamp(msg: confluent_kafka.Message) -> int | None:
     return None if kind == 0 or ts < 0 else int(ts)
 
 
+def _name(msg: confluent_kafka.Message) -> str:
+    """The partition name of a consumed message; ``""`` for an event of no topic."""
+    topic = msg.topic()
+    if not topic:
+        return ""
+    partition = msg.partition()
+    assert partition is not None  # librdkafka sets the partition of every message of a topic
+    return partition_name(topic, partition)
+
+
+def _offset(msg: confluent_kafka.Message) -> int:
+    """The offset of a consumed record or partition-EOF event (librdkafka sets it for both)."""
+    offset = msg.offset()
+    assert offset is not None
+    return offset
+
+
 def _raise_fatal(err: confluent_kafka.KafkaError, where: str) -> None:
     if err.fatal():
         raise WireError(f"{where}: fatal Kafka error: {err}")
@@ -145,8 +162,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._stash: dict[str, deque[KafkaRecord]] = {}
         self._eof: dict[str, int] = {}
         self._known: list[str] | None = None
-        self._discovered_at = 0
-        self._unacked: dict | None = None
+        self._discovered_at: float = 0
+        self._unacked: Offset | None = None
         self._caught_up = False
         self._started: int | None = None
         self._down_since: float | None = None
@@ -174,7 +191,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # -- planner (driver) --------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """Each partition at the group's committed offset, else at ``start``; called on a fresh query.
 
         With ``start="latest"`` a partition with no committed offset starts at its end,
@@ -204,7 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         """``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
         return ReadMaxRows(self._binding.max_events_per_epoch)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """Admit the next records after ``start``, at most ``limit``, split over partitions.
 
         ``start`` is the end of the last committed epoch. Per partition the demand is its
@@ -236,7 +253,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._down_since = None
         return end
 
-    def _unreachable(self, start: dict, error: Exception) -> dict:
+    def _unreachable(self, start: Offset, error: Exception) -> Offset:
         """An outage while planning: no new epoch (``start``), until ``unavailable_timeout``.
 
         The watermark does not advance while the brokers cannot be asked (an outage is not
@@ -261,7 +278,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                             f"{src.unavailable_timeout} ms; last error: {error}") from error
         return start
 
-    def _admit(self, start: dict, limit: ReadLimit, sized: int) -> dict:
+    def _admit(self, start: Offset, limit: ReadLimit, sized: int) -> Offset:
         """:meth:`latestOffset`'s work once not paused; raises ``KafkaException`` on an outage."""
         if not self._caught_up or self._unacked is not None:
             self._commit(self._unacked or start)
@@ -305,7 +322,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return make_offset(after, admitted=start["admitted"] + taken, watermark=watermark,
                            started=started, at=now, turn=start["turn"] + (1 if taken else 0))
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         """Plan the epoch ``(start, end]``: one task per partition that admitted records.
 
         The first task also emits the epoch's gauges and watermark rows (a task of its
@@ -336,7 +353,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         tasks[0].control = ctl
         return list(tasks)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Commit the group's offsets up to ``end``; Spark calls it after the epoch committed.
 
         That is after every sink of the flow committed (contraflow, SPEC §7). A commit
@@ -346,7 +363,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         """
         self._commit(end)
 
-    def _commit(self, offset: dict) -> None:
+    def _commit(self, offset: Offset) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
         tps = [TopicPartition(*split_name(n), o) for n, o in committable(offset).items()]
@@ -378,6 +395,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             rx = re.compile(src.pattern)
             topics = [t for t in meta.topics if rx.fullmatch(t) and not t.startswith("__")]
         else:
+            assert src.topics is not None  # KafkaSource holds exactly one of topics and pattern
             topics = [t for t in src.topics if t in meta.topics]
         names = []
         for t in topics:
@@ -436,16 +454,16 @@ class KafkaStreamReader(DataSourceStreamReader):
             left = sum(wanted[n][1] - len(out[n]) for n in need)
             for msg in self.consumer.consume(num_messages=max(1, min(_BATCH, left)), timeout=_GAP_S / 2):
                 err = msg.error()
-                n = partition_name(msg.topic(), msg.partition()) if msg.topic() else ""
+                n = _name(msg)
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF and n:
-                        self._eof[n] = msg.offset()
+                        self._eof[n] = _offset(msg)
                     else:
                         _raise_fatal(err, f"kafka source {self._binding.step!r}")
                     continue
                 last = time.monotonic()
                 self._eof.pop(n, None)
-                rec = KafkaRecord(msg.offset(), msg.key(), msg.value(), _timestamp(msg))
+                rec = KafkaRecord(_offset(msg), msg.key(), msg.value(), _timestamp(msg))
                 if n in out and len(out[n]) < wanted[n][1] and not self._stash[n]:
                     out[n].append(rec)
                 else:
@@ -502,9 +520,10 @@ class KafkaStreamReader(DataSourceStreamReader):
                         _raise_fatal(err, f"kafka source {self._binding.step!r}")
                         continue
                     last = time.monotonic()
-                    if msg.offset() >= nxt:
+                    offset = _offset(msg)
+                    if offset >= nxt:
                         return out
-                    out.append(KafkaRecord(msg.offset(), msg.key(), msg.value(), _timestamp(msg)))
+                    out.append(KafkaRecord(offset, msg.key(), msg.value(), _timestamp(msg)))
             return out
         finally:
             consumer.close()

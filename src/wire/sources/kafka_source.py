@@ -301,9 +301,12 @@ def kafka(
     (('clicks',), ['kafka_partition', 'kafka_offset', 'kafka_timestamp'])
     """
     require_extra("kafka", "wire.sources.kafka")
+    # __post_init__ normalizes what the fields hold: one topic name to a tuple, an Avro schema
+    # dict to its JSON text, durations to int ms (hence the type: ignores below)
     return KafkaSource(
-        bootstrap_servers, topics if topics is None or isinstance(topics, str) else tuple(topics), pattern,
-        group, schema, value_format, key_format, avro_schema, avro_framing,  # type: ignore[arg-type]
+        bootstrap_servers,
+        topics if topics is None or isinstance(topics, str) else tuple(topics),  # type: ignore[arg-type]
+        pattern, group, schema, value_format, key_format, avro_schema, avro_framing,  # type: ignore[arg-type]
         start, tuple((config or {}).items()), idle_timeout, watermark_interval,  # type: ignore[arg-type]
         discovery_interval, request_timeout, unavailable_timeout,  # type: ignore[arg-type]
     )

@@ -66,6 +66,7 @@ from wire.errors import ConfigError
 from wire.sources.base import (
     Capability,
     ConfigDataSource,
+    Offset,
     ReadRequest,
     check_columns,
     open_stream,
@@ -454,7 +455,9 @@ class _Config:
 
 
 class _Range(InputPartition):
-    def __init__(self, lo: int, hi: int, w0: int, w1: int, control: dict | None, last: bool) -> None:
+    def __init__(
+        self, lo: int, hi: int, w0: int, w1: int, control: dict[str, int] | None, last: bool
+    ) -> None:
         super().__init__(None)
         self.lo, self.hi, self.w0, self.w1, self.control, self.last = lo, hi, w0, w1, control, last
 
@@ -466,7 +469,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.c = config
         self._sizer = EpochSizer(config.max_events_per_epoch, config.target_epoch_ms)
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """Nothing read yet."""
         return {"next": 0, "max_event_time": None, "watermark": NO_WATERMARK, "ended": False}
 
@@ -477,7 +480,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """The input is fixed: nothing to record."""
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """Admit the next events (at most the limit), or end once all are admitted."""
         now = time.monotonic() * 1000
         sized = self._sizer.budget(now)  # first: the time since the last call is an epoch's
@@ -511,7 +514,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"next": hi, "max_event_time": max_et, "watermark": watermark, "ended": False,
                 "started_at_ms": started}
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         """Split ``(start, end]`` into at most ``partitions`` contiguous id ranges."""
         if start == end:
             return []
@@ -528,7 +531,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_Range(a, b, w0, w1, control if j == 0 else None, j == 0)
                 for j, (a, b) in enumerate(itertools.pairwise(bounds))]
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Nothing to acknowledge: the input is generated."""
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

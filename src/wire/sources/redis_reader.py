@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -25,8 +25,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from wire.core import envelope
 from wire.core.control_file import is_paused
+from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import (
-    NO_WATERMARK,
     PartitionState,
     WatermarkPolicy,
     advance_partition,
@@ -34,7 +34,7 @@ from wire.core.watermarks import (
     source_watermark,
 )
 from wire.errors import WireError
-from wire.sources.base import Decoded
+from wire.sources.base import Decoded, Offset
 from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_readers import _array_from_values, event_times_ms
 
@@ -252,7 +252,7 @@ class RedisStreamReader(DataSourceStreamReader):
 
     # -- planner (driver) --------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """The position the group has acknowledged; called when a query starts fresh.
 
         Creates the group if missing (``XGROUP CREATE ... MKSTREAM`` at the stream's
@@ -275,7 +275,7 @@ class RedisStreamReader(DataSourceStreamReader):
         """``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
         return ReadMaxRows(self._binding.max_events_per_epoch)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """Admit the entries after ``start``, at most ``limit``; return the epoch's end offset.
 
         ``start`` is the end of the last committed epoch. Entries the group already
@@ -328,7 +328,7 @@ class RedisStreamReader(DataSourceStreamReader):
             stream=part,
         )
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         """Plan the epoch ``(start, end]``: one task reading its id range.
 
         Called on the driver per epoch, also on a replay with offsets from the log.
@@ -347,7 +347,7 @@ class RedisStreamReader(DataSourceStreamReader):
             )
         ]
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Acknowledge (``XACK``) every pending entry up to ``end``; runs after the epoch committed.
 
         Spark calls it once the epoch is marked complete in the checkpoint, i.e. after
@@ -385,9 +385,10 @@ class RedisStreamReader(DataSourceStreamReader):
             raw = self.redis.xrange(self._stream, f"({after}", delivered, count=budget)
             entries = _entries(raw)
         if len(entries) < budget:
-            reply = self.redis.xreadgroup(
+            # redis-py types the reply of every protocol; this client speaks RESP2: [[stream, entries]]
+            reply = cast("list[list[Any]] | None", self.redis.xreadgroup(
                 self._group, self._consumer, {self._stream: ">"}, count=budget - len(entries)
-            )
+            ))
             fresh = _entries(reply[0][1]) if reply else []
             if fresh:
                 self._delivered = fresh[-1][0]

@@ -191,7 +191,7 @@ def redis_stream(
     """
     require_extra("redis", "wire.sources.redis_stream")
     return RedisStreamSource(
-        url, stream, group, consumer, schema, field_encoding, start, idle_timeout, watermark_interval
+        url, stream, group, consumer, schema, field_encoding, start, idle_timeout, watermark_interval  # type: ignore[arg-type]  # Duration: __post_init__ converts it to int ms
     )
 
 

@@ -134,11 +134,11 @@ class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, script: _Script) -> None:
         self.script = script
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, int]:
         """Nothing read yet."""
         return {"step": 0}
 
-    def latestOffset(self, start: dict, limit: object) -> dict:
+    def latestOffset(self, start: dict[str, int], limit: object) -> dict[str, int]:
         """Admit the next step, if any."""
         n = int(start["step"])
         return {"step": n + 1} if n < len(self.script.steps) else start
@@ -146,7 +146,7 @@ class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """The script is fixed: nothing to record."""
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         """One partition per admitted step."""
         return [_Step(i) for i in range(int(start["step"]), int(end["step"]))]
 
@@ -158,9 +158,7 @@ class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         events = s.events(i)
         if events is not None and events.num_rows:
             n = events.num_rows
-            seq0 = sum(
-                (s.events(j).num_rows if s.steps[j][0] is not None else 0) for j in range(i)
-            )
+            seq0 = sum(e.num_rows for j in range(i) if (e := s.events(j)) is not None)
             cols: dict[str, pa.Array] = {
                 f.name: events.column(f.name).combine_chunks().cast(f.type) for f in s.output_schema
             }

@@ -45,7 +45,7 @@ class RawRecords:
     """A format parser's output, before value conversion and event times."""
 
     records: int
-    columns: dict[str, pa.Array]  # raw columns of the structurally sound records
+    columns: dict[str, pa.Array | JsonValues]  # raw columns of the structurally sound records
     rows: np.ndarray  # record index of each of those rows
     bad: list[tuple[int, str]]  # (record index, reason) of structurally broken records
     locate: Callable[[int], tuple[str, str]]  # record index -> (location, raw text)
@@ -178,7 +178,7 @@ def parse_csv(path: str, data: bytes, spec: ParseSpec) -> RawRecords:
     if table.num_rows + len(invalid) != n or None in numbers:
         return _csv_slow(path, data, spec)  # a record spans lines: number them in Python
     # pyarrow numbers rows from 1 (the header), skipping empty lines: record = number - 2
-    bad = [(num - 2, f"csv: expected {e} columns, got {a}") for num, e, a in invalid]  # type: ignore[operator]
+    bad = [(num - 2, f"csv: expected {e} columns, got {a}") for num, e, a in invalid if num is not None]
     broken = {r for r, _ in bad}
     long_lines = np.flatnonzero(ends[record_lines] - starts[record_lines] > spec.max_field_bytes)
     for record in long_lines.tolist():  # only a line longer than the limit can hold a longer field
@@ -309,7 +309,7 @@ def parse_jsonl(path: str, data: bytes, spec: ParseSpec) -> RawRecords:
                 return RawRecords(n, columns, np.arange(n), [], locate, _jsonl_reason)
         except ARROW_ERRORS:
             pass
-    objects: list[dict] = []
+    objects: list[dict[str, object]] = []
     rows: list[int] = []
     bad: list[tuple[int, str]] = []
     for record, line in enumerate(record_lines):
@@ -336,8 +336,8 @@ def parse_jsonl(path: str, data: bytes, spec: ParseSpec) -> RawRecords:
         objects.append(obj)
         rows.append(record)
     columns = {name: JsonValues([o.get(name) for o in objects]) for name in schema.names}
-    return RawRecords(n, columns, np.array(rows, np.int64), bad, locate, _jsonl_reason)  # type: ignore[arg-type]
+    return RawRecords(n, columns, np.array(rows, np.int64), bad, locate, _jsonl_reason)
 
 
-class JsonValues(list):
+class JsonValues(list[object]):
     """Parsed JSON values of one column, converted by :func:`.conversions.array_from_values`."""
