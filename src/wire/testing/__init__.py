@@ -21,7 +21,7 @@ times are milliseconds. The watermark moves only when advanced (it starts at "no
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +76,7 @@ class TestStreamResult(Mapping[str, list[dict[str, Any]]]):
     def __getitem__(self, port: str) -> list[dict[str, Any]]:
         return self.ports[port]
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[str]:
         return iter(self.ports)
 
     def __len__(self) -> int:

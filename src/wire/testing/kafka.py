@@ -47,10 +47,13 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from wire.errors import WireError
 from wire.testing.server import HOST, ThrowawayServer, accepts, free_port, log_tail, terminate, wait_until
+
+if TYPE_CHECKING:  # confluent-kafka (pip extra ``kafka``) is imported where it is used
+    from confluent_kafka.admin import AdminClient
 
 __all__ = ["KafkaBroker"]
 
@@ -133,7 +136,8 @@ class KafkaBroker(ThrowawayServer):
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` with ``partitions`` partitions (replication factor 1)."""
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic  # what confluent_kafka.admin re-exports
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
@@ -143,7 +147,8 @@ class KafkaBroker(ThrowawayServer):
 
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions."""
-        from confluent_kafka.admin import AdminClient, NewPartitions
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewPartitions  # what confluent_kafka.admin re-exports
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for f in admin.create_partitions([NewPartitions(topic, total)]).values():
@@ -230,10 +235,10 @@ class KafkaBroker(ThrowawayServer):
         log = None if self.root is None else self.root / "broker.log"
         return f"noida-db exited with {self._process.returncode}:\n{log_tail(log)}"
 
-    def _wait_partitions(self, admin: object, topic: str, n: int) -> None:
+    def _wait_partitions(self, admin: AdminClient, topic: str, n: int) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            meta = admin.list_topics(topic=topic, timeout=5)  # type: ignore[attr-defined]
+            meta = admin.list_topics(topic=topic, timeout=5)
             tm = meta.topics.get(topic)
             if tm is not None and tm.error is None and len(tm.partitions) >= n:
                 return

@@ -138,8 +138,11 @@ class RedisServer(ThrowawayServer):
     def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
         import redis
 
+        port = self.port
+        assert port is not None  # _launch sets it before waiting
+
         def pong() -> bool:
-            client = redis.Redis(host=HOST, port=self.port, socket_connect_timeout=1)
+            client = redis.Redis(host=HOST, port=port, socket_connect_timeout=1)
             try:
                 return bool(client.ping())
             except redis.exceptions.RedisError:
