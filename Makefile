@@ -1,7 +1,7 @@
 # Wire: two commands do all the set-up on a fresh machine.
 #   make run   - create .venv, install Wire, run the main job (NYC flights 2013)
-#   make test  - create .venv, install Wire, check the import layers (lint-imports), run the test suite
-#                (all but the tests marked slow)
+#   make test  - create .venv, install Wire, check the import layers (lint-imports) and the types
+#                (mypy --strict on src/wire), run the test suite (all but the tests marked slow)
 #   make test-all - the same, slow tests included (24-kill fault injection, Spark cluster)
 # Both install Wire with every optional extra and the test tools: pip install -e '.[all,dev]'.
 PYTHON ?= python3
@@ -26,10 +26,12 @@ run: java-check $(STAMP)
 
 test: java-check $(STAMP)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not slow"
 
 test-all: java-check $(STAMP)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 bench: java-check $(STAMP)
