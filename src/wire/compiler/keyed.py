@@ -16,13 +16,14 @@ import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, GroupedData
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from wire.core.envelope import (
@@ -250,7 +251,7 @@ class OperatorState:
     tables: dict[str, pa.Table] | None = None
 
     @classmethod
-    def load(cls, value: tuple | None) -> OperatorState:
+    def load(cls, value: tuple[Any, ...] | None) -> OperatorState:
         """Decode the ValueState's value (None: first epoch)."""
         if value is None:
             return cls(channels={}, tables={})
@@ -258,7 +259,7 @@ class OperatorState:
         tables = {name: decode_table(packed.column(name)[0].as_py()) for name in packed.column_names}
         return cls(int(value[0]), int(value[1]), json.loads(value[2]), tables)
 
-    def dump(self) -> tuple:
+    def dump(self) -> tuple[int, int, str, bytes]:
         """Encode for ``ValueState.update``."""
         tables = self.tables or {}
         packed = pa.table({n: pa.array([encode_table(t)], pa.binary()) for n, t in tables.items()})
@@ -347,7 +348,7 @@ class KeyedProcessor(StatefulProcessor):
         self.chunks = MapStateChunks(handle.getMapState("segments", SEGMENT_KEY, SEGMENT_VALUE))
 
     def handleInputRows(
-        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: object
+        self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timerValues: object
     ) -> Iterator[pd.DataFrame]:
         """Process key group ``key[0]``'s rows of one epoch."""
         group = read_group(rows)
@@ -360,7 +361,9 @@ class KeyedProcessor(StatefulProcessor):
         self.state.update(op.dump())
         yield frame
 
-    def handleInitialState(self, key: tuple, initialState: pd.DataFrame, timerValues: object) -> None:
+    def handleInitialState(
+        self, key: tuple[Any, ...], initialState: pd.DataFrame, timerValues: object
+    ) -> None:
         """Write key group ``key[0]``'s seeded state (a rescaled restart, :data:`SEED_SCHEMA`).
 
         Spark calls it only in the first epoch of a query started with an initial state

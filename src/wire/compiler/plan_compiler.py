@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -100,7 +101,8 @@ def chain_of(plan: Plan) -> list[Node]:
     if not any(isinstance(n, SourceNode) for n in ops):
         raise PlanError(f"flow {plan.flow_id!r} has no source")
     steps = {n.step: n for n in ops}
-    for sink in (*plan.sinks(), *plan.drops()):
+    port_readers: tuple[SinkNode | DropNode, ...] = (*plan.sinks(), *plan.drops())
+    for sink in port_readers:
         ref = sink.source
         if ref.port == OUT and ref.step not in steps:
             raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
@@ -108,8 +110,9 @@ def chain_of(plan: Plan) -> list[Node]:
             steps.get(ref.step), WindowAggregateNode | IntervalJoinNode | ProcessNode
         ):
             raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no late port")
+        throttle = steps.get(ref.step)
         if ref.port == OVERFLOW and not (
-            isinstance(steps.get(ref.step), ThrottleNode) and steps[ref.step].mode == "overflow"
+            isinstance(throttle, ThrottleNode) and throttle.mode == "overflow"
         ):
             raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no overflow port")
         if ref.port == DEAD_LETTER and ref.step != ALL_STEPS and ref.step not in steps:
@@ -117,7 +120,7 @@ def chain_of(plan: Plan) -> list[Node]:
     if not plan.sinks():
         raise PlanError(f"flow {plan.flow_id!r} has no sink: nothing would be written")
     read_by_ops = {up for n in ops for up in upstreams(n)}
-    read_by_sinks = {s.source.step for s in (*plan.sinks(), *plan.drops())}
+    read_by_sinks = {s.source.step for s in port_readers}
     dangling = [n.step for n in ops if n.step not in read_by_ops and n.step not in read_by_sinks]
     if dangling:
         raise PlanError(
@@ -194,7 +197,7 @@ def compile_plan(
     *,
     prune_columns: bool = True,
     seeds: Mapping[str, str] | None = None,
-    resume: Mapping[str, dict] | None = None,
+    resume: Mapping[str, dict[str, Any]] | None = None,
 ) -> CompiledFlow:
     """Compile ``plan`` to one streaming DataFrame (nothing runs yet).
 
@@ -244,7 +247,7 @@ def _compile(
     control_file: str | None,
     columns: dict[str, tuple[tuple[str, ...], StructType]],
     seeds: dict[str, str],
-    resume: dict[str, dict],
+    resume: dict[str, dict[str, Any]],
 ) -> tuple[CompiledFlow, list[_Opened]]:
     """Compile ``order`` (from :func:`chain_of`); also return the sources that can prune.
 
@@ -289,6 +292,7 @@ def _compile(
                 if attributes is not None:
                     opened.append(_Opened(node, payload, df.schema, attributes))
             elif subset is not None:
+                assert struct is not None  # columns holds both or neither
                 df = _restore_columns(df, struct, subset)
             # watermark rows travel on the source's channel
             df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step))
@@ -431,7 +435,7 @@ def _open_source(
     key_groups: int,
     control_file: str | None,
     columns: tuple[str, ...] | None = None,
-    resume: dict | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 

@@ -161,8 +161,8 @@ def compile_process(
     states = tuple((name, s) for name, s in node.states if isinstance(s, StateSpec))
     spec = ProcessSpec(
         step=node.step, key=key, key_type=payload.field(key).type, payload=payload,
-        output=node.schema, states=states, on_events=node.on_events,  # type: ignore[arg-type]
-        on_timer=node.on_timer,  # type: ignore[arg-type]
+        output=node.schema, states=states, on_events=node.on_events,
+        on_timer=node.on_timer,
     )
     stage = ProcessStage(spec, with_envelope(node.schema), channels, key_groups)
     kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")

@@ -47,7 +47,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from wire.compiler.keyed import (
-    NO_WATERMARK,
     SEGMENT_INDEX,
     GroupInput,
     KeyedProcessor,
@@ -77,6 +76,7 @@ from wire.core.envelope import (
     side_batch,
     with_envelope,
 )
+from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
 from wire.state import window_epoch as WE

@@ -28,6 +28,7 @@ conversion total and deterministic.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -181,7 +182,8 @@ def local_hhmm_to_utc_ms(
     local = pd.DatetimeIndex(naive).tz_localize(
         TIME_ZONE, nonexistent="shift_forward", ambiguous=np.ones(len(naive), dtype=bool)
     )
-    return local.as_unit("ns").asi8 // 1_000_000
+    ms: np.ndarray = local.as_unit("ns").asi8 // 1_000_000
+    return ms
 
 
 def with_times(table: pa.Table) -> pa.Table:
@@ -259,7 +261,7 @@ def prepare_flights(
     for i, start in enumerate(range(0, table.num_rows, rows_per_file)):
         part = table.slice(start, rows_per_file)
         name = f"flights-{i:05d}.parquet"
-        _write_atomic(root / name, lambda p, part=part: pq.write_table(part, p))
+        _write_atomic(root / name, functools.partial(pq.write_table, part))
         names.append(name)
         counts.append(part.num_rows)
     record = {**params, "events": table.num_rows, "cancelled": cancelled}

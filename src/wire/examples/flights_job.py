@@ -37,13 +37,18 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import wire
 from wire.core.time import to_millis
 from wire.errors import missing_extra
 from wire.examples.flights import prepare_flights
 from wire.runtime.checkpoint import finished
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from wire.sources.base import Source
 
 DEFAULT_DELAY = "60m"
 DEFAULT_LATENESS = "180m"
@@ -56,7 +61,7 @@ def flights_flow(
     max_delay: wire.core.time.Duration = DEFAULT_DELAY,
     allowed_lateness: wire.core.time.Duration = DEFAULT_LATENESS,
     max_events_per_epoch: int = 20_000,
-    source: Any = None,
+    source: Source | None = None,
 ) -> wire.Flow:
     """Build the flight-delays flow (nothing runs until ``flow.run``).
 
@@ -102,7 +107,8 @@ def produce_flights(bootstrap: str, topic: str, files: Sequence[str | Path], *, 
     """
     import pyarrow.parquet as pq
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic  # admin re-exports it implicitly
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=10).topics:
@@ -128,7 +134,7 @@ def produce_flights(bootstrap: str, topic: str, files: Sequence[str | Path], *, 
 
 def run_from_kafka(
     files: Sequence[str | Path], out_dir: str | Path, *, bootstrap: str, topic: str = "flights",
-    spark: Any = None, max_delay: wire.core.time.Duration = DEFAULT_DELAY,
+    spark: SparkSession | None = None, max_delay: wire.core.time.Duration = DEFAULT_DELAY,
     allowed_lateness: wire.core.time.Duration = DEFAULT_LATENESS, max_events_per_epoch: int = 20_000,
     timeout_s: float = 3_600.0,
 ) -> wire.RunSummary:

@@ -51,7 +51,7 @@ class CheckpointMeta:
     """Added to Spark's batch ids to make Wire's epoch ids (0 until a rescale)."""
     seeds: dict[str, str] = field(default_factory=dict)
     """Per stateful step, the Parquet of its initial state (absolute; after a rescale)."""
-    resume: dict[str, dict] = field(default_factory=dict)
+    resume: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source step, where its reads resume (after a rescale, :func:`wire.sources.base.resumable`)."""
 
 
@@ -357,7 +357,7 @@ class EpochInfo:
     """One epoch of a checkpoint, as Spark's offset and commit logs record it."""
 
     epoch: int
-    offsets: tuple[dict | None, ...]
+    offsets: tuple[dict[str, Any] | None, ...]
     """Per source (in the query's source order), the end offset Wire's source wrote."""
     watermarks: tuple[int | None, ...]
     """Per source, the watermark after the epoch (ms), when the offset records one."""

@@ -40,6 +40,7 @@ from wire.plan.nodes import (
     DEAD_LETTER,
     LATE,
     OVERFLOW,
+    DropNode,
     IntervalJoinNode,
     Plan,
     PortRef,
@@ -70,7 +71,8 @@ def side_ports(plan: Plan) -> list[PortRef]:
 
 def unsunk_ports(plan: Plan) -> list[PortRef]:
     """The side ports that no sink reads and no ``drop()`` names."""
-    read = {n.source for n in (*plan.sinks(), *plan.drops())}
+    port_readers: tuple[SinkNode | DropNode, ...] = (*plan.sinks(), *plan.drops())
+    read = {n.source for n in port_readers}
     all_dead_letters = PortRef(ALL_STEPS, DEAD_LETTER) in read
     return [
         ref for ref in side_ports(plan)

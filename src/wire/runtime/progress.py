@@ -124,7 +124,8 @@ def source_watermark(summary: Any) -> int | None:
     marks = [summary.gauges.get((step, "watermark")) for step in summary.source_steps]
     if not marks or any(m is None or m == NO_WATERMARK for m in marks):
         return None
-    return min(marks)
+    lowest: int = min(marks)
+    return lowest
 
 
 def total_records(plan: Plan) -> int | None:

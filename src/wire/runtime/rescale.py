@@ -107,7 +107,8 @@ def operator_ids(df: DataFrame) -> dict[str, int]:
 
 def explain(df: DataFrame) -> str:
     """Spark's explained physical plan of ``df`` (``df.explain()``'s text)."""
-    jvm = df.sparkSession._jvm  # type: ignore[attr-defined]
+    jvm = df.sparkSession._jvm
+    assert jvm is not None  # a classic (JVM-backed) session
     return str(jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple"))
 
 
@@ -152,7 +153,9 @@ def _offset_lines(spark_dir: Path, batch: int) -> list[str]:
     return read_spark_log(spark_dir / "offsets" / str(batch), spark_dir.parent)
 
 
-def _resume(order: list[str], spark_dir: Path, committed: int, planned: int, where: str) -> dict[str, dict]:
+def _resume(
+    order: list[str], spark_dir: Path, committed: int, planned: int, where: str
+) -> dict[str, dict[str, Any]]:
     """Per source step, ``{"start": committed end offset, "end": in-flight end or None}``.
 
     ``order``: the source step of each of Spark's sources, in offset-log order
@@ -165,11 +168,11 @@ def _resume(order: list[str], spark_dir: Path, committed: int, planned: int, whe
         raise CheckpointError(
             f"{where}: Spark's offset log records {len(start)} sources, the flow's plan "
             f"reads {len(order)} ({order}); run it with the checkpoint's key_groups")
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for step in dict.fromkeys(order):
         at = [i for i, s in enumerate(order) if s == step]
         starts = {start[i] for i in at}
-        ends = {None} if end is None else {end[i] for i in at}
+        ends: set[str | None] = {None} if end is None else {end[i] for i in at}
         if len(starts) != 1 or len(ends) != 1 or "-" in starts:
             raise CheckpointError(
                 f"{where}: source {step!r} is read {len(at)} times (branches) and its reads "
@@ -281,7 +284,8 @@ def spark_assign(spark: SparkSession, groups: dict[int, GroupState], key: str, n
         at = pc.index_in(arr.cast(known.type), value_set=known, skip_nulls=False)
         if at.null_count:
             raise CheckpointError(f"rescale: a state key of column {key!r} was not hashed")
-        return kgs[at.to_numpy()]
+        assigned: np.ndarray = kgs[at.to_numpy()]
+        return assigned
 
     return assign
 

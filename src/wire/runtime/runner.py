@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from wire.compiler.branches import source_scans
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
