@@ -22,9 +22,9 @@ plan to one Spark Structured Streaming query with one checkpoint (SPEC §6).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -60,7 +60,7 @@ from wire.plan.nodes import (
 from wire.state.aggregations import Aggregator
 from wire.state.keyed_state import StateSpec
 from wire.state.process import OnEvents, OnTimer, declared_states
-from wire.state.spec import Emit
+from wire.state.spec import Callback, Emit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -496,8 +496,8 @@ class Stream:
         *,
         allowed_lateness: Duration = 0,
         emit: Emit = "final",
-        before_update: Callable[[pa.Table, pa.Table], Any] | None = None,
-        after_update: Callable[[pa.Table, pa.Table], Any] | None = None,
+        before_update: Callback | None = None,
+        after_update: Callback | None = None,
     ) -> WindowedStream:
         """Assign events to event-time windows; call ``.aggregate(...)`` next.
 
@@ -852,8 +852,8 @@ class WindowedStream:
     window: Window
     allowed_lateness_ms: int
     emit: Emit = "final"
-    before_update: Callable[[pa.Table, pa.Table], Any] | None = None
-    after_update: Callable[[pa.Table, pa.Table], Any] | None = None
+    before_update: Callback | None = None
+    after_update: Callback | None = None
 
     def aggregate(self, *, name: str | None = None, **aggregations: Aggregator) -> Stream:
         """Aggregate each (key, window) and emit results by the watermark.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypeAlias
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from wire.errors import ConfigError
@@ -20,8 +22,12 @@ EMIT_MODES = ("final", "update")
 Emit = Literal["final", "update"]
 """A window's emission mode (SPEC §3): ``"final"`` or ``"update"``."""
 
-Callback = Callable[[pa.Table, pa.Table], Any]
-"""``callback(aggregate, event) -> bool array``: see :class:`WindowSpec`."""
+BoolMask: TypeAlias = pa.Array | pa.ChunkedArray | npt.NDArray[np.bool_] | Sequence[bool]
+"""One bool per row: a pyarrow boolean array (a null counts as False), a numpy bool array
+or a sequence of bools."""
+
+Callback: TypeAlias = Callable[[pa.Table, pa.Table], BoolMask]
+"""``callback(aggregate, event) -> BoolMask``: see :class:`WindowSpec`."""
 
 
 @dataclass(frozen=True)
