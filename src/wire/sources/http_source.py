@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -57,7 +57,6 @@ from wire.core.watermarks import (
     PartitionState,
     WatermarkPolicy,
     advance_partition,
-    check_max_future,
     future_limit,
     future_reason,
     should_tick,
@@ -66,17 +65,14 @@ from wire.core.watermarks import (
 from wire.delivery.wal import WriteAheadLog
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sources.base import (
+    Binding,
     BindingDataSource,
     BindingSource,
     Capability,
     Offset,
-    ReadRequest,
     SchemaDataclassDict,
     SizedAdmission,
-    check_admission,
-    check_columns,
     future_mask,
-    select_columns,
     spark_row_schema,
 )
 from wire.sources.epoch_sizing import EpochSizer
@@ -261,59 +257,16 @@ def http_ingest(
 
 
 @dataclass(frozen=True)
-class IngestBinding:
-    """What the compiler hands to the Spark data source for one HTTP ingest step."""
+class IngestBinding(Binding):
+    """What the compiler hands to the Spark data source for one HTTP ingest step (:class:`Binding`).
 
-    step: str
+    ``payload_schema`` is the source's schema; records are parsed with every column of it,
+    whatever ``columns`` produces. ``resume`` is always None: the source cannot resume on
+    a new Spark checkpoint (no ``"resume"`` capability).
+    """
+
+    source_class: ClassVar[type] = HttpIngestSource
     source: HttpIngestSource
-    event_time: str
-    max_delay_ms: int
-    max_events_per_epoch: int
-    key_groups: int
-    control_file: str | None = None
-    columns: tuple[str, ...] | None = None
-    """The payload columns produced (None: all); records are parsed with every column."""
-    max_future_ms: int | None = None
-    """Events more than this (ms) ahead of the epoch's processing time are dead letters and
-    do not move the watermark; None: off."""
-    target_epoch_ms: int | None = None
-    """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
-    resume: dict[str, Any] | None = None
-    """Always None: the source cannot resume on a new Spark checkpoint (no ``"resume"`` capability)."""
-
-    @classmethod
-    def of(cls, source: HttpIngestSource, request: ReadRequest) -> IngestBinding:
-        """The binding of ``source`` for the compiler's ``request`` (its payload schema is the source's)."""
-        return cls(source=source, **request.settings())
-
-    def __post_init__(self) -> None:
-        check_max_future(self.step, self.max_future_ms)
-        if self.event_time not in self.source.schema.names:
-            accepted = f"a field of the schema: {self.source.schema.names}"
-            raise ConfigError("event_time", self.event_time, accepted, step=self.step)
-        check_admission(
-            self.step, max_delay_ms=self.max_delay_ms,
-            max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups,
-        )
-        object.__setattr__(self, "columns", check_columns(self.step, self.source.schema, self.columns))
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        """The payload columns produced: the source's schema restricted to ``columns``."""
-        return select_columns(self.source.schema, self.columns)
-
-    def to_json(self) -> str:
-        """Serialize to a JSON string (the ``binding`` option of the Spark source)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["source"] = self.source.to_dict()
-        return json.dumps(d)
-
-    @staticmethod
-    def from_json(text: str) -> IngestBinding:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        d["source"] = HttpIngestSource.from_dict(d["source"])
-        return IngestBinding(**d)
 
 
 # ---------------------------------------------------------------------------- records
@@ -587,5 +540,5 @@ class HttpIngestDataSource(BindingDataSource):
     """The Spark Python data source ``wire_http_ingest``; option ``binding``: an IngestBinding JSON."""
 
     format_name = DATA_SOURCE_NAME
-    binding_class = IngestBinding  # type: ignore[assignment]  # its payload schema is the source's
+    binding_class = IngestBinding
     reader_class = HttpIngestReader

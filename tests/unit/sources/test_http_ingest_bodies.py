@@ -25,7 +25,7 @@ LIMIT = 4096
 
 _tmp = Path(tempfile.mkdtemp(prefix="wire-ingest-bodies-"))
 _binding = IngestBinding("ingest", http_ingest(port=8080, wal_dir=str(_tmp), schema=SCHEMA,
-                                               max_body_bytes=LIMIT), "t", 0, 100, 1)
+                                               max_body_bytes=LIMIT), SCHEMA, "t", 0, 100, 1)
 _wal = WriteAheadLog(_binding.source.wal_path)
 _app = create_app(_Gate(_binding, _wal))
 

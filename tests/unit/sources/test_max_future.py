@@ -72,7 +72,7 @@ def test_bindings_validate_max_future_ms(tmp_path):
         SourceBinding("s", src, SCHEMA, "ts", 0, 10, 1, max_future_ms=-1)
     ingest = http_ingest(port=8089, wal_dir=str(tmp_path), schema=SCHEMA)
     with pytest.raises(ConfigError, match="max_future_ms='1h'"):
-        IngestBinding("s", ingest, "ts", 0, 10, 1, max_future_ms="1h")
+        IngestBinding("s", ingest, ingest.schema, "ts", 0, 10, 1, max_future_ms="1h")
     red = redis_stream("redis://127.0.0.1:1/0", "s", group="g", schema=SCHEMA)
     with pytest.raises(ConfigError, match="max_future_ms=True"):
         RedisBinding("s", red, SCHEMA, "ts", 0, 10, 1, max_future_ms=True)
@@ -194,7 +194,7 @@ def free_port() -> int:
 def test_http_ingest_rejects_future_events_against_the_offsets_processing_time(tmp_path, max_future):
     schema = pa.schema([("t", pa.int64()), ("k", pa.string())])
     src = http_ingest(port=free_port(), wal_dir=str(tmp_path / "wal"), schema=schema)
-    binding = IngestBinding("ingest", src, "t", 5000, 100, 1, max_future_ms=max_future)
+    binding = IngestBinding("ingest", src, src.schema, "t", 5000, 100, 1, max_future_ms=max_future)
     reader = HttpIngestReader(binding, clock=lambda: NOW)
     try:
         start = reader.initialOffset()

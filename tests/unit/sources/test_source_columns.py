@@ -219,11 +219,11 @@ def test_redis_and_http_bindings_carry_columns(tmp_path):
     assert RedisBinding.from_json(b.to_json()) == b
     assert b.row_schema().names == ["t", "v", *envelope.ENVELOPE_COLUMNS]
     ingest = http_ingest(port=8999, wal_dir=str(tmp_path), schema=schema)
-    i = IngestBinding("h", ingest, "t", 0, 10, 1, columns=("k",))
+    i = IngestBinding("h", ingest, ingest.schema, "t", 0, 10, 1, columns=("k",))
     assert IngestBinding.from_json(i.to_json()) == i
     assert i.output_schema.names == ["k"]
     with pytest.raises(ConfigError, match="columns"):
-        IngestBinding("h", ingest, "t", 0, 10, 1, columns=("x",))
+        IngestBinding("h", ingest, ingest.schema, "t", 0, 10, 1, columns=("x",))
 
 
 def test_http_ingest_reads_requested_columns_and_still_dead_letters(tmp_path):
@@ -232,7 +232,7 @@ def test_http_ingest_reads_requested_columns_and_still_dead_letters(tmp_path):
         port = s.getsockname()[1]
     schema = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64())])
     src = http_ingest(port=port, wal_dir=str(tmp_path / "wal"), schema=schema)
-    reader = HttpIngestReader(IngestBinding("ingest", src, "t", 0, 100, 1, columns=("t", "k")))
+    reader = HttpIngestReader(IngestBinding("ingest", src, src.schema, "t", 0, 100, 1, columns=("t", "k")))
     try:
         start = reader.initialOffset()
         body = [{"t": 5, "k": "a", "v": 1}, {"t": 7, "k": "b", "v": "x"}, {"t": 9, "k": "c"}]
