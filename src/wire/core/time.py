@@ -8,6 +8,7 @@ module imports them.
 from __future__ import annotations
 
 import re
+import time
 from datetime import timedelta
 
 from wire.errors import ConfigError
@@ -66,3 +67,8 @@ def to_millis(value: Duration, *, parameter: str, allow_zero: bool = True) -> in
     if ms < 0 or (ms == 0 and not allow_zero):
         raise ConfigError(parameter, value, accepted)
     return ms
+
+
+def wall_clock_ms() -> int:
+    """The processing-time clock: wall-clock ms since the Unix epoch."""
+    return time.time_ns() // 1_000_000

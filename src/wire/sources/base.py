@@ -46,10 +46,11 @@ the external system (contraflow, SPEC §7).
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeAlias, TypeVar, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +62,8 @@ from pyspark.sql.types import StructType
 
 from wire.core import envelope
 from wire.core.control_file import is_paused
-from wire.core.watermarks import check_max_future, future_limit, future_reason
+from wire.core.time import wall_clock_ms
+from wire.core.watermarks import WatermarkPolicy, check_max_future, future_limit, future_reason
 from wire.errors import ConfigError
 from wire.sources.epoch_sizing import EpochSizer
 
@@ -506,6 +508,67 @@ class AdmissionBinding(Protocol):
 
     @property
     def max_events_per_epoch(self) -> int: ...  # noqa: D102
+
+
+class Closeable(Protocol):
+    """A client a :class:`LiveReader` opens per process: something with ``close()``."""
+
+    def close(self) -> None: ...  # noqa: D102
+
+
+ClientT = TypeVar("ClientT", bound=Closeable)
+
+
+class LiveReader(Generic[ClientT]):
+    """What every stream reader of a live system shares (Kafka, Redis Streams, HTTP ingest).
+
+    :meth:`_init_live` takes from the binding the watermark policy (bounded delay in ms,
+    the source's idle timeout and watermark interval), the epoch sizer and the rows'
+    Arrow schema, and sets the processing-time clock (ms; injectable for tests).
+
+    The reader's client (a Kafka consumer, a Redis connection, a write-ahead log) is one
+    per process: :meth:`_open_client` opens it on first use of :attr:`client`, and
+    :meth:`close` closes it. Spark pickles readers into its planner and executor
+    processes; a pickled reader carries no client, and the attributes named in
+    ``_transient`` (per-process caches) are reset to copies of the values given there.
+    """
+
+    _transient: ClassVar[dict[str, Any]] = {}
+
+    _binding: Any
+    _client: ClientT | None
+
+    def _init_live(self, binding: Binding, clock: Callable[[], int] | None) -> None:
+        self._binding = binding
+        src = binding.source
+        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
+        self._clock = clock or wall_clock_ms
+        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
+        self._row_schema = binding.row_schema()
+        self._client = None
+        self._started: int | None = None
+
+    def _open_client(self) -> ClientT:
+        """Open this process's client (called once, on first use)."""
+        raise NotImplementedError
+
+    @property
+    def client(self) -> ClientT:
+        """The client of this process (opened on first use)."""
+        if self._client is None:
+            self._client = self._open_client()
+        return self._client
+
+    def close(self) -> None:
+        """Close this process's client, if it opened one."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_client=None, **copy.deepcopy(self._transient))
+        return state
 
 
 class SizedAdmission:

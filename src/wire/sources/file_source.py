@@ -53,11 +53,7 @@ from wire.sources.file_listing import (
     list_partitions,
 )
 from wire.sources.file_readers import DEFAULT_MAX_FIELD_BYTES, ParseSpec, infer_schema
-from wire.sources.file_stream import (
-    FileEpoch,
-    WireFileStreamReader,
-    wall_clock_ms,
-)
+from wire.sources.file_stream import FileEpoch, WireFileStreamReader
 
 if TYPE_CHECKING:
     pass
@@ -73,7 +69,6 @@ __all__ = [
     "files",
     "spark_row_schema",
     "spark_struct",
-    "wall_clock_ms",
 ]
 
 DATA_SOURCE_NAME = "wire_files"

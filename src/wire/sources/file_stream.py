@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from wire.core import envelope
-from wire.core.time import NO_WATERMARK
+from wire.core.time import NO_WATERMARK, wall_clock_ms
 from wire.core.watermarks import (
     PartitionState,
     WatermarkPolicy,
@@ -97,11 +96,6 @@ class _Taken:
     max_event_time: int | None
     segments: list[list[Any]]  # [rel, lo, hi] admitted, in arrival order
     files: FileSet
-
-
-def wall_clock_ms() -> int:
-    """Return the processing-time clock: wall-clock ms since the Unix epoch."""
-    return time.time_ns() // 1_000_000
 
 
 def _offset(

@@ -55,7 +55,6 @@ from wire.core.control_file import check_bind
 from wire.core.time import NO_WATERMARK, Duration, to_millis
 from wire.core.watermarks import (
     PartitionState,
-    WatermarkPolicy,
     advance_partition,
     future_limit,
     future_reason,
@@ -69,15 +68,13 @@ from wire.sources.base import (
     BindingDataSource,
     BindingSource,
     Capability,
+    LiveReader,
     Offset,
     SchemaDataclassDict,
     SizedAdmission,
     future_mask,
-    spark_row_schema,
 )
-from wire.sources.epoch_sizing import EpochSizer
 from wire.sources.file_readers import _array_from_values, event_times_ms
-from wire.sources.file_stream import wall_clock_ms
 
 if TYPE_CHECKING:  # the server (FastAPI, uvicorn) is imported by the planner process only
     from wire.sources.http_server import _Server
@@ -382,7 +379,7 @@ def _offset(seq: int, admitted: int, state: PartitionState, watermark: int, star
     }
 
 
-class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
+class HttpIngestReader(SizedAdmission, LiveReader[WriteAheadLog], DataSourceStreamReader):
     """Stream reader of the HTTP ingest source (offsets: see the module docstring).
 
     The planner methods run in Spark's long-lived planner process on the driver; the
@@ -394,29 +391,19 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
     _binding: IngestBinding
 
     def __init__(self, binding: IngestBinding, clock: Callable[[], int] | None = None) -> None:
-        self._binding = binding
-        src = binding.source
-        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
-        self._clock = clock or wall_clock_ms
-        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
-        self._row_schema = spark_row_schema(binding.output_schema)
-        self._wal: WriteAheadLog | None = None
+        self._init_live(binding, clock)
         self._server: _Server | None = None
-        self._started: int | None = None
 
-    @property
-    def wal(self) -> WriteAheadLog:
-        """The source's write-ahead log (opened on first use)."""
-        if self._wal is None:
-            self._wal = WriteAheadLog(self._binding.source.wal_path)
-        return self._wal
+    def _open_client(self) -> WriteAheadLog:
+        """The source's write-ahead log."""
+        return WriteAheadLog(self._binding.source.wal_path)
 
     def serve(self) -> None:
         """Start the HTTP server in this process if it is not running (idempotent)."""
         if self._server is None:
             from wire.sources.http_server import _serve
 
-            self._server = _serve(self._binding, self.wal)
+            self._server = _serve(self._binding, self.client)
 
     # -- planner (driver) --------------------------------------------------------------
 
@@ -443,12 +430,12 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
         if admission is None:
             return start
         now, budget, started = admission.now, admission.budget, admission.started
-        records = self.wal.read(start["seq"], limit=budget) if budget != 0 else []
+        records = self.client.read(start["seq"], limit=budget) if budget != 0 else []
         parsed = parse_records(records, b.source.schema, b.event_time)
         seq = records[-1][0] if records else start["seq"]
         if budget is not None:
             self._sizer.admitted(now, len(records), budget)
-        pending = budget is not None and len(records) >= budget and self.wal.max_seq() > seq
+        pending = budget is not None and len(records) >= budget and self.client.max_seq() > seq
         seen = start["max_event_time"]  # the log's watermark without idle extrapolation:
         own = NO_WATERMARK if seen is None else seen - b.max_delay_ms
         prev = PartitionState(max_event_time=seen, watermark=own, last_arrival=start["last_arrival"],
@@ -475,7 +462,7 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
 
     def commit(self, end: Offset) -> None:
         """Delete the log records up to ``end`` (their epoch committed: contraflow ack, SPEC §7)."""
-        self.wal.truncate(int(end["seq"]))
+        self.client.truncate(int(end["seq"]))
 
     def stop(self) -> None:
         """Stop the HTTP server (the query ends) and close the log."""
@@ -484,9 +471,7 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
 
             _unserve(self._server)
             self._server = None
-        if self._wal is not None:
-            self._wal.close()
-            self._wal = None
+        self.close()
 
     # -- executor ------------------------------------------------------------------------
 
@@ -506,7 +491,7 @@ class HttpIngestReader(SizedAdmission, DataSourceStreamReader):
         if not isinstance(partition, WalEpoch):
             raise TypeError(f"expected a WalEpoch partition, got {type(partition).__name__}")
         b, schema = self._binding, self._row_schema
-        records = self.wal.read(partition.lo, partition.hi)
+        records = self.client.read(partition.lo, partition.hi)
         if len(records) != partition.count:
             raise WireError(
                 f"http ingest {b.step!r}: the write-ahead log {b.source.wal_path} holds {len(records)} "

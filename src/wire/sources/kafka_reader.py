@@ -18,7 +18,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -28,15 +28,13 @@ from wire.core import envelope
 from wire.core.control_file import is_paused
 from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import (
-    WatermarkPolicy,
     advance_partition,
     fair_split,
     should_tick,
     source_watermark,
 )
 from wire.errors import WireError
-from wire.sources.base import Decoded, Offset
-from wire.sources.epoch_sizing import EpochSizer
+from wire.sources.base import Decoded, LiveReader, Offset
 from wire.sources.kafka_decode import AvroDecoder, KafkaRecord, decode_records
 from wire.sources.kafka_offsets import (
     PartitionOffset,
@@ -60,11 +58,6 @@ _GAP_S = 0.2
 _MAX_WAIT_S = 10.0
 _READ_TIMEOUT_S = 60.0
 """An executor fails its task when the broker gives no record of its range for this long."""
-
-
-def wall_clock_ms() -> int:
-    """The processing-time clock: wall-clock ms since the Unix epoch."""
-    return time.time_ns() // 1_000_000
 
 
 def consumer_config(binding: KafkaBinding, *, role: str) -> dict[str, Any]:
@@ -140,24 +133,22 @@ class KafkaTask(InputPartition):
         super().__init__(None)
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class KafkaStreamReader(LiveReader["confluent_kafka.Consumer"], DataSourceStreamReader):
     """Stream reader of :func:`wire.sources.kafka`; offsets: :mod:`wire.sources.kafka_offsets`.
 
     ``clock`` (ms) is the processing-time clock, injectable for tests.
     """
 
-    def __init__(self, binding: KafkaBinding, clock: Callable[[], int] | None = None) -> None:
-        self._binding = binding
-        src = binding.source
-        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
-        self._clock = clock or wall_clock_ms
-        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
-        self._row_schema = binding.row_schema()
-        self._avro: AvroDecoder | None = None
-        self._reset_planner()
+    _binding: KafkaBinding
+    _transient: ClassVar[dict[str, Any]] = {
+        "_pos": {}, "_stash": {}, "_eof": {}, "_known": None, "_avro": None, "_unacked": None,
+        "_caught_up": False, "_down_since": None,
+    }
+    """The planner's per-process caches, reset when the reader is pickled."""
 
-    def _reset_planner(self) -> None:
-        self._consumer: confluent_kafka.Consumer | None = None
+    def __init__(self, binding: KafkaBinding, clock: Callable[[], int] | None = None) -> None:
+        self._init_live(binding, clock)
+        self._avro: AvroDecoder | None = None
         self._pos: dict[str, int] = {}
         self._stash: dict[str, deque[KafkaRecord]] = {}
         self._eof: dict[str, int] = {}
@@ -165,29 +156,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._discovered_at: float = 0
         self._unacked: Offset | None = None
         self._caught_up = False
-        self._started: int | None = None
         self._down_since: float | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_consumer=None, _pos={}, _stash={}, _eof={}, _known=None, _avro=None,
-                     _unacked=None, _caught_up=False, _down_since=None)
-        return state
+    def _open_client(self) -> confluent_kafka.Consumer:
+        """The planner's consumer (it commits only in :meth:`commit`)."""
+        from confluent_kafka import Consumer
 
-    @property
-    def consumer(self) -> confluent_kafka.Consumer:
-        """The planner's consumer (created on first use)."""
-        if self._consumer is None:
-            from confluent_kafka import Consumer
-
-            self._consumer = Consumer(consumer_config(self._binding, role="planner"))
-        return self._consumer
-
-    def close(self) -> None:
-        """Close this process's consumer, if any (it commits nothing)."""
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        return Consumer(consumer_config(self._binding, role="planner"))
 
     # -- planner (driver) --------------------------------------------------------------
 
@@ -203,7 +178,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         names = self._discover(force=True)
         tps = [TopicPartition(*split_name(n)) for n in names]
-        committed = self.consumer.committed(tps, timeout=self._timeout_s) if tps else []
+        committed = self.client.committed(tps, timeout=self._timeout_s) if tps else []
         positions, fresh = {}, []
         for tp in committed:
             name = partition_name(tp.topic, tp.partition)
@@ -214,7 +189,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             positions[name] = low if self._binding.source.start == "earliest" else high
             fresh.append(TopicPartition(tp.topic, tp.partition, positions[name]))
         if fresh and self._binding.source.start == "latest":
-            self.consumer.commit(offsets=fresh, asynchronous=False)
+            self.client.commit(offsets=fresh, asynchronous=False)
         return initial_offset(positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -371,7 +346,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._unacked = None
             return
         try:
-            self.consumer.commit(offsets=tps, asynchronous=False)
+            self.client.commit(offsets=tps, asynchronous=False)
         except KafkaException as e:
             self._unacked = offset
             warnings.warn(f"kafka source {self._binding.step!r}: group commit failed, will retry: {e}",
@@ -390,7 +365,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         fresh = (now - self._discovered_at) * 1000 < src.discovery_interval
         if not force and self._known is not None and fresh:
             return self._known
-        meta = self.consumer.list_topics(timeout=self._timeout_s)
+        meta = self.client.list_topics(timeout=self._timeout_s)
         if src.pattern is not None:
             rx = re.compile(src.pattern)
             topics = [t for t in meta.topics if rx.fullmatch(t) and not t.startswith("__")]
@@ -409,7 +384,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _watermarks(self, name: str) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
 
-        low, high = self.consumer.get_watermark_offsets(TopicPartition(*split_name(name)),
+        low, high = self.client.get_watermark_offsets(TopicPartition(*split_name(name)),
                                                         timeout=self._timeout_s, cached=False)
         return int(low), int(high)
 
@@ -433,7 +408,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         from confluent_kafka import KafkaError, TopicPartition
 
         if self._pos != positions:
-            self.consumer.assign([TopicPartition(*split_name(n), o) for n, o in sorted(positions.items())])
+            self.client.assign([TopicPartition(*split_name(n), o) for n, o in sorted(positions.items())])
             self._pos = dict(positions)
             self._stash = {n: deque() for n in positions}
             self._eof = {}
@@ -452,7 +427,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         t0 = last = time.monotonic()
         while need and time.monotonic() - last < _GAP_S and time.monotonic() - t0 < _MAX_WAIT_S:
             left = sum(wanted[n][1] - len(out[n]) for n in need)
-            for msg in self.consumer.consume(num_messages=max(1, min(_BATCH, left)), timeout=_GAP_S / 2):
+            for msg in self.client.consume(num_messages=max(1, min(_BATCH, left)), timeout=_GAP_S / 2):
                 err = msg.error()
                 n = _name(msg)
                 if err is not None:

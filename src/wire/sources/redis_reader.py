@@ -13,10 +13,9 @@ envelope rows (:mod:`wire.core.envelope`). The full contract is in
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,14 +27,12 @@ from wire.core.control_file import is_paused
 from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import (
     PartitionState,
-    WatermarkPolicy,
     advance_partition,
     should_tick,
     source_watermark,
 )
 from wire.errors import WireError
-from wire.sources.base import Decoded, Offset
-from wire.sources.epoch_sizing import EpochSizer
+from wire.sources.base import Decoded, LiveReader, Offset
 from wire.sources.file_readers import _array_from_values, event_times_ms
 
 if TYPE_CHECKING:
@@ -202,12 +199,7 @@ class RedisEpoch(InputPartition):
         super().__init__(None)
 
 
-def wall_clock_ms() -> int:
-    """The processing-time clock: wall-clock ms since the Unix epoch."""
-    return time.time_ns() // 1_000_000
-
-
-class RedisStreamReader(DataSourceStreamReader):
+class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
     """Stream reader of :func:`wire.sources.redis_source.redis_stream`.
 
     Offsets are JSON dicts: ``last_id`` (the id of the last admitted entry, exclusive
@@ -218,37 +210,20 @@ class RedisStreamReader(DataSourceStreamReader):
     watermark, last arrival, idle flag). ``clock`` (ms) is injectable for tests.
     """
 
+    _binding: RedisBinding
+    _transient: ClassVar[dict[str, Any]] = {"_delivered": None, "_caught_up": False}
+    """The planner's per-process view of the group, reset when the reader is pickled."""
+
     def __init__(self, binding: RedisBinding, clock: Callable[[], int] | None = None) -> None:
-        self._binding = binding
-        src = binding.source
-        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
-        self._clock = clock or wall_clock_ms
-        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
-        self._row_schema = binding.row_schema()
-        self._client: redis.Redis | None = None
+        self._init_live(binding, clock)
         self._delivered: str | None = None  # the group's last delivered id, as last seen
         self._caught_up = False
-        self._started: int | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_client=None, _delivered=None, _caught_up=False)
-        return state
+    def _open_client(self) -> redis.Redis:
+        """The connection of this process."""
+        import redis
 
-    @property
-    def redis(self) -> redis.Redis:
-        """The client of this process (created on first use)."""
-        if self._client is None:
-            import redis
-
-            self._client = redis.Redis.from_url(self._binding.source.url)
-        return self._client
-
-    def close(self) -> None:
-        """Close this process's connection, if any."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        return redis.Redis.from_url(self._binding.source.url)
 
     # -- planner (driver) --------------------------------------------------------------
 
@@ -262,7 +237,7 @@ class RedisStreamReader(DataSourceStreamReader):
         epoch commits, so it then returns the same position.
         """
         self._ensure_group()
-        pending = self.redis.xpending(self._stream, self._group)
+        pending = self.client.xpending(self._stream, self._group)
         if pending and pending.get("pending"):
             last = id_before(_text(pending["min"]))
         else:
@@ -361,10 +336,10 @@ class RedisStreamReader(DataSourceStreamReader):
             return 0
         acked = 0
         while True:
-            rows = self.redis.xpending_range(self._stream, self._group, "-", last_id, _ACK_PAGE)
+            rows = self.client.xpending_range(self._stream, self._group, "-", last_id, _ACK_PAGE)
             ids = [_text(r["message_id"]) for r in rows]
             if ids:
-                acked += int(self.redis.xack(self._stream, self._group, *ids))
+                acked += int(self.client.xack(self._stream, self._group, *ids))
             if len(ids) < _ACK_PAGE:
                 return acked
 
@@ -382,11 +357,11 @@ class RedisStreamReader(DataSourceStreamReader):
         delivered = self._delivered_id()
         entries: list[Entry] = []
         if parse_id(after) < parse_id(delivered):
-            raw = self.redis.xrange(self._stream, f"({after}", delivered, count=budget)
+            raw = self.client.xrange(self._stream, f"({after}", delivered, count=budget)
             entries = _entries(raw)
         if len(entries) < budget:
             # redis-py types the reply of every protocol; this client speaks RESP2: [[stream, entries]]
-            reply = cast("list[list[Any]] | None", self.redis.xreadgroup(
+            reply = cast("list[list[Any]] | None", self.client.xreadgroup(
                 self._group, self._consumer, {self._stream: ">"}, count=budget - len(entries)
             ))
             fresh = _entries(reply[0][1]) if reply else []
@@ -395,14 +370,14 @@ class RedisStreamReader(DataSourceStreamReader):
             floor = parse_id(entries[-1][0] if entries else after)
             stale = [i for i, _ in fresh if parse_id(i) <= floor]
             if stale:  # the group was moved back (XGROUP SETID): these were processed already
-                self.redis.xack(self._stream, self._group, *stale)
+                self.client.xack(self._stream, self._group, *stale)
             entries += [e for e in fresh if parse_id(e[0]) > floor]
         return entries
 
     def _delivered_id(self) -> str:
         if self._delivered is None:
             self._ensure_group()
-            for g in self.redis.xinfo_groups(self._stream):
+            for g in self.client.xinfo_groups(self._stream):
                 if _text(g["name"]) == self._group:
                     self._delivered = _text(g["last-delivered-id"])
                     break
@@ -415,7 +390,7 @@ class RedisStreamReader(DataSourceStreamReader):
 
         start = "0" if self._binding.source.start == "earliest" else "$"
         try:
-            self.redis.xgroup_create(self._stream, self._group, id=start, mkstream=True)
+            self.client.xgroup_create(self._stream, self._group, id=start, mkstream=True)
         except redis.exceptions.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
@@ -449,7 +424,7 @@ class RedisStreamReader(DataSourceStreamReader):
         out: list[Entry] = []
         lo = f"({after}"
         while True:
-            page = _entries(self.redis.xrange(self._stream, lo, through, count=_PAGE))
+            page = _entries(self.client.xrange(self._stream, lo, through, count=_PAGE))
             out += page
             if len(page) < _PAGE:
                 return out

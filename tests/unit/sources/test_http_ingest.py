@@ -93,7 +93,7 @@ def test_post_is_acknowledged_after_the_append_then_admitted_read_and_truncated_
     assert start["seq"] == 0 and start["watermark"] == NO_WATERMARK
     r = post(reader, [{"t": 100, "k": "a", "v": 1.5}, {"t": 90, "k": "b", "v": 2}])
     assert r.status_code == 202 and r.json() == {"accepted": 2, "seq": [1, 2]}
-    assert reader.wal.read(0) == [(1, '{"t":100,"k":"a","v":1.5}'), (2, '{"t":90,"k":"b","v":2}')]
+    assert reader.client.read(0) == [(1, '{"t":100,"k":"a","v":1.5}'), (2, '{"t":90,"k":"b","v":2}')]
     r = post(reader, {"t": 120, "k": "a"})
     assert r.status_code == 202 and r.json() == {"accepted": 1, "seq": [3, 3]}
 
@@ -110,9 +110,9 @@ def test_post_is_acknowledged_after_the_append_then_admitted_read_and_truncated_
     assert "ingest.dead_letter" not in sides
 
     assert reader.latestOffset(end, reader.getDefaultReadLimit()) == end  # nothing new: no epoch
-    assert reader.wal.count() == 3  # not before the commit
+    assert reader.client.count() == 3  # not before the commit
     reader.commit(end)
-    assert reader.wal.count() == 0 and reader.wal.max_seq() == 3
+    assert reader.client.count() == 0 and reader.client.max_seq() == 3
 
 
 def test_admission_is_bounded_per_epoch_and_the_watermark_is_monotonic(open_reader):
@@ -164,7 +164,7 @@ def test_invalid_body_is_400_and_nothing_is_stored(open_reader, body):
     reader.initialOffset()
     r = post(reader, body)
     assert r.status_code == 400 and "invalid body" in r.json()["error"]
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
 
 
 def test_empty_array_is_accepted_with_nothing_stored(open_reader):
@@ -172,7 +172,7 @@ def test_empty_array_is_accepted_with_nothing_stored(open_reader):
     reader.initialOffset()
     r = post(reader, [])
     assert r.status_code == 202 and r.json() == {"accepted": 0, "seq": None}
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
 
 
 def test_paused_flow_or_source_answers_503_and_admits_nothing(open_reader):
@@ -192,7 +192,7 @@ def test_paused_flow_or_source_answers_503_and_admits_nothing(open_reader):
         assert reader.latestOffset(start, reader.getDefaultReadLimit()) == start
         resume()
     set_paused(control, True, connector="another_source")
-    assert reader.wal.max_seq() == 1  # nothing stored while paused
+    assert reader.client.max_seq() == 1  # nothing stored while paused
     assert post(reader, {"t": 3}).status_code == 202
     assert reader.latestOffset(start, reader.getDefaultReadLimit())["seq"] == 2
 
@@ -210,7 +210,7 @@ def test_open_breaker_answers_503_with_its_retry_after(open_reader):
     assert post(reader, [{"t": 1}]).headers["Retry-After"] == "1"
     set_breaker(control, "orders_db", False)
     assert post(reader, [{"t": 1}]).status_code == 202
-    assert reader.wal.max_seq() == 1
+    assert reader.client.max_seq() == 1
 
 
 def test_token_is_required_when_configured(open_reader, tmp_path):
@@ -219,7 +219,7 @@ def test_token_is_required_when_configured(open_reader, tmp_path):
     assert post(reader, {"t": 1}).status_code == 401
     wrong = post(reader, {"t": 1}, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"] == "Bearer"
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
     ok = post(reader, {"t": 1}, headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 202
     assert "s3cret" not in repr(reader._binding.source)
@@ -253,7 +253,7 @@ def test_read_fails_loudly_when_the_log_lost_an_admitted_record(open_reader):
     start = reader.initialOffset()
     post(reader, [{"t": 1}, {"t": 2}])
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    reader.wal.truncate(1)  # deleted before its epoch committed
+    reader.client.truncate(1)  # deleted before its epoch committed
     with pytest.raises(WireError, match="holds 1 records"):
         rows_of(reader, start, end)
 
@@ -395,7 +395,7 @@ def test_a_declared_body_over_the_limit_is_413_before_any_byte_is_read(open_read
     answer = raw_exchange(reader, head(reader, f"Content-Length: {MAX_BODY_BYTES + 1}\r\n"))
     assert answer.startswith(b"HTTP/1.1 413"), answer
     assert f"over the limit of {MAX_BODY_BYTES} bytes".encode() in answer
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
 
 
 def test_a_chunked_body_is_cut_off_at_the_limit(open_reader):
@@ -415,7 +415,7 @@ def test_the_endpoint_stops_reading_a_streamed_body_at_the_limit(open_reader):
     from wire.sources.http_server import _Gate, create_app
 
     reader = open_reader(max_body_bytes=1000)
-    app = create_app(_Gate(reader._binding, reader.wal))
+    app = create_app(_Gate(reader._binding, reader.client))
     pulled, sent = [], []
 
     async def receive():
@@ -432,7 +432,7 @@ def test_the_endpoint_stops_reading_a_streamed_body_at_the_limit(open_reader):
     asyncio.run(app(scope, receive, send))
     assert sent[0]["status"] == 413
     assert sum(pulled) <= 1000 + 300  # it never held more than the limit: 4 messages, not 100
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
 
 
 @pytest.mark.parametrize("body, reason", [
@@ -451,7 +451,7 @@ def test_a_permanently_bad_body_is_400_with_its_reason_never_503(open_reader, bo
     assert r.status_code == 400, r.text
     assert "Retry-After" not in r.headers
     assert reason in r.json()["error"]
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
 
 
 def test_every_bad_item_of_a_batch_is_reported_once_and_nothing_is_stored(open_reader):
@@ -463,7 +463,7 @@ def test_every_bad_item_of_a_batch_is_reported_once_and_nothing_is_stored(open_r
     assert [e["item"] for e in errors] == [1, 3, 4]
     assert "expected a JSON object, got int" in errors[0]["reason"]
     assert "lone surrogate" in errors[1]["reason"]
-    assert reader.wal.max_seq() == 0
+    assert reader.client.max_seq() == 0
 
 
 def test_only_a_transient_log_failure_is_503(open_reader, monkeypatch):
@@ -475,7 +475,7 @@ def test_only_a_transient_log_failure_is_503(open_reader, monkeypatch):
     def full(events):
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(reader.wal, "append", full)
+    monkeypatch.setattr(reader.client, "append", full)
     r = post(reader, {"t": 1})
     assert r.status_code == 503 and r.headers["Retry-After"] == str(PAUSED_RETRY_AFTER_S)
     assert "disk is full" in r.json()["error"]

@@ -56,7 +56,7 @@ def reader(unavailable_timeout) -> tuple[KafkaStreamReader, FakeConsumer]:
                            max_events_per_epoch=100, key_groups=1)
     r = KafkaStreamReader(binding, clock=lambda: 1_000_000)
     fake = FakeConsumer(5)
-    r._consumer = fake
+    r._client = fake
     # The fetch path reads from the consumer; serve the records straight from the fake.
     r._fetch = lambda positions, counts, highs: {  # type: ignore[method-assign]
         n: [KafkaRecord(o, b"k", b'{"t": %d}' % (o * 10), None)

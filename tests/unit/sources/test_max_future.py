@@ -199,7 +199,7 @@ def test_http_ingest_rejects_future_events_against_the_offsets_processing_time(t
     try:
         start = reader.initialOffset()
         bodies = [json.dumps({"t": t, "k": "a"}) for t in (NOW - 9_000, Y2100, NOW - 8_000)]
-        reader.wal.append(bodies)
+        reader.client.append(bodies)
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
         out = decode([b for p in reader.partitions(start, end) for b in reader.read(p)])
         if max_future is None:  # as before: the 2100 event moves the watermark
