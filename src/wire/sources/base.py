@@ -48,7 +48,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeAlias, TypeVar, runtime_checkable
 
@@ -268,6 +268,26 @@ class Decoded:
             dead.append((location, future_reason(et, at, max_future_ms), text))
         keep = ~ahead
         return Decoded(self.table.filter(pa.array(keep)), self.event_times[keep], self.positions[keep], dead)
+
+    def batches(
+        self, schema: pa.Schema, step: str, columns: list[str], *, start_watermark: int, first_seq: int,
+        gone: tuple[str, str, int] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """One task's envelope rows of these records: a data batch, then the dead letters.
+
+        Data rows carry ``__et``, the epoch's start watermark ``start_watermark`` (ms) as
+        ``__wm``, and ``__seq = first_seq + position``. ``gone``: ``(location, reason,
+        count)`` of admitted records the task could not read again (one dead letter for
+        them all; count 0: none).
+        """
+        if self.table.num_rows:
+            yield envelope.data_batch(schema, self.table, columns, self.event_times, start_watermark,
+                                      self.positions + first_seq)
+        dead = list(self.dead)
+        if gone is not None and gone[2]:
+            dead.append((gone[0], gone[1], ""))
+        if dead:
+            yield envelope.dead_letter_batch(schema, step, dead)
 
 
 class SchemaDataclassDict:

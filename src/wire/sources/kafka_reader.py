@@ -538,16 +538,11 @@ class KafkaStreamReader(LiveReader["confluent_kafka.Consumer"], DataSourceStream
             records = self.fetch_range(p.name, p.first, p.next, p.taken)
             decoded = self._decode(p.name, records, p.at)
             n = decoded.table.num_rows
-            if n:
-                yield envelope.data_batch(schema, decoded.table, b.output_schema.names, decoded.event_times,
-                                          p.start_watermark, decoded.positions + p.first_seq)
-            dead = list(decoded.dead)
             missing = p.taken - len(records)
-            if missing:
-                dead.append((f"{p.name}:[{p.first},{p.next})",
-                             f"{missing} admitted records are gone (deleted by retention or compaction)", ""))
-            if dead:
-                yield envelope.dead_letter_batch(schema, b.step, dead)
+            gone = (f"{p.name}:[{p.first},{p.next})",
+                    f"{missing} admitted records are gone (deleted by retention or compaction)", missing)
+            yield from decoded.batches(schema, b.step, b.output_schema.names,
+                                       start_watermark=p.start_watermark, first_seq=p.first_seq, gone=gone)
             counters.update(records=p.taken, events=n, malformed=p.taken - n)
         if p.control is not None:
             counters.update(dict(p.control))

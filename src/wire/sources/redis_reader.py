@@ -452,21 +452,11 @@ class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
         valid = decoded.table.num_rows
         decoded = decoded.reject_future(p.at, b.max_future_ms, entry_record(entries, self._stream))
         n = decoded.table.num_rows
-        if n:
-            yield envelope.data_batch(schema, decoded.table, b.output_schema.names, decoded.event_times,
-                                      p.start_watermark, decoded.positions + p.first_seq)
-        dead = list(decoded.dead)
         missing = p.expected - len(entries)
-        if missing:
-            dead.append(
-                (
-                    f"{self._stream}:({p.after}, {p.through}]",
-                    f"{missing} admitted entries are gone (trimmed or deleted before acknowledged)",
-                    "",
-                )
-            )
-        if dead:
-            yield envelope.dead_letter_batch(schema, b.step, dead)
+        gone = (f"{self._stream}:({p.after}, {p.through}]",
+                f"{missing} admitted entries are gone (trimmed or deleted before acknowledged)", missing)
+        yield from decoded.batches(schema, b.step, b.output_schema.names, start_watermark=p.start_watermark,
+                                   first_seq=p.first_seq, gone=gone)
         counters = {
             "records": p.expected,
             "events": n,
