@@ -48,7 +48,8 @@ def test_the_readme_example_runs_and_its_outputs_are_right(spark, tmp_path):
     exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
 
     hourly = read(base / "windows")
-    starts = (pd.to_datetime(hourly["window_start"], utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta("1ms")
+    epoch = pd.Timestamp(0, tz="UTC")
+    starts = (pd.to_datetime(hourly["window_start"], utc=True) - epoch) // pd.Timedelta("1ms")
     got = sorted(zip(hourly["origin"], starts, hourly["departures"], strict=True))
     known = df[df.dep_delay.notna()]
     want = known.assign(ws=known.sched_dep_ms // HOUR * HOUR).groupby(["origin", "ws"]).size()
