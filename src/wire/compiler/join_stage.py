@@ -137,12 +137,8 @@ class PackSide:
                              key_group=0)
 
 
-class JoinProcessor(KeyedProcessor):
+class JoinProcessor(KeyedProcessor[JoinStage]):
     """transformWithStateInPandas processor: one key group's join buffers, once per epoch."""
-
-    def __init__(self, stage: JoinStage) -> None:
-        self.stage = stage
-        self.channels = stage.channels
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables: the base's, and the key index (MapState ``keyindex``)."""

@@ -16,7 +16,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -332,15 +332,29 @@ def output_frame(
     return pa.Table.from_batches(batches, schema=out).to_pandas(integer_object_nulls=True)
 
 
-class KeyedProcessor(StatefulProcessor):
+class Stage(Protocol):
+    """What a :class:`KeyedProcessor` needs of its operator's compiled stage."""
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The operator's input watermark channels."""
+        ...
+
+
+StageT = TypeVar("StageT", bound=Stage)
+
+
+class KeyedProcessor(StatefulProcessor, Generic[StageT]):
     """Base of Wire's transformWithStateInPandas processors: one call per key group per epoch.
 
     It loads the key group's :class:`OperatorState`, folds the epoch's watermark rows
     into the input watermark, calls :meth:`process` and stores the state back.
     """
 
-    channels: tuple[str, ...]
-    """The operator's input watermark channels (set by the subclass)."""
+    def __init__(self, stage: StageT) -> None:
+        self.stage = stage
+        self.channels = stage.channels
+        """The operator's input watermark channels."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables (called by Spark once per task)."""

@@ -94,12 +94,8 @@ class PackEvents:
                 yield from pack_events(EVENTS, data, self.stage.spec.payload)
 
 
-class ProcessProcessor(KeyedProcessor):
+class ProcessProcessor(KeyedProcessor[ProcessStage]):
     """transformWithStateInPandas processor: one key group's process function, once per epoch."""
-
-    def __init__(self, stage: ProcessStage) -> None:
-        self.stage = stage
-        self.channels = stage.channels
 
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int

@@ -156,16 +156,12 @@ class PreStage:
             yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(st.step, stats), key_group=0)
 
 
-class WindowProcessor(KeyedProcessor):
+class WindowProcessor(KeyedProcessor[WindowStage]):
     """transformWithStateInPandas processor: one key group's windows, once per epoch.
 
     State: :data:`~wire.compiler.keyed.OPERATOR_STATE` with one table, ``windows``
     (schema :func:`wire.state.windows.state_schema`).
     """
-
-    def __init__(self, stage: WindowStage) -> None:
-        self.stage = stage
-        self.channels = stage.channels
 
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
