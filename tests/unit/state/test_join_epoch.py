@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_join_segments import CASES, _side, _sorted
 
 from wire.state import join_epoch as JE
 from wire.state.join import IntervalJoinSpec, join_epoch
@@ -31,36 +32,15 @@ LEFT = pa.schema([("k", pa.string()), ("a", pa.int64())])
 RIGHT = pa.schema([("k", pa.string()), ("b", pa.int64())])
 
 
-def _side(rows, col, seq0):
-    return pa.table({
-        "k": pa.array([r[0] for r in rows], pa.string()),
-        col: pa.array([r[2] for r in rows], pa.int64()),
-        "__et": pa.array([r[1] for r in rows], pa.int64()),
-        "__seq": pa.array(range(seq0, seq0 + len(rows)), pa.int64()),
-    })
-
-
 def _tasks(table: pa.Table, tasks: int) -> list[pa.Table]:
     """The table as ``tasks`` Spark tasks would ship it: round-robin shares, one blob each."""
     n = table.num_rows
     return [table.take(pa.array(range(t, n, tasks), pa.int64())) for t in range(tasks)]
 
 
-def _sorted(table):
-    return sorted(tuple(str(v) for v in r.values()) for r in table.to_pylist())
-
-
-side_st = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(-3000, 6000), st.integers(0, 9)),
-                   max_size=30)
-
-
 @settings(max_examples=150, deadline=None)
 @given(
-    left=side_st, right=side_st,
-    cuts=st.lists(st.integers(1, 30), max_size=6),
-    delays=st.lists(st.integers(-500, 3000), min_size=8, max_size=8),
-    bounds=st.sampled_from([(-1500, 2500), (0, 0), (-4000, -1000), (INT64_MIN, INT64_MAX), (500, 1200)]),
-    lateness=st.sampled_from([0, 700]),
+    **CASES,
     tasks=st.integers(1, 3),
     indexed=st.booleans(),
 )

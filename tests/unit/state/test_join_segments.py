@@ -43,15 +43,19 @@ def _ids(table):
 
 side_st = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(-3000, 6000), st.integers(0, 9)),
                    max_size=30)
+CASES = {
+    "left": side_st, "right": side_st,
+    "cuts": st.lists(st.integers(1, 30), max_size=6),
+    "delays": st.lists(st.integers(-500, 3000), min_size=8, max_size=8),
+    "bounds": st.sampled_from([(-1500, 2500), (0, 0), (-4000, -1000), (INT64_MIN, INT64_MAX), (500, 1200)]),
+    "lateness": st.sampled_from([0, 700]),
+}
+"""Join inputs, epoch cuts, watermark delays, bounds (including the unbounded join) and lateness."""
 
 
 @settings(max_examples=150, deadline=None)
 @given(
-    left=side_st, right=side_st,
-    cuts=st.lists(st.integers(1, 30), max_size=6),
-    delays=st.lists(st.integers(-500, 3000), min_size=8, max_size=8),
-    bounds=st.sampled_from([(-1500, 2500), (0, 0), (-4000, -1000), (INT64_MIN, INT64_MAX), (500, 1200)]),
-    lateness=st.sampled_from([0, 700]),
+    **CASES,
     fanout=st.sampled_from([2, 4]),
 )
 def test_bucketed_buffers_equal_the_whole_buffer_reference(
