@@ -112,11 +112,25 @@ def explain(df: DataFrame) -> str:
     return str(jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple"))
 
 
+def logical_plan(df: DataFrame) -> str:
+    """Spark's analyzed logical plan of ``df`` as text, no field list shortened.
+
+    Its source relations are the query's sources in offset-log order (MicroBatchExecution
+    numbers the analyzed plan's relations): one per branch that reads a source, also when
+    the physical plan scans it once (:func:`wire.compiler.branches.read_once`).
+    """
+    plan = df._jdf.queryExecution().analyzed()
+    # TreeNode.treeString(verbose, addSuffix, maxFields, printOperatorId, printOutputColumns)
+    defaults = [getattr(plan, f"treeString$default${i}")() for i in (4, 5)]
+    return str(plan.treeString(False, False, 2**31 - 1, *defaults))
+
+
 _SOURCE_PORT = re.compile(r"CASE WHEN \(__kind#\d+ = 1\) THEN (.+?) ELSE __port#")
+_RELATION = re.compile(r"\bStreamingRelation(V2)? ")
 
 
 def parse_source_order(text: str) -> list[str]:
-    """The source step of each ``StreamingRelation`` of an explained plan, in plan order.
+    """The source step of each ``StreamingRelation`` of a plan (:func:`logical_plan`), in plan order.
 
     Spark numbers a query's sources (the lines of its offset log) in the order they appear
     in its plan. Each Wire source read sits under the projection that names its watermark
@@ -128,7 +142,7 @@ def parse_source_order(text: str) -> list[str]:
     for line in text.splitlines():
         if (m := _SOURCE_PORT.search(line)) is not None:
             last = m.group(1)
-        elif "StreamingRelation " in line:
+        elif _RELATION.search(line) is not None:
             if last is None:
                 raise CheckpointError("rescale: a Spark source without a Wire source step in the plan")
             order.append(last)
@@ -338,7 +352,7 @@ def rescale_checkpoint(
     probe = compile_plan(plan, spark, key_groups, None,
                          resume={step: {"start": None, "end": None} for step in sources})
     explained = explain(probe.dataframe)
-    resume = _resume(parse_source_order(explained), old_dir, committed, planned, where)
+    resume = _resume(parse_source_order(logical_plan(probe.dataframe)), old_dir, committed, planned, where)
     if set(resume) != set(sources):
         raise CheckpointError(f"{where}: the plan's Spark sources read steps {sorted(resume)}, the "
                               f"flow's sources are {sorted(sources)}; run it with the checkpoint's "

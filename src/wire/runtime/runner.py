@@ -91,9 +91,10 @@ class RunSummary:
 
     source_scans: int | None = None
     """How many times each epoch scans the flow's sources, from Spark's physical plan
-    (:func:`wire.compiler.branches.source_scans`; None before the first epoch). A source
-    read by several branches is scanned once (:func:`wire.compiler.branches.read_once`),
-    so this is the number of sources."""
+    (:func:`wire.compiler.branches.source_scans`): set when the run ends (while it runs:
+    :attr:`RunningFlow.source_scans`); None if no epoch ran. A source read by several
+    branches is scanned once (:func:`wire.compiler.branches.read_once`), so this is the
+    number of sources."""
 
     samples: SampleBuffer = field(default_factory=SampleBuffer, compare=False, repr=False)
     """The newest dead letters and late events of committed epochs, at most
@@ -251,7 +252,6 @@ class EpochDispatcher:
             self.summary.add_metrics(result.metrics)
         self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
         self.summary.epochs += 1
-        self.count_scans()
         now = time.perf_counter()
         self.summary.epoch_wall_seconds.append(now - self._last)
         if self.epoch_log is not None:
@@ -264,7 +264,12 @@ class EpochDispatcher:
                                 self.summary_late(result.metrics))
 
     def count_scans(self) -> None:
-        """Record ``summary.source_scans`` once, from the query's last epoch."""
+        """Record ``summary.source_scans`` once, from the query's last epoch.
+
+        Called when the run ends (and by :attr:`RunningFlow.source_scans`), never from the
+        ``foreachBatch`` thread: explaining the query there would run a Spark command inside
+        the epoch's own execution.
+        """
         if self.summary.source_scans is None and self.query is not None:
             with contextlib.suppress(Py4JError):  # the JVM is gone (a failed run): nothing to count
                 self.summary.source_scans = source_scans(self.query)
@@ -323,6 +328,15 @@ class RunningFlow:
     def last_error(self) -> str | None:
         """Why the last epoch failed on the driver (a sink's exception), if it did."""
         return self._dispatcher.last_error
+
+    @property
+    def source_scans(self) -> int | None:
+        """How many times an epoch scans the flow's sources (None before the first epoch).
+
+        From the physical plan of the query's last epoch; see ``RunSummary.source_scans``.
+        """
+        self._dispatcher.count_scans()
+        return self.summary.source_scans
 
     def breakers(self) -> dict[str, str]:
         """Circuit breaker state per guarded sink step: closed, open or half_open."""
