@@ -550,7 +550,8 @@ class LiveReader(Generic[ClientT]):
     per process: :meth:`_open_client` opens it on first use of :attr:`client`, and
     :meth:`close` closes it. Spark pickles readers into its planner and executor
     processes; a pickled reader carries no client, and the attributes named in
-    ``_transient`` (per-process caches) are reset to copies of the values given there.
+    ``_transient`` (per-process caches) start from, and are reset to, copies of the
+    values given there.
     """
 
     _transient: ClassVar[dict[str, Any]] = {}
@@ -567,6 +568,7 @@ class LiveReader(Generic[ClientT]):
         self._row_schema = binding.row_schema()
         self._client = None
         self._started: int | None = None
+        self.__dict__.update(copy.deepcopy(self._transient))
 
     def _open_client(self) -> ClientT:
         """Open this process's client (called once, on first use)."""

@@ -144,19 +144,19 @@ class KafkaStreamReader(LiveReader["confluent_kafka.Consumer"], DataSourceStream
         "_pos": {}, "_stash": {}, "_eof": {}, "_known": None, "_avro": None, "_unacked": None,
         "_caught_up": False, "_down_since": None,
     }
-    """The planner's per-process caches, reset when the reader is pickled."""
+    """The planner's per-process caches: their start values, also after pickling."""
+    _pos: dict[str, int]
+    _stash: dict[str, deque[KafkaRecord]]
+    _eof: dict[str, int]
+    _known: list[str] | None
+    _avro: AvroDecoder | None
+    _unacked: Offset | None
+    _caught_up: bool
+    _down_since: float | None
 
     def __init__(self, binding: KafkaBinding, clock: Callable[[], int] | None = None) -> None:
         self._init_live(binding, clock)
-        self._avro: AvroDecoder | None = None
-        self._pos: dict[str, int] = {}
-        self._stash: dict[str, deque[KafkaRecord]] = {}
-        self._eof: dict[str, int] = {}
-        self._known: list[str] | None = None
         self._discovered_at: float = 0
-        self._unacked: Offset | None = None
-        self._caught_up = False
-        self._down_since: float | None = None
 
     def _open_client(self) -> confluent_kafka.Consumer:
         """The planner's consumer (it commits only in :meth:`commit`)."""

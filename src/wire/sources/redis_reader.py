@@ -212,12 +212,12 @@ class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
 
     _binding: RedisBinding
     _transient: ClassVar[dict[str, Any]] = {"_delivered": None, "_caught_up": False}
-    """The planner's per-process view of the group, reset when the reader is pickled."""
+    """The planner's per-process view of the group: its start values, also after pickling."""
+    _delivered: str | None  # the group's last delivered id, as last seen
+    _caught_up: bool
 
     def __init__(self, binding: RedisBinding, clock: Callable[[], int] | None = None) -> None:
         self._init_live(binding, clock)
-        self._delivered: str | None = None  # the group's last delivered id, as last seen
-        self._caught_up = False
 
     def _open_client(self) -> redis.Redis:
         """The connection of this process."""
