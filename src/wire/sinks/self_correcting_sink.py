@@ -99,21 +99,15 @@ import pyarrow.parquet as pq
 from wire.core.control_file import control_path, sink_mode
 from wire.delivery.self_correcting import (
     BatchDescription,
-    Correction,
-    DesiredCollection,
     EpochOutcome,
-    Key,
     PartRequest,
     PartResult,
-    Row,
     SelfCorrectingWriter,
-    ShardedDesiredStore,
     Snapshot,
     correct_part,
-    norm,
-    shard_columns,
-    shard_of,
 )
+from wire.delivery.self_correcting_desired import DesiredCollection, ShardedDesiredStore
+from wire.delivery.self_correcting_rows import Correction, Key, Row, norm, shard_columns, shard_of
 from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
 from wire.errors import ConfigError, WireError, needs_extra
 
