@@ -468,7 +468,7 @@ class _PartTask:
         conn = None
         try:
             if self.backend == "postgres":
-                from wire.sinks.postgres_sink import _connect
+                from wire.sinks.postgres_target import _connect
 
                 conn = _connect(self.target, f"wire {self.writer} part {shard}")
                 table: Any = _PgTable(conn, self.schema_name, str(self.table), self.key, self.schema.names,
@@ -585,7 +585,7 @@ class SelfCorrectingSink(ExecutorSink):
         if schema_file.is_file():
             run.schema = pq.read_schema(schema_file)
         if self.backend == "postgres":
-            from wire.sinks.postgres_sink import _connect
+            from wire.sinks.postgres_target import _connect
 
             try:
                 run.conn = _connect(str(self.dsn), f"wire {flow_id}/{sink_id} self-correcting")
@@ -727,7 +727,7 @@ class SelfCorrectingSink(ExecutorSink):
         columns = schema.names
         writer = self._writer(run)
         if self.backend == "postgres":
-            from wire.sinks.postgres_sink import _connect, _Target
+            from wire.sinks.postgres_target import _connect, _Target
 
             if run.conn is None or run.conn.closed or run.conn.broken:
                 run.conn = _connect(str(self.dsn), f"wire {run.flow}/{run.sink} self-correcting")
@@ -883,7 +883,7 @@ def self_correcting(
         full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None,
         partitions=partitions)
     if isinstance(text, str) and _is_dsn(text):
-        from wire.sinks.postgres_sink import _check_dsn, _check_name
+        from wire.sinks.postgres_target import _check_dsn, _check_name
 
         if table is None:
             raise ConfigError("table", table, "the table name, required when target is a PostgreSQL DSN")

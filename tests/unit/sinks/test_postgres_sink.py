@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
+import wire.sinks.postgres_executors as pg_executors
 import wire.sinks.postgres_sink as pg_mod
 from wire.errors import CheckpointError, ConfigError, WireError
 from wire.sinks.postgres_sink import MARKER_TABLE, PostgresAppendSink, PostgresUpsertSink, postgres
@@ -210,7 +211,7 @@ def test_append_empty_epoch_writes_nothing(dsn, name):
 
 
 def test_crash_mid_transaction_leaves_nothing_and_the_replay_writes_once(dsn, name, monkeypatch):
-    real_copy = pg_mod._copy_csv
+    real_copy = pg_executors._copy_csv
     calls = []
 
     def copy_then_crash(conn, target, table):
@@ -219,7 +220,7 @@ def test_crash_mid_transaction_leaves_nothing_and_the_replay_writes_once(dsn, na
         if len(calls) == 2:
             raise RuntimeError("driver crashed before commit")  # ...which never commits
 
-    monkeypatch.setattr(pg_mod, "_copy_csv", copy_then_crash)
+    monkeypatch.setattr(pg_executors, "_copy_csv", copy_then_crash)
     sink = opened(postgres(dsn, table=name), name)
     sink.write_epoch(0, flights(0, [1, 2]))
     with pytest.raises(RuntimeError, match="crashed"):
