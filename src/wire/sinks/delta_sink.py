@@ -23,29 +23,37 @@ Uses ``deltalake`` (delta-rs, no JVM) and ``pyarrow``. Two-phase, exactly once
   the commit; intents that a crashed run left are resolved at the next ``open``.
 
 This is how Delta's own streaming writers achieve exactly-once delivery.
+
+This module holds :class:`DeltaSink` (the driver's side) and :func:`delta`; the
+executors' stager and the staging files are in :mod:`wire.sinks.delta_staging`, the
+Arrow → Delta types, partition values and file statistics in
+:mod:`wire.sinks.delta_schema`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
-from wire.sinks.arrow_kinds import is_binary, is_list, is_nested
+from wire.sinks.delta_staging import (
+    STAGING_DIR,
+    _attempt_dir,
+    _delete,
+    _delete_dir,
+    _DeltaStager,
+    _filesystem,
+    _listdir,
+    _planned_files,
+)
 
 with needs_extra("delta", "wire.sinks.delta"):
     from deltalake import CommitProperties, DeltaTable, Transaction
@@ -55,14 +63,10 @@ with needs_extra("delta", "wire.sinks.delta"):
 
 MODES = ("append", "overwrite")
 
-STAGING_DIR = "_wire_staging"
-"""Sub-directory of the table holding the intent files of epochs being written."""
-
 _META_FLOW = "wire.flow_id"
 _META_SINK = "wire.sink_id"
 _META_CHECKPOINT = "wire.checkpoint_id"
 _META_EPOCH = "wire.epoch"
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclass
@@ -85,75 +89,6 @@ class _Run:
     def tag(self) -> str:
         """Short name of the (flow, sink) in file names: its files are told apart from others'."""
         return hashlib.sha1(self.app_id.encode()).hexdigest()[:8]
-
-
-@dataclass(frozen=True)
-class _DeltaStager(EpochStager):
-    """Executor side of :class:`DeltaSink` for one epoch attempt (module docstring)."""
-
-    root: str
-    tag: str
-    epoch: int
-    attempt: str
-    partition_by: tuple[str, ...]
-    schema: pa.Schema | None
-    """The existing table's schema; None when the table is to be created by this epoch."""
-    where: str
-    skip: bool = False
-    """The epoch is already in the table (a replay): stage nothing."""
-
-    def stage(self, partition: int, table: pa.Table) -> StagedPart:
-        """Write the task's rows as Parquet data files in the table directory; return their actions.
-
-        Raises
-        ------
-        WireError
-            When the rows do not fit the table's schema, a partition column is missing
-            or has no Delta partition encoding, or a file cannot be written.
-        """
-        receipt: dict[str, Any] = {"attempt": self.attempt, "files": [], "schema": None}
-        if self.skip:
-            return StagedPart(partition, 0, 0, receipt)
-        missing = [c for c in self.partition_by if c not in table.column_names]
-        if missing:
-            raise WireError(f"{self.where}: partition columns {missing} not in {table.column_names}")
-        if self.schema is None:
-            target, schema_json = _delta_schema(table.schema, self.where)
-            receipt["schema"] = schema_json
-        else:
-            target = self.schema
-        table = _conform(table, target, self.where)
-        groups = _split_partitions(table, self.partition_by, self.where)
-        fs, base, local = _filesystem(self.root)
-        token = secrets.token_hex(6)
-        paths = [
-            "/".join([*(_hive_segment(c, v) for c, v in values.items()),
-                      f"part-{partition:05d}-{self.tag}-{self.epoch:010d}-{self.attempt}-{token}-{i:04d}.parquet"])
-            for i, (values, _) in enumerate(groups)
-        ]
-        intent_dir = f"{base}/{_attempt_dir(self.tag, self.epoch, self.attempt)}"
-        try:
-            fs.create_dir(intent_dir, recursive=True)
-            _write_durably(fs, f"{intent_dir}/{partition:05d}-{token}.json",
-                           json.dumps({"files": paths}).encode(), local)
-            total = 0
-            for path, (values, rows) in zip(paths, groups, strict=True):
-                data = rows.drop_columns(list(self.partition_by))
-                full = f"{base}/{path}"
-                fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
-                with fs.open_output_stream(full) as out:
-                    pq.write_table(data, out, compression="snappy")
-                if local:
-                    _fsync(full)
-                size = fs.get_file_info(full).size or 0
-                total += size
-                receipt["files"].append({
-                    "path": path, "size": size, "partition_values": values,
-                    "modification_time": int(time.time() * 1000), "stats": _stats(data),
-                })
-        except (OSError, pa.ArrowException) as exc:
-            raise WireError(f"{self.where}: epoch {self.epoch}: writing data files failed: {exc}") from exc
-        return StagedPart(partition, table.num_rows, total, receipt)
 
 
 @dataclass(frozen=True)
@@ -401,177 +336,9 @@ def delta(
     return DeltaSink(path=_check_uri(path), mode=mode, partition_by=_check_partition_by(partition_by))
 
 
-# --- staging helpers (run on executors and the driver) ---------------------------------
-
-
-def _attempt_dir(tag: str, epoch: int, attempt: str) -> str:
-    return f"{STAGING_DIR}/{tag}/{epoch:010d}-{attempt}"
-
-
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str, bool]:
-    """(file system, base path in it, is local) of a table location."""
-    if "://" in root and not root.startswith("file://"):
-        fs, base = pafs.FileSystem.from_uri(root)
-        return fs, base.rstrip("/"), False
-    path = root.removeprefix("file://")
-    return pafs.LocalFileSystem(), os.path.abspath(path), True
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(fs: pafs.FileSystem, path: str, data: bytes, local: bool) -> None:
-    with fs.open_output_stream(path) as out:
-        out.write(data)
-    if local:
-        _fsync(path)
-        _fsync(path.rsplit("/", 1)[0])
-
-
-def _listdir(fs: pafs.FileSystem, path: str) -> list[str]:
-    info = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return sorted(i.path for i in info)
-
-
-def _planned_files(fs: pafs.FileSystem, attempt_dir: str) -> list[str]:
-    """The data files (relative to the table) that the intents of an attempt name."""
-    planned: list[str] = []
-    for intent in _listdir(fs, attempt_dir):
-        with contextlib.suppress(OSError, ValueError, KeyError), fs.open_input_stream(intent) as src:
-            planned += json.loads(src.read())["files"]  # (unreadable: a task died writing it)
-    return planned
-
-
-def _delete(fs: pafs.FileSystem, base: str, relative: list[str]) -> None:
-    for path in relative:
-        with contextlib.suppress(FileNotFoundError):
-            fs.delete_file(f"{base}/{path}")
-
-
-def _delete_dir(fs: pafs.FileSystem, path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        fs.delete_dir(path)
-
-
 def _referenced(table: DeltaTable) -> set[str]:
     """The paths (relative to the table, not URL-encoded) of the table's current data files."""
     return {unquote(p) for p in pa.table(table.get_add_actions()).column("path").to_pylist()}
-
-
-def _arrow_for_delta(t: pa.DataType) -> pa.DataType:
-    """The Arrow type Delta stores for ``t``: µs timestamps (UTC or naive), signed integers."""
-    if pa.types.is_dictionary(t):
-        return _arrow_for_delta(t.value_type)
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", None if t.tz is None else "UTC")
-    if pa.types.is_unsigned_integer(t):
-        return {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[t.bit_width]
-    if pa.types.is_fixed_size_binary(t):
-        return pa.binary()
-    if is_list(t):
-        return pa.list_(pa.field("element", _arrow_for_delta(t.value_type)))
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_arrow_for_delta(f.type)) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(_arrow_for_delta(t.key_type), _arrow_for_delta(t.item_type))
-    return t
-
-
-def _delta_schema(schema: pa.Schema, where: str) -> tuple[pa.Schema, str]:
-    """(Arrow schema of the data files, Delta schema JSON) of a table created from ``schema``."""
-    converted = pa.schema([f.with_type(_arrow_for_delta(f.type)) for f in schema])
-    try:
-        as_json = DeltaSchema.from_arrow(converted).to_json()
-        return pa.schema(DeltaSchema.from_json(as_json).to_arrow()), as_json
-    except Exception as exc:  # deltalake raises plain exceptions with a Rust backtrace
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise WireError(f"{where}: the rows' schema has no Delta Lake equivalent: {first}") from exc
-
-
-def _split_partitions(table: pa.Table, columns: tuple[str, ...],
-                      where: str) -> list[tuple[dict[str, str | None], pa.Table]]:
-    """The rows grouped by partition value, each group with its Delta partition values."""
-    if not columns:
-        return [({}, table)]
-    for c in columns:
-        t = table.schema.field(c).type
-        if is_nested(t) or is_binary(t):
-            raise WireError(f"{where}: partition column {c!r} has type {t}, which Delta cannot partition by")
-    distinct = table.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([])
-    groups = []
-    for values in distinct.to_pylist():
-        mask = None
-        for c in columns:
-            v = values[c]
-            hit = pc.is_null(table.column(c)) if v is None else pc.equal(table.column(c), v)
-            hit = pc.fill_null(hit, False)
-            mask = hit if mask is None else pc.and_(mask, hit)
-        groups.append(({c: _partition_value(values[c]) for c in columns}, table.filter(mask)))
-    return groups
-
-
-def _partition_value(value: object) -> str | None:
-    """A partition value as Delta serialises it (``deltalake`` writes the same strings)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text: str
-    if hasattr(value, "strftime") and hasattr(value, "hour"):  # datetime: µs, UTC or naive
-        text = value.strftime("%Y-%m-%d %H:%M:%S.%f")
-        return text
-    if hasattr(value, "isoformat"):
-        text = value.isoformat()
-        return text
-    return str(value)
-
-
-def _hive_segment(column: str, value: str | None) -> str:
-    encoded = _HIVE_NULL if value is None else quote(value, safe="")
-    return f"{quote(column, safe='')}={encoded}"
-
-
-def _stat_value(arr: pa.Array, value: pa.Scalar) -> object:
-    t = arr.type
-    v = value.as_py()
-    if v is None:
-        return None
-    if pa.types.is_timestamp(t):
-        text = v.strftime("%Y-%m-%dT%H:%M:%S.%f")
-        return text + "Z" if t.tz is not None else text
-    if pa.types.is_date(t):
-        return v.isoformat()
-    return v
-
-
-def _stats(table: pa.Table) -> str:
-    """Delta file statistics: ``numRecords``, ``nullCount`` and, where exact, ``minValues``/``maxValues``."""
-    nulls: dict[str, int] = {}
-    mins: dict[str, object] = {}
-    maxs: dict[str, object] = {}
-    for name in table.column_names:
-        col = table.column(name)
-        t = col.type
-        if is_nested(t):
-            continue
-        nulls[name] = col.null_count
-        orderable = (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_date(t)
-                     or pa.types.is_timestamp(t) or pa.types.is_string(t) or pa.types.is_large_string(t))
-        if not orderable or col.null_count == len(col):
-            continue
-        if pa.types.is_floating(t) and pc.any(pc.is_nan(col)).as_py():
-            continue
-        bounds = pc.min_max(col)
-        lo, hi = _stat_value(col, bounds["min"]), _stat_value(col, bounds["max"])
-        if lo is not None and hi is not None:
-            mins[name], maxs[name] = lo, hi
-    stats = {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-    return json.dumps(stats, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -608,57 +375,3 @@ def _last_checkpoint(table: DeltaTable, run: _Run) -> str | None:
             checkpoint = commit.get(_META_CHECKPOINT)
             return checkpoint if isinstance(checkpoint, str) else None
     return None
-
-
-def _kind(t: pa.DataType) -> str:
-    """A type's family as Delta stores it: widths, units, offsets and zones other than UTC ignored."""
-    if pa.types.is_dictionary(t):
-        return _kind(t.value_type)
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if is_binary(t):
-        return "binary"
-    if pa.types.is_timestamp(t):
-        return "timestamp" if t.tz is not None else "timestamp_ntz"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_decimal(t):
-        return "decimal"
-    if is_list(t):
-        return f"list<{_kind(t.value_type)}>"
-    if pa.types.is_struct(t):
-        return "struct<" + ",".join(f"{f.name}:{_kind(f.type)}" for f in t) + ">"
-    if pa.types.is_map(t):
-        return f"map<{_kind(t.key_type)},{_kind(t.item_type)}>"
-    return str(t)
-
-
-def _conform(table: pa.Table, target: pa.Schema, where: str) -> pa.Table:
-    """``table`` with ``target``'s column order and types; WireError when they do not match.
-
-    ``deltalake`` itself casts silently (an int column into a string column), hence
-    this check: the columns must be the same and of the same type family; values must
-    fit the table's types exactly (no overflow, no truncation).
-    """
-    got, want = table.column_names, target.names
-    if sorted(got) != sorted(want) or len(set(got)) != len(got):
-        raise WireError(
-            f"{where}: schema mismatch: the epoch has columns {got}, the table {want} "
-            "(schema evolution is not supported)"
-        )
-    bad = [
-        f"{f.name}: {table.schema.field(f.name).type} vs table {f.type}"
-        for f in target
-        if not pa.types.is_null(table.schema.field(f.name).type)
-        and _kind(table.schema.field(f.name).type) != _kind(f.type)
-    ]
-    if bad:
-        raise WireError(f"{where}: schema mismatch: {'; '.join(bad)} (schema evolution is not supported)")
-    try:
-        return table.select(want).cast(target, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise WireError(f"{where}: the epoch's values do not fit the table's types: {exc}") from exc
