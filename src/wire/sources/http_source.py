@@ -23,44 +23,33 @@ a ``token`` are given: anyone who reaches the port could write events.
 
 The server (uvicorn in a daemon thread, once per process and address) runs in Spark's
 planner process on the driver host: it starts at the reader's first planner call and
-stops with the reader (the query's end). Offsets are JSON dicts: ``seq`` (the last
-admitted log seq), ``admitted`` (records admitted so far), ``max_event_time``,
-``watermark`` (bounded out-of-orderness ``max_event_time - max_delay_ms``, monotonic;
-with ``idle_timeout`` it follows processing time while no event arrives, see
-:mod:`wire.core.watermarks`), ``last_arrival``, ``idle``, ``started`` and ``at``
-(wall-clock ms). ``latestOffset`` admits at most ``max_events_per_epoch`` log records
-per epoch; each epoch is one Spark task that reads its seq range from the log and
-emits data rows (``__seq`` = the log seq, ``__wm`` = the epoch's start watermark), a
+stops with the reader (the query's end). The reader is a
+:class:`~wire.sources.partitioned.PartitionedReader` with one partition, ``"wal"``, whose
+position is the last admitted log seq and whose backlog is the log's records after it;
+the base admits at most ``max_events_per_epoch`` records per epoch and records the
+watermark (bounded out-of-orderness; with ``idle_timeout`` it follows processing time
+while no event arrives, see :mod:`wire.core.watermarks`) in the epoch's end offset. Each
+epoch is one Spark task that reads its seq range from the log and emits data rows, a
 dead-letter side row for records that do not fit the schema (location ``wal:<seq>``)
 or, with ``BoundedOutOfOrderness(max_future=...)``, whose event time is further ahead
-of the epoch's processing time ``at`` (such events never move the watermark), a
-metrics side row and one watermark row per key group (the epoch's end watermark).
+of the epoch's processing time ``at`` (such events never move the watermark), a metrics
+side row and one watermark row per key group (the epoch's end watermark).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
 
-from wire.core import envelope
 from wire.core.control_file import check_bind
 from wire.core.time import NO_WATERMARK, Duration, to_millis
-from wire.core.watermarks import (
-    PartitionState,
-    advance_partition,
-    future_limit,
-    future_reason,
-    should_tick,
-    source_watermark,
-)
+from wire.core.watermarks import PartitionState
 from wire.delivery.wal import WriteAheadLog
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sources.base import (
@@ -68,13 +57,12 @@ from wire.sources.base import (
     BindingDataSource,
     BindingSource,
     Capability,
-    LiveReader,
+    Decoded,
     Offset,
     SchemaDataclassDict,
-    SizedAdmission,
-    future_mask,
 )
 from wire.sources.file_readers import _array_from_values, event_times_ms
+from wire.sources.partitioned import PartitionedReader, Position, Read, upgrade_single
 
 if TYPE_CHECKING:  # the server (FastAPI, uvicorn) is imported by the planner process only
     from wire.sources.http_server import _Server
@@ -88,13 +76,13 @@ __all__ = [
     "HttpIngestReader",
     "HttpIngestSource",
     "IngestBinding",
-    "ParsedRecords",
-    "WalEpoch",
     "http_ingest",
     "parse_records",
 ]
 
 DATA_SOURCE_NAME = "wire_http_ingest"
+WAL_PARTITION = "wal"
+"""The reader's one partition: the write-ahead log."""
 WAL_FILE = "wal.sqlite"
 """The log's file name inside ``wal_dir``."""
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -269,118 +257,53 @@ class IngestBinding(Binding):
 # ---------------------------------------------------------------------------- records
 
 
-@dataclass(frozen=True)
-class ParsedRecords:
-    """Log records parsed against the payload schema: valid rows and dead letters."""
+def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time: str) -> Decoded:
+    """Convert ``(seq, body)`` log records to ``schema``; the ones that do not fit are dead letters.
 
-    table: pa.Table
-    seqs: np.ndarray
-    event_times: np.ndarray
-    dead: list[tuple[int, str, str]]  # (seq, reason, body)
-
-
-def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time: str) -> ParsedRecords:
-    """Convert ``(seq, body)`` log records to ``schema``; the ones that do not fit are dead letters."""
+    Positions are indexes into ``records``; a dead letter's location is ``wal:<seq>``, in
+    record order.
+    """
     payload = pa.schema([f.with_nullable(True) for f in schema])
     objects: list[dict[str, object]] = []
-    seqs: list[int] = []
-    bodies: list[str] = []
-    dead: list[tuple[int, str, str]] = []
-    for seq, body in records:
+    positions: list[int] = []
+    errors: dict[int, str] = {}
+    for i, (_, body) in enumerate(records):
         try:
             obj = json.loads(body)
         except ValueError as e:  # the server stores only objects; a foreign writer may not
-            dead.append((seq, f"invalid JSON: {e}", body))
+            errors[i] = f"invalid JSON: {e}"
             continue
         if not isinstance(obj, dict):
-            dead.append((seq, f"expected a JSON object, got {type(obj).__name__}", body))
+            errors[i] = f"expected a JSON object, got {type(obj).__name__}"
             continue
         objects.append(obj)
-        seqs.append(seq)
-        bodies.append(body)
-    errors: dict[int, str] = {}
+        positions.append(i)
     arrays = []
     for f in payload:
         values = [o.get(f.name) for o in objects]
         arr, bad = _array_from_values(values, f.type)
-        for i in np.flatnonzero(bad) if bad is not None else ():
-            errors.setdefault(int(i), f"field {f.name}: cannot convert {values[int(i)]!r} to {f.type}")
+        for j in np.flatnonzero(bad) if bad is not None else ():
+            errors.setdefault(positions[int(j)],
+                              f"field {f.name}: cannot convert {values[int(j)]!r} to {f.type}")
         arrays.append(arr)
     table = pa.Table.from_arrays(arrays, schema=payload)
     if objects:
         ets, et_errors = event_times_ms(table[event_time].combine_chunks())
-        errors = et_errors | errors
+        for j, reason in et_errors.items():
+            errors.setdefault(positions[j], reason)
     else:
         ets = np.zeros(0, np.int64)
-    keep = np.ones(len(objects), dtype=bool)
-    keep[list(errors)] = False
-    dead += [(seqs[i], reason, bodies[i]) for i, reason in errors.items()]
-    dead.sort()
-    return ParsedRecords(
-        table=table.filter(pa.array(keep)) if objects else table,
-        seqs=np.array(seqs, np.int64)[keep],
-        event_times=ets[keep],
-        dead=dead,
-    )
+    keep = np.array([i not in errors for i in positions], dtype=bool)
+    dead = [(f"wal:{records[i][0]}", reason, records[i][1]) for i, reason in sorted(errors.items())]
+    return Decoded(table.filter(pa.array(keep)) if objects else table, ets[keep],
+                   np.array(positions, np.int64)[keep], dead)
 
 
-def reject_future(parsed: ParsedRecords, bodies: dict[int, str], at: int | None,
-                  max_future_ms: int | None) -> ParsedRecords:
-    """Move the events more than ``max_future_ms`` ahead of processing time ``at`` to the dead letters.
-
-    ``bodies`` maps each log seq to its body (the dead letter's record). Returns
-    ``parsed`` itself when the check is off or nothing is rejected.
-    """
-    ahead = future_mask(parsed.event_times, at, max_future_ms)
-    if ahead is None:
-        return parsed
-    assert at is not None and max_future_ms is not None
-    dead = parsed.dead + [(int(seq), future_reason(int(et), at, max_future_ms), bodies[int(seq)])
-                          for seq, et in zip(parsed.seqs[ahead], parsed.event_times[ahead], strict=True)]
-    keep = ~ahead
-    return ParsedRecords(parsed.table.filter(pa.array(keep)), parsed.seqs[keep], parsed.event_times[keep],
-                         sorted(dead))
+# ---------------------------------------------------------------------------- reader
 
 
-# ---------------------------------------------------------------------------- server
-
-
-@dataclass
-class WalEpoch(InputPartition):
-    """One epoch's Spark task: log records ``lo < seq <= hi`` (``count`` of them) and control rows.
-
-    ``at`` is the processing time (ms) recorded in the epoch's end offset, against which
-    ``max_future`` is judged.
-    """
-
-    lo: int
-    hi: int
-    count: int
-    start_watermark: int
-    end_watermark: int
-    max_event_time: int | None
-    at: int | None = None
-
-    def __post_init__(self) -> None:
-        super().__init__(None)
-
-
-def _offset(seq: int, admitted: int, state: PartitionState, watermark: int, started: int | None,
-            at: int | None) -> dict[str, Any]:
-    return {
-        "seq": seq,
-        "admitted": admitted,
-        "max_event_time": state.max_event_time,
-        "watermark": watermark,
-        "last_arrival": state.last_arrival,
-        "idle": state.idle,
-        "started": started,
-        "at": at,
-    }
-
-
-class HttpIngestReader(SizedAdmission, LiveReader[WriteAheadLog], DataSourceStreamReader):
-    """Stream reader of the HTTP ingest source (offsets: see the module docstring).
+class HttpIngestReader(PartitionedReader[WriteAheadLog]):
+    """Stream reader of the HTTP ingest source: a :class:`PartitionedReader` over its log.
 
     The planner methods run in Spark's long-lived planner process on the driver; the
     first of them starts the HTTP server there and :meth:`stop` stops it. :meth:`read`
@@ -388,6 +311,7 @@ class HttpIngestReader(SizedAdmission, LiveReader[WriteAheadLog], DataSourceStre
     processing-time clock, injectable for tests.
     """
 
+    kind: ClassVar[str] = "http ingest"
     _binding: IngestBinding
 
     def __init__(self, binding: IngestBinding, clock: Callable[[], int] | None = None) -> None:
@@ -405,64 +329,45 @@ class HttpIngestReader(SizedAdmission, LiveReader[WriteAheadLog], DataSourceStre
 
             self._server = _serve(self._binding, self.client)
 
+    prepare = serve
+
     # -- planner (driver) --------------------------------------------------------------
 
-    def initialOffset(self) -> Offset:
-        """Return the position before the log's first record (starts the server).
+    def initial_positions(self) -> dict[str, Position]:
+        """Before the log's first record: a fresh query reads everything the log still holds."""
+        return {WAL_PARTITION: 0}
 
-        A fresh query reads everything the log still holds. Holds no clock reading:
-        Spark calls it again when it replays the first epoch.
-        """
-        self.serve()
-        return _offset(0, 0, PartitionState(), NO_WATERMARK, None, None)
+    def list_partitions(self) -> list[str]:
+        """The log."""
+        return [WAL_PARTITION]
 
-    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
-        """Admit the log records after ``start``, at most ``limit``; called before each new epoch.
+    def start_position(self, name: str) -> Position:
+        """Before the log's first record."""
+        return 0
 
-        Returns ``start`` (no epoch runs) while the flow or source is paused, stopping or
-        held by an open breaker, and when nothing arrived unless idleness moves the
-        watermark (at most once per ``watermark_interval``). The returned offset is
-        written to Spark's offset log before the epoch runs, with its watermark.
-        """
-        self.serve()
-        b = self._binding
-        admission = self.admission(start, limit)
-        if admission is None:
-            return start
-        now, budget, started = admission.now, admission.budget, admission.started
-        records = self.client.read(start["seq"], limit=budget) if budget != 0 else []
-        parsed = parse_records(records, b.source.schema, b.event_time)
-        seq = records[-1][0] if records else start["seq"]
-        if budget is not None:
-            self._sizer.admitted(now, len(records), budget)
-        pending = budget is not None and len(records) >= budget and self.client.max_seq() > seq
-        seen = start["max_event_time"]  # the log's watermark without idle extrapolation:
-        own = NO_WATERMARK if seen is None else seen - b.max_delay_ms
-        prev = PartitionState(max_event_time=seen, watermark=own, last_arrival=start["last_arrival"],
-                              idle=start["idle"])
-        ets = parsed.event_times
-        future = future_limit(now, b.max_future_ms)
-        if future is not None:
-            ets = ets[ets <= future]  # future-dated events do not move the watermark
-        max_et = int(ets.max()) if len(ets) else None
-        state = advance_partition(prev, file="", record=seq, taken=len(records), max_event_time=max_et,
-                                  pending=pending, bounded=False, now=now, started=started,
-                                  policy=self._policy)
-        watermark = source_watermark(start["watermark"], {"wal": state}, now, self._policy)
-        if not records and not should_tick(start["watermark"], watermark, start["at"], now, self._policy):
-            return start
-        return _offset(seq, start["admitted"] + len(records), state, watermark, started, now)
+    def backlog(self, name: str, position: Position) -> int | None:
+        """The log's records after seq ``position``."""
+        return max(0, self.client.max_seq() - int(position))
 
-    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
-        """Plan the epoch ``(start, end]`` as one task; also called on a replay after a restart."""
-        if start == end:
-            return []
-        return [WalEpoch(start["seq"], end["seq"], end["admitted"] - start["admitted"],
-                         start["watermark"], end["watermark"], end["max_event_time"], end["at"])]
+    def read_from(self, name: str, position: Position, budget: int) -> Read:
+        """The next ``budget`` log records after seq ``position``."""
+        return self._read(self.client.read(int(position), limit=budget), int(position))
 
-    def commit(self, end: Offset) -> None:
-        """Delete the log records up to ``end`` (their epoch committed: contraflow ack, SPEC §7)."""
-        self.client.truncate(int(end["seq"]))
+    def acknowledge(self, positions: Mapping[str, Position]) -> None:
+        """Delete the log records up to the position (their epoch committed: contraflow ack, SPEC §7)."""
+        self.client.truncate(int(positions[WAL_PARTITION]))
+
+    def upgrade(self, offset: Offset, before: Offset | None) -> Offset:
+        """Offsets an earlier Wire wrote: the last admitted ``seq`` and the log's watermark inputs."""
+        delay = self._binding.max_delay_ms
+
+        def state(o: Offset) -> PartitionState:
+            seen = o["max_event_time"]
+            own = NO_WATERMARK if seen is None else seen - delay
+            return PartitionState(max_event_time=seen, watermark=own, last_arrival=o["last_arrival"],
+                                  idle=o["idle"])
+
+        return upgrade_single(offset, before, WAL_PARTITION, lambda o: o["seq"], state)
 
     def stop(self) -> None:
         """Stop the HTTP server (the query ends) and close the log."""
@@ -475,12 +380,8 @@ class HttpIngestReader(SizedAdmission, LiveReader[WriteAheadLog], DataSourceStre
 
     # -- executor ------------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the epoch's rows in the envelope format; runs on executors.
-
-        Data rows, a dead-letter side row (if any record did not fit the schema, or has
-        an event time beyond ``max_future`` of the epoch's recorded processing time), the
-        metrics side row, then one watermark row per key group.
+    def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
+        """The log records with ``first < seq <= next`` (executor).
 
         Raises
         ------
@@ -488,37 +389,21 @@ class HttpIngestReader(SizedAdmission, LiveReader[WriteAheadLog], DataSourceStre
             When the log no longer holds the epoch's records (deleted before the epoch
             committed: the log was truncated or replaced by something else).
         """
-        if not isinstance(partition, WalEpoch):
-            raise TypeError(f"expected a WalEpoch partition, got {type(partition).__name__}")
-        b, schema = self._binding, self._row_schema
-        records = self.client.read(partition.lo, partition.hi)
-        if len(records) != partition.count:
+        b = self._binding
+        records = self.client.read(int(first), int(next))
+        if len(records) != taken:
             raise WireError(
                 f"http ingest {b.step!r}: the write-ahead log {b.source.wal_path} holds {len(records)} "
-                f"records with seq in ({partition.lo}, {partition.hi}], the epoch admitted {partition.count}"
+                f"records with seq in ({first}, {next}], the epoch admitted {taken}"
             )
-        parsed = parse_records(records, b.source.schema, b.event_time)
-        valid = len(parsed.seqs)
-        parsed = reject_future(parsed, dict(records), partition.at, b.max_future_ms)
-        n = parsed.table.num_rows
-        if n:
-            yield envelope.data_batch(schema, parsed.table, b.output_schema.names, parsed.event_times,
-                                      partition.start_watermark, parsed.seqs)
-        if parsed.dead:
-            yield envelope.dead_letter_batch(
-                schema, b.step, [(f"wal:{seq}", reason, body) for seq, reason, body in parsed.dead])
-        counters = {
-            "records": len(records),
-            "events": n,
-            "malformed": len(parsed.dead),
-            "gauge:watermark": partition.end_watermark,
-            "gauge:max_event_time": NO_WATERMARK if partition.max_event_time is None
-            else partition.max_event_time,
-        }
-        if valid > n:
-            counters["future"] = valid - n
-        yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
-        yield envelope.watermark_batch(schema, partition.end_watermark, range(b.key_groups))
+        return self._read(records, int(first))
+
+    def _read(self, records: list[tuple[int, str]], position: int) -> Read:
+        def record(i: int) -> tuple[str, str]:
+            return f"wal:{records[i][0]}", records[i][1]
+
+        decoded = parse_records(records, self._binding.source.schema, self._binding.event_time)
+        return Read(decoded, len(records), records[-1][0] if records else position, record)
 
 
 class HttpIngestDataSource(BindingDataSource):

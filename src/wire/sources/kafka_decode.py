@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from wire.core.watermarks import future_limit, future_reason
 from wire.sources.base import Decoded
 from wire.sources.conversions import array_from_values, event_times_ms
 
@@ -51,6 +50,25 @@ METADATA_COLUMNS = ("kafka_key", "kafka_topic", "kafka_partition", "kafka_offset
 
 TIMESTAMP_COLUMN = "kafka_timestamp"
 """The record timestamp (ms since the Unix epoch; CreateTime or LogAppendTime as the topic says)."""
+
+
+def partition_name(topic: str, partition: int) -> str:
+    """The name of a topic-partition in offsets and gauges.
+
+    >>> partition_name("orders", 3)
+    'orders:3'
+    """
+    return f"{topic}:{partition}"
+
+
+def split_name(name: str) -> tuple[str, int]:
+    """Inverse of :func:`partition_name` (a topic name never contains ``:``).
+
+    >>> split_name("orders:3")
+    ('orders', 3)
+    """
+    topic, _, part = name.rpartition(":")
+    return topic, int(part)
 
 
 class KafkaRecord(NamedTuple):
@@ -187,15 +205,13 @@ def decode_records(
     payload_schema: pa.Schema,
     event_time: str,
     avro: AvroDecoder | None = None,
-    at: int | None = None,
-    max_future_ms: int | None = None,
     vectorized: bool = True,
 ) -> Decoded:
     """Decode the records of one topic-partition (module docstring); rejected ones become dead letters.
 
     ``payload_schema`` is the value's columns (:func:`value_schema`); ``event_time``
-    names any column of the result. With ``max_future_ms``, a record whose event time
-    is more than that ahead of processing time ``at`` is rejected too. With
+    names any column of the result (future-dated events are the reader's to reject:
+    :meth:`~wire.sources.base.Decoded.reject_future`). With
     ``vectorized``, JSON values are first parsed all at once (:func:`json_table`); when
     that does not give every record a row, they are parsed one by one (the same result,
     slower, with a reason per rejected record).
@@ -255,11 +271,6 @@ def decode_records(
     ets, et_errors = event_times_ms(table.column(event_time).combine_chunks())
     for j, reason in et_errors.items():
         bad.setdefault(j, reason)
-    limit = future_limit(at, max_future_ms)
-    if limit is not None:
-        assert at is not None and max_future_ms is not None
-        for j in np.flatnonzero(ets > limit):
-            bad.setdefault(int(j), future_reason(int(ets[j]), at, max_future_ms))
     keep = np.ones(n, dtype=bool)
     if bad:
         keep[list(bad)] = False

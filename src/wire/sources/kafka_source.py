@@ -1,9 +1,9 @@
 """Kafka source: each topic-partition a Wire partition with its own watermark (seed 003, SPEC §2, §7).
 
 :func:`kafka` describes the source (an immutable plan value); the Spark stream reader is
-in :mod:`wire.sources.kafka_reader`, the offsets in :mod:`wire.sources.kafka_offsets`, the
-deserializers in :mod:`wire.sources.kafka_decode`. The client is confluent-kafka (pip
-extra ``kafka``).
+in :mod:`wire.sources.kafka_reader`, on the base :mod:`wire.sources.partitioned` (which
+owns admission, watermarks and offsets); the deserializers are in
+:mod:`wire.sources.kafka_decode`. The client is confluent-kafka (pip extra ``kafka``).
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def kafka(
     ``max_events_per_epoch`` records, shared max-min fairly over the partitions with
     records waiting. The epoch's offset in Spark's offset log records, per partition,
     the range ``[from, next)`` it read, the number of records and the watermark inputs
-    (:mod:`wire.sources.kafka_offsets`), so a replayed epoch reads the same records and
+    (:mod:`wire.sources.partitioned`), so a replayed epoch reads the same records and
     sees the same watermarks. A fresh checkpoint starts each partition at the group's
     committed offset, else at its beginning (``start="earliest"``) or end
     (``"latest"``).

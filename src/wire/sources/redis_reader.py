@@ -1,39 +1,26 @@
-"""The Redis Streams source's Spark stream reader: offsets, admission, acks, envelope rows.
+"""The Redis Streams source's Spark stream reader: a :class:`~wire.sources.partitioned.PartitionedReader`.
 
-Planner side (Spark's long-lived planner process on the driver): ``latestOffset``
-admits the next entries of the stream through the consumer group and records their
-id range, the count and the watermark in the epoch's end offset; ``commit`` XACKs
-them once Spark has committed the epoch. Executor side: ``read`` fetches exactly the
-entries of the recorded id range with ``XRANGE``, so a replayed epoch reads the same
-entries (it never depends on the group's delivery state), and turns them into
-envelope rows (:mod:`wire.core.envelope`). The full contract is in
-:func:`wire.sources.redis_source.redis_stream`.
+The base owns admission, watermarks, offsets, tasks and envelope rows. This module holds
+what is Redis's: stream ids, decoding entries' fields, delivering entries through the
+consumer group (planner), acknowledging them with ``XACK`` once Spark committed the
+epoch (contraflow, SPEC §7), and reading exactly an epoch's id range with ``XRANGE``
+(executor). The full contract is in :func:`wire.sources.redis_source.redis_stream`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from wire.core import envelope
-from wire.core.control_file import is_paused
-from wire.core.time import NO_WATERMARK
-from wire.core.watermarks import (
-    PartitionState,
-    advance_partition,
-    should_tick,
-    source_watermark,
-)
+from wire.core.watermarks import PartitionState
 from wire.errors import WireError
-from wire.sources.base import Decoded, LiveReader, Offset
+from wire.sources.base import Decoded, Offset
 from wire.sources.file_readers import _array_from_values, event_times_ms
+from wire.sources.partitioned import PartitionedReader, Position, Read, upgrade_single
 
 if TYPE_CHECKING:
     import redis
@@ -49,7 +36,6 @@ BEGIN = "0-0"
 _PAGE = 10_000
 _ACK_PAGE = 1_000
 _MAX_SEQ = 2**64 - 1
-_PARTITION = "stream"
 
 
 # ------------------------------------------------------------------------ stream ids
@@ -154,67 +140,22 @@ def decode_entries(
     )
 
 
-# ------------------------------------------------------------------------ offsets
+class RedisStreamReader(PartitionedReader["redis.Redis"]):
+    """Stream reader of :func:`wire.sources.redis_source.redis_stream`: a :class:`PartitionedReader`.
 
-
-def make_offset(
-    *,
-    last_id: str,
-    admitted: int,
-    watermark: int,
-    started: int | None,
-    at: int | None,
-    stream: PartitionState,
-) -> dict[str, Any]:
-    """An offset: the last admitted id, entries admitted so far and the watermark inputs."""
-    return dict(
-        last_id=last_id,
-        admitted=admitted,
-        watermark=watermark,
-        started=started,
-        at=at,
-        stream=stream.to_json(),
-    )
-
-
-@dataclass
-class RedisEpoch(InputPartition):
-    """The one Spark task of an epoch: the entries with ids in ``(after, through]``.
-
-    ``expected`` is how many entries were admitted in that range, ``first_seq`` the
-    ``__seq`` of the first, and the watermarks are the epoch's start and end ones;
-    ``at`` is the processing time (ms) recorded in the epoch's end offset, against
-    which ``max_future`` is judged.
+    One partition, named after the stream; a position is an entry id (``"0-0"``: before
+    the first); the backlog is unknown. Admitting delivers entries to the group's
+    consumer (``XREADGROUP``; pending until acknowledged), acknowledging ``XACK``s them,
+    and an executor reads exactly an epoch's id range with ``XRANGE``, so a replayed epoch
+    never depends on the group's delivery state. ``clock`` (ms) is injectable for tests.
     """
 
-    after: str
-    through: str
-    expected: int
-    first_seq: int
-    start_watermark: int
-    end_watermark: int
-    at: int | None = None
-
-    def __post_init__(self) -> None:
-        super().__init__(None)
-
-
-class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
-    """Stream reader of :func:`wire.sources.redis_source.redis_stream`.
-
-    Offsets are JSON dicts: ``last_id`` (the id of the last admitted entry, exclusive
-    start of the next epoch; ``"0-0"`` before the first), ``admitted`` (entries
-    admitted so far, valid and rejected), ``watermark`` (after the epoch), ``started``
-    and ``at`` (wall-clock ms: source start, offset made) and ``stream``: the
-    :class:`~wire.core.watermarks.PartitionState` of the stream (max event time,
-    watermark, last arrival, idle flag). ``clock`` (ms) is injectable for tests.
-    """
-
+    kind: ClassVar[str] = "redis source"
+    gone_reason: ClassVar[str] = "admitted entries are gone (trimmed or deleted before acknowledged)"
     _binding: RedisBinding
-    _transient: ClassVar[dict[str, Any]] = {"_delivered": None, "_caught_up": False}
+    _transient: ClassVar[dict[str, Any]] = {**PartitionedReader._transient, "_delivered": None}
     """The planner's per-process view of the group: its start values, also after pickling."""
     _delivered: str | None  # the group's last delivered id, as last seen
-    _caught_up: bool
 
     def __init__(self, binding: RedisBinding, clock: Callable[[], int] | None = None) -> None:
         self._init_live(binding, clock)
@@ -227,7 +168,7 @@ class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
 
     # -- planner (driver) --------------------------------------------------------------
 
-    def initialOffset(self) -> Offset:
+    def initial_positions(self) -> dict[str, Position]:
         """The position the group has acknowledged; called when a query starts fresh.
 
         Creates the group if missing (``XGROUP CREATE ... MKSTREAM`` at the stream's
@@ -239,96 +180,35 @@ class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
         self._ensure_group()
         pending = self.client.xpending(self._stream, self._group)
         if pending and pending.get("pending"):
-            last = id_before(_text(pending["min"]))
-        else:
-            last = self._delivered_id()
-        return make_offset(
-            last_id=last, admitted=0, watermark=NO_WATERMARK, started=None, at=None, stream=PartitionState()
-        )
+            return {self._stream: id_before(_text(pending["min"]))}
+        return {self._stream: self._delivered_id()}
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """``ReadMaxRows(max_events_per_epoch)``: the admission limit per epoch."""
-        return ReadMaxRows(self._binding.max_events_per_epoch)
+    def list_partitions(self) -> list[str]:
+        """The stream."""
+        return [self._stream]
 
-    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
-        """Admit the entries after ``start``, at most ``limit``; return the epoch's end offset.
+    def start_position(self, name: str) -> Position:
+        """Before the stream's first entry (the stream is listed from the start)."""
+        return BEGIN
 
-        ``start`` is the end of the last committed epoch. Entries the group already
-        delivered after it (planned before a crash but never committed) are admitted
-        again first, with ``XRANGE``; then new ones with ``XREADGROUP ... >``, which
-        delivers them to this consumer (pending until :meth:`commit`). The first call
-        in a planner process acknowledges what ``start`` covers, should a crash have
-        come between an epoch's commit and its ``XACK``. Returns ``start`` when paused
-        (control file) or when nothing is new and the watermark does not tick.
+    def read_from(self, name: str, position: Position, budget: int) -> Read:
+        """The next ``budget`` entries after ``position``, delivered to the group's consumer.
+
+        Entries the group already delivered after it (planned before a crash but never
+        committed) are admitted again first, with ``XRANGE``; then new ones with
+        ``XREADGROUP ... >``.
         """
-        b = self._binding
-        sized = self._sizer.budget(self._clock())  # first: the time since the last call is an epoch's
-        if is_paused(b.control_file, b.step):
-            return start
-        if not self._caught_up:
-            self.acknowledge_through(start["last_id"])
-            self._caught_up = True
-        budget = min(self._budget(limit), sized)
-        entries = self._admit(start["last_id"], budget)
-        now = self._clock()
-        self._sizer.admitted(now, len(entries), budget)
-        if self._started is None:
-            self._started = now
-        started = self._started if start["started"] is None else start["started"]
-        decoded = self._decode(entries) if entries else None
-        if decoded is not None:  # future-dated entries do not move the watermark
-            decoded = decoded.reject_future(now, b.max_future_ms, entry_record(entries, self._stream))
-        prev = PartitionState.from_json(start["stream"])
-        part = advance_partition(
-            prev,
-            file="",
-            record=0,
-            taken=len(entries),
-            max_event_time=None if decoded is None else decoded.max_event_time,
-            pending=len(entries) >= budget,
-            bounded=False,
-            now=now,
-            started=started,
-            policy=self._policy,
-        )
-        watermark = source_watermark(start["watermark"], {_PARTITION: part}, now, self._policy)
-        if not entries and not should_tick(start["watermark"], watermark, start["at"], now, self._policy):
-            return start
-        return make_offset(
-            last_id=entries[-1][0] if entries else start["last_id"],
-            admitted=start["admitted"] + len(entries),
-            watermark=watermark,
-            started=started,
-            at=now,
-            stream=part,
-        )
+        entries = self._admit(str(position), budget)
+        return self._read(entries, entries[-1][0] if entries else str(position))
 
-    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
-        """Plan the epoch ``(start, end]``: one task reading its id range.
+    def acknowledge(self, positions: Mapping[str, Position]) -> None:
+        """``XACK`` every pending entry up to the stream's position."""
+        self.acknowledge_through(str(positions[self._stream]))
 
-        Called on the driver per epoch, also on a replay with offsets from the log.
-        """
-        if start == end:
-            return []
-        return [
-            RedisEpoch(
-                after=start["last_id"],
-                through=end["last_id"],
-                expected=end["admitted"] - start["admitted"],
-                first_seq=start["admitted"],
-                start_watermark=start["watermark"],
-                end_watermark=end["watermark"],
-                at=end["at"],
-            )
-        ]
-
-    def commit(self, end: Offset) -> None:
-        """Acknowledge (``XACK``) every pending entry up to ``end``; runs after the epoch committed.
-
-        Spark calls it once the epoch is marked complete in the checkpoint, i.e. after
-        every sink of the flow committed (contraflow, SPEC §7).
-        """
-        self.acknowledge_through(end["last_id"])
+    def upgrade(self, offset: Offset, before: Offset | None) -> Offset:
+        """Offsets an earlier Wire wrote: the last admitted id (``last_id``) and ``stream`` (its state)."""
+        return upgrade_single(offset, before, self._stream, lambda o: o["last_id"],
+                              lambda o: PartitionState.from_json(o["stream"]))
 
     def acknowledge_through(self, last_id: str) -> int:
         """``XACK`` the group's pending entries with id ≤ ``last_id``; return how many."""
@@ -342,13 +222,6 @@ class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
                 acked += int(self.client.xack(self._stream, self._group, *ids))
             if len(ids) < _ACK_PAGE:
                 return acked
-
-    def _budget(self, limit: ReadLimit) -> int:
-        if isinstance(limit, ReadMaxRows):
-            return max(0, min(limit.max_rows, self._binding.max_events_per_epoch))
-        if isinstance(limit, ReadAllAvailable):
-            return self._binding.max_events_per_epoch
-        return self._binding.max_events_per_epoch
 
     def _admit(self, after: str, budget: int) -> list[Entry]:
         """The next ``budget`` entries after ``after``: re-admitted ones, then new deliveries."""
@@ -430,40 +303,21 @@ class RedisStreamReader(LiveReader["redis.Redis"], DataSourceStreamReader):
                 return out
             lo = f"({page[-1][0]}"
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the epoch's rows: data rows, dead letters, metrics, then watermark rows.
+    def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
+        """The entries with ids in ``(first, next]`` (executor).
 
-        Runs on an executor. Data rows carry ``__et`` (event time), ``__wm`` (the epoch's
-        start watermark) and ``__seq`` (the entry's position among all admitted entries,
-        rejected ones included). Entries of the range that are gone (trimmed or deleted
-        before they were acknowledged) are reported as one dead letter; entries beyond
-        ``max_future`` of the epoch's recorded processing time each as one.
+        Raises
+        ------
+        WireError
+            When the range holds more entries than were admitted (the stream was recreated).
         """
-        if not isinstance(partition, RedisEpoch):
-            raise TypeError(f"expected a RedisEpoch partition, got {type(partition).__name__}")
-        b, schema, p = self._binding, self._row_schema, partition
-        entries = self.fetch(p.after, p.through) if p.expected else []
-        if len(entries) > p.expected:
+        entries = self.fetch(str(first), str(next)) if taken else []
+        if len(entries) > taken:
             raise WireError(
-                f"redis source {b.step!r}: {len(entries)} entries in ({p.after}, {p.through}] of stream "
-                f"{self._stream!r}, but {p.expected} were admitted; was the stream recreated?"
+                f"redis source {self._binding.step!r}: {len(entries)} entries in ({first}, {next}] of stream "
+                f"{self._stream!r}, but {taken} were admitted; was the stream recreated?"
             )
-        decoded = self._decode(entries)
-        valid = decoded.table.num_rows
-        decoded = decoded.reject_future(p.at, b.max_future_ms, entry_record(entries, self._stream))
-        n = decoded.table.num_rows
-        missing = p.expected - len(entries)
-        gone = (f"{self._stream}:({p.after}, {p.through}]",
-                f"{missing} admitted entries are gone (trimmed or deleted before acknowledged)", missing)
-        yield from decoded.batches(schema, b.step, b.output_schema.names, start_watermark=p.start_watermark,
-                                   first_seq=p.first_seq, gone=gone)
-        counters = {
-            "records": p.expected,
-            "events": n,
-            "malformed": p.expected - n,
-            "gauge:watermark": p.end_watermark,
-        }
-        if valid > n:
-            counters["future"] = valid - n
-        yield envelope.side_batch(schema, envelope.METRICS_PORT, envelope.metrics_table(b.step, counters))
-        yield envelope.watermark_batch(schema, p.end_watermark, range(b.key_groups))
+        return self._read(entries, str(next))
+
+    def _read(self, entries: list[Entry], next: str) -> Read:
+        return Read(self._decode(entries), len(entries), next, entry_record(entries, self._stream))

@@ -288,8 +288,8 @@ def test_parquet_out_of_range_timestamps_do_not_raise(tmp_path):
 def test_http_ingest_and_redis_share_the_range_check():
     ingest = parse_records([(1, '{"t": 1700000000000000000}'), (2, '{"t": 5}')],
                            pa.schema([("t", pa.int64())]), "t")
-    assert ingest.seqs.tolist() == [2]
-    assert ingest.dead == [(1, out_of_range(1_700_000_000_000_000_000), '{"t": 1700000000000000000}')]
+    assert ingest.positions.tolist() == [1]  # the record with seq 2
+    assert ingest.dead == [("wal:1", out_of_range(1_700_000_000_000_000_000), '{"t": 1700000000000000000}')]
     decoded = decode_entries([("1-0", {"t": str(2**63 - 1)}), ("2-0", {"t": "7"})],
                              schema=pa.schema([("t", pa.int64())]), event_time="t",
                              field_encoding="fields", stream="s")
@@ -327,7 +327,7 @@ def test_jsonl_float_for_an_int64_column_is_a_dead_letter(tmp_path):
 def test_http_ingest_float_event_time_is_a_dead_letter():
     parsed = parse_records([(1, '{"t": 1000.7}'), (2, '{"t": 2000.0}')], pa.schema([("t", pa.int64())]), "t")
     assert parsed.event_times.tolist() == [2000]
-    assert parsed.dead == [(1, "field t: cannot convert 1000.7 to int64", '{"t": 1000.7}')]
+    assert parsed.dead == [("wal:1", "field t: cannot convert 1000.7 to int64", '{"t": 1000.7}')]
 
 
 def test_csv_non_integer_text_for_an_int64_column_is_a_dead_letter(tmp_path):

@@ -20,8 +20,19 @@ from wire.sources.http_source import (
     IngestBinding,
     http_ingest,
 )
+from wire.sources.partitioned import partitions_of, positions_of
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64())])
+
+
+def seq(offset) -> int:
+    """The last log seq an offset admitted (the log partition's position)."""
+    return positions_of(offset)["wal"]
+
+
+def wal(offset):
+    """The log partition's watermark inputs in an offset (max event time, idle, ...)."""
+    return partitions_of(offset)["wal"].state
 
 
 def free_port() -> int:
@@ -90,7 +101,7 @@ def rows_of(reader, start, end):
 def test_post_is_acknowledged_after_the_append_then_admitted_read_and_truncated_on_commit(open_reader):
     reader = open_reader()
     start = reader.initialOffset()
-    assert start["seq"] == 0 and start["watermark"] == NO_WATERMARK
+    assert seq(start) == 0 and start["watermark"] == NO_WATERMARK
     r = post(reader, [{"t": 100, "k": "a", "v": 1.5}, {"t": 90, "k": "b", "v": 2}])
     assert r.status_code == 202 and r.json() == {"accepted": 2, "seq": [1, 2]}
     assert reader.client.read(0) == [(1, '{"t":100,"k":"a","v":1.5}'), (2, '{"t":90,"k":"b","v":2}')]
@@ -98,11 +109,11 @@ def test_post_is_acknowledged_after_the_append_then_admitted_read_and_truncated_
     assert r.status_code == 202 and r.json() == {"accepted": 1, "seq": [3, 3]}
 
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    assert (end["seq"], end["admitted"], end["max_event_time"], end["watermark"]) == (3, 3, 120, 110)
+    assert (seq(end), end["admitted"], wal(end).max_event_time, end["watermark"]) == (3, 3, 120, 110)
     json.dumps(end)  # offsets are JSON
     data, sides, watermarks = rows_of(reader, start, end)
     assert [(d["t"], d["k"], d["v"], d["__et"], d["__seq"]) for d in data] == [
-        (100, "a", 1.5, 100, 1), (90, "b", 2.0, 90, 2), (120, "a", None, 120, 3)]
+        (100, "a", 1.5, 100, 0), (90, "b", 2.0, 90, 1), (120, "a", None, 120, 2)]  # __seq: arrival order
     assert {d["__wm"] for d in data} == {NO_WATERMARK}  # the epoch's start watermark
     assert watermarks == [(0, 110), (1, 110)]  # one per key group, the end watermark
     metrics = {m["name"]: m["value"] for m in sides[envelope.METRICS_PORT]}
@@ -132,11 +143,11 @@ def test_admission_is_bounded_per_epoch_and_the_watermark_is_monotonic(open_read
         reader.commit(end)
         offset = end
     assert sizes == [10, 10, 5]
-    assert seqs == list(range(1, 26))
+    assert seqs == list(range(25))
     assert marks == [59 - 5, 69 - 5, 69 - 5]  # W = max event time - max delay, never backwards
     assert reader.latestOffset(offset, ReadMaxRows(0)) == offset
     assert post(reader, [{"t": 1, "k": "a"}] * 3).status_code == 202
-    assert reader.latestOffset(offset, ReadAllAvailable())["seq"] == 28
+    assert seq(reader.latestOffset(offset, ReadAllAvailable())) == 28
 
 
 def test_records_that_do_not_fit_the_schema_are_dead_letters(open_reader):
@@ -145,9 +156,9 @@ def test_records_that_do_not_fit_the_schema_are_dead_letters(open_reader):
     body = [{"t": 5, "k": "a", "v": 1}, {"t": 7, "k": "b", "v": "x"}, {"k": "c"}, {"t": "soon"}, {"t": 9}]
     assert post(reader, body).status_code == 202
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    assert end["max_event_time"] == 9  # dead letters do not move the watermark
+    assert wal(end).max_event_time == 9  # dead letters do not move the watermark
     data, sides, _ = rows_of(reader, start, end)
-    assert [d["__seq"] for d in data] == [1, 5]
+    assert [d["__seq"] for d in data] == [0, 4]  # log seqs 1 and 5
     dead = sides["ingest.dead_letter"]
     assert [(d["step"], d["location"]) for d in dead] == [
         ("ingest", "wal:2"), ("ingest", "wal:3"), ("ingest", "wal:4")]
@@ -194,7 +205,7 @@ def test_paused_flow_or_source_answers_503_and_admits_nothing(open_reader):
     set_paused(control, True, connector="another_source")
     assert reader.client.max_seq() == 1  # nothing stored while paused
     assert post(reader, {"t": 3}).status_code == 202
-    assert reader.latestOffset(start, reader.getDefaultReadLimit())["seq"] == 2
+    assert seq(reader.latestOffset(start, reader.getDefaultReadLimit())) == 2
 
 
 def test_open_breaker_answers_503_with_its_retry_after(open_reader):
@@ -240,12 +251,12 @@ def test_events_survive_a_restart_and_replayed_epochs_read_the_same_rows(open_re
         httpx.post(f"http://127.0.0.1:{port}/events", json={"t": 1}, timeout=2)
 
     second = open_reader(binding=binding)  # restart: Spark replays epoch 2 from its offset log
-    assert [d["__seq"] for d in rows_of(second, o1, o2)[0]] == before_crash == [5, 6, 7, 8]
+    assert [d["__seq"] for d in rows_of(second, o1, o2)[0]] == before_crash == [4, 5, 6, 7]
     second.commit(o2)
-    assert second.latestOffset(o2, second.getDefaultReadLimit())["seq"] == 10  # the server is back
+    assert seq(second.latestOffset(o2, second.getDefaultReadLimit())) == 10  # the server is back
     assert post(second, {"t": 50, "k": "b"}).json()["seq"] == [11, 11]
     o3 = second.latestOffset(o2, second.getDefaultReadLimit())
-    assert [d["__seq"] for d in rows_of(second, o2, o3)[0]] == [9, 10, 11]
+    assert [d["__seq"] for d in rows_of(second, o2, o3)[0]] == [8, 9, 10]
 
 
 def test_read_fails_loudly_when_the_log_lost_an_admitted_record(open_reader):
@@ -269,7 +280,7 @@ def test_idle_source_advances_the_watermark_with_processing_time(open_reader):
     assert reader.latestOffset(o1, reader.getDefaultReadLimit()) == o1  # not idle yet
     clock.now += 1_000
     o2 = reader.latestOffset(o1, reader.getDefaultReadLimit())
-    assert o2["idle"] and o2["watermark"] == 1_000 and o2["seq"] == o1["seq"]
+    assert wal(o2).idle and o2["watermark"] == 1_000 and seq(o2) == seq(o1)
     assert rows_of(reader, o1, o2)[0] == []  # a watermark-only epoch
     assert rows_of(reader, o1, o2)[2] == [(0, 1_000), (1, 1_000)]
     clock.now += 300
@@ -281,7 +292,7 @@ def test_idle_source_advances_the_watermark_with_processing_time(open_reader):
     assert reader.latestOffset(o3, reader.getDefaultReadLimit())["watermark"] == 1_500
     post(reader, {"t": 700})  # an event again: not idle, the watermark holds (never backwards)
     o4 = reader.latestOffset(o3, reader.getDefaultReadLimit())
-    assert not o4["idle"] and o4["watermark"] == 1_300 and o4["max_event_time"] == 700
+    assert not wal(o4).idle and o4["watermark"] == 1_300 and wal(o4).max_event_time == 700
 
 
 def test_executor_reads_do_not_start_the_server(open_reader, tmp_path):
@@ -506,3 +517,21 @@ def test_a_loopback_host_needs_neither(tmp_path, host):
 def test_max_body_bytes_is_validated(tmp_path, value):
     with pytest.raises(ConfigError, match="max_body_bytes"):
         http_ingest(port=8080, wal_dir=str(tmp_path), schema=SCHEMA, max_body_bytes=value)
+
+
+def test_offsets_an_earlier_wire_wrote_are_replayed_and_continued(open_reader):
+    """A checkpoint of the Wire before the partitioned base: its epoch replays, the next follows it."""
+    reader = open_reader()
+    reader.initialOffset()
+    post(reader, [{"t": 100, "k": "a"}, {"t": 90, "k": "b"}, {"t": 120, "k": "a"}, {"t": 130, "k": "c"}])
+    old0 = {"seq": 0, "admitted": 0, "max_event_time": None, "watermark": NO_WATERMARK,
+            "last_arrival": None, "idle": False, "started": None, "at": None}
+    old1 = {"seq": 2, "admitted": 2, "max_event_time": 100, "watermark": 90,  # max_delay 10
+            "last_arrival": 1_000_000, "idle": False, "started": 1_000_000, "at": 1_000_000}
+    data, _, watermarks = rows_of(reader, old0, old1)  # the epoch in flight at the upgrade
+    assert [d["t"] for d in data] == [100, 90] and watermarks == [(0, 90), (1, 90)]
+    new = reader.latestOffset(old1, reader.getDefaultReadLimit())
+    assert (seq(new), new["admitted"], new["watermark"]) == (4, 4, 130 - 10)
+    assert [(d["t"], d["__seq"]) for d in rows_of(reader, old1, new)[0]] == [(120, 2), (130, 3)]
+    reader.commit(old1)
+    assert [s for s, _ in reader.client.read(0)] == [3, 4]  # the old offset acknowledges too

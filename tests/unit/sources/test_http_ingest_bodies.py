@@ -82,7 +82,8 @@ def check_stored(first: int, last: int, expected: list[dict] | None) -> None:
     records = _wal.read(first - 1, last)
     assert [seq for seq, _ in records] == list(range(first, last + 1))
     parsed = parse_records(records, SCHEMA, "t")
-    seqs = list(parsed.seqs) + [seq for seq, _, _ in parsed.dead]
+    seqs = [records[i][0] for i in parsed.positions]
+    seqs += [int(loc.removeprefix("wal:")) for loc, _, _ in parsed.dead]
     assert sorted(seqs) == list(range(first, last + 1))  # exactly once each
     if expected is not None:
         assert [json.loads(body) for _, body in records] == expected

@@ -1,4 +1,4 @@
-"""Kafka source deserializers and offset arithmetic (pure: no broker, no Spark)."""
+"""Kafka source deserializers and partition watermarks (pure: no broker, no Spark)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,6 @@ from wire.core.watermarks import (
 )
 from wire.errors import ConfigError
 from wire.sources.kafka_decode import AvroDecoder, KafkaRecord, decode_records, record_text
-from wire.sources.kafka_offsets import (
-    PartitionOffset,
-    committable,
-    initial_offset,
-    make_offset,
-    partitions_of,
-    plan_reads,
-)
 from wire.sources.kafka_source import kafka
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string())])
@@ -62,11 +54,15 @@ def test_json_rows_and_each_kind_of_poison_record():
 def test_event_time_from_the_record_timestamp_and_max_future():
     records = [rec(0, b"a", ts=1_000), rec(1, b"b", ts=9_000), rec(2, b"c", ts=None)]
     d = decode(records, value_format="string", payload_schema=pa.schema([("value", pa.string())]),
-               event_time="kafka_timestamp", at=5_000, max_future_ms=1_000)
+               event_time="kafka_timestamp")
+    assert d.table.column("value").to_pylist() == ["a", "b"] and d.max_event_time == 9_000
+    assert [loc for loc, _, _ in d.dead] == ["orders:2:2"] and "missing" in d.dead[0][1]
+    # the reader rejects future-dated events (Decoded.reject_future): 9_000 > 5_000 + 1_000
+    d = d.reject_future(5_000, 1_000, lambda i: (f"orders:2:{records[i].offset}", "?"))
     assert d.table.column("value").to_pylist() == ["a"]
     assert d.max_event_time == 1_000
-    assert d.dead[0][1].startswith("event time") and "beyond max_future" in d.dead[0][1]
-    assert "missing" in d.dead[1][1]
+    assert d.dead[1][0] == "orders:2:1"
+    assert d.dead[1][1].startswith("event time") and "beyond max_future" in d.dead[1][1]
 
 
 def test_bytes_are_never_rejected_and_invalid_utf8_text_is():
@@ -99,23 +95,6 @@ def test_avro_with_inline_schema(framing):
     assert d.table.select(["t", "k"]).to_pylist() == [{"t": 42, "k": "z"}]
     assert [loc for loc, _, _ in d.dead] == ["orders:2:1", "orders:2:2"]
     assert "bytes left" in d.dead[1][1]
-
-
-def test_offsets_record_ranges_and_plan_reads_in_name_order():
-    start = initial_offset({"t:0": 5, "t:1": 0})
-    s = PartitionState(record=9, admitted=4, max_event_time=100, watermark=90)
-    end = make_offset({"t:0": PartitionOffset(5, 9, 4, 20, s),
-                       "t:1": PartitionOffset(0, 0, 0, 0, PartitionState()),
-                       "t:2": PartitionOffset(0, 3, 2, 3, PartitionState(record=3))},
-                      admitted=6, watermark=90, started=1, at=2, turn=1)
-    assert json.loads(json.dumps(end)) == end
-    reads = plan_reads(start, end)
-    assert [(r.name, r.first, r.next, r.taken, r.first_seq) for r in reads] == [
-        ("t:0", 5, 9, 4, 0), ("t:2", 0, 3, 2, 4)]
-    assert committable(end) == {"t:0": 9, "t:1": 0, "t:2": 3}
-    assert partitions_of(end)["t:0"].lag == 11
-    with pytest.raises(ValueError, match="admitted"):
-        plan_reads(start, dict(end, admitted=7))
 
 
 def test_a_lagging_partition_holds_the_watermark_and_an_idle_one_does_not():

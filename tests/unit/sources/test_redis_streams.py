@@ -15,6 +15,7 @@ from wire.core.control_file import set_paused
 from wire.core.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
 from wire.sinks.redis_sink import redis_stream_sink
+from wire.sources.partitioned import positions_of
 from wire.sources.redis_reader import (
     BEGIN,
     RedisStreamReader,
@@ -63,6 +64,11 @@ def reader(server, *, delay=0, max_events=50, key_groups=2, encoding="json", con
                            max_delay_ms=delay, max_events_per_epoch=max_events,
                            key_groups=key_groups, control_file=control)
     return RedisStreamReader(binding, clock=clock or Clock())
+
+
+def last_id(offset, stream="events"):
+    """The id of the last entry an offset admitted (its stream's position)."""
+    return positions_of(offset)[stream]
 
 
 def add(client, events, stream="events"):
@@ -117,7 +123,7 @@ def test_stream_ids():
 def test_initial_offset_creates_the_group_with_mkstream(server, client):
     r = reader(server)
     off = r.initialOffset()
-    assert off["last_id"] == BEGIN and off["admitted"] == 0 and off["watermark"] == NO_WATERMARK
+    assert last_id(off) == BEGIN and off["admitted"] == 0 and off["watermark"] == NO_WATERMARK
     assert client.exists("events") and client.xinfo_groups("events")[0]["name"] == b"g"
     assert r.initialOffset() == off  # BUSYGROUP is fine
 
@@ -128,7 +134,7 @@ def test_start_latest_skips_existing_entries(server, client):
     off = r.initialOffset()
     assert r.latestOffset(off, ReadMaxRows(50)) == off
     new = add(client, [{"t": 2, "k": "a", "v": 1.0}])
-    assert r.latestOffset(off, ReadMaxRows(50))["last_id"] == new[0]
+    assert last_id(r.latestOffset(off, ReadMaxRows(50))) == new[0]
 
 
 def test_admission_is_bounded_per_epoch_and_in_id_order(server, client):
@@ -136,11 +142,11 @@ def test_admission_is_bounded_per_epoch_and_in_id_order(server, client):
     r = reader(server, max_events=50)
     o0 = r.initialOffset()
     o1 = r.latestOffset(o0, ReadMaxRows(50))
-    assert (o1["admitted"], o1["last_id"]) == (50, ids[49])
+    assert (o1["admitted"], last_id(o1)) == (50, ids[49])
     o2 = r.latestOffset(o1, ReadMaxRows(30))  # Spark's limit below the source's
-    assert (o2["admitted"], o2["last_id"]) == (80, ids[79])
+    assert (o2["admitted"], last_id(o2)) == (80, ids[79])
     o3 = r.latestOffset(o2, ReadMaxRows(50))
-    assert (o3["admitted"], o3["last_id"]) == (120, ids[119])
+    assert (o3["admitted"], last_id(o3)) == (120, ids[119])
     assert r.latestOffset(o3, ReadMaxRows(50)) == o3  # nothing new: no epoch
     data, side, _ = run_epoch(r, o1, o2)
     assert data.column("t").to_pylist() == list(range(50, 80))
@@ -148,6 +154,28 @@ def test_admission_is_bounded_per_epoch_and_in_id_order(server, client):
     metrics = dict(zip(side[envelope.METRICS_PORT].column("name").to_pylist(),
                        side[envelope.METRICS_PORT].column("value").to_pylist(), strict=True))
     assert metrics["records"] == 30 and metrics["events"] == 30 and metrics["malformed"] == 0
+
+
+def test_offsets_an_earlier_wire_wrote_are_replayed_and_continued(server, client):
+    """A checkpoint of the Wire before the partitioned base: its epoch replays, the next follows it."""
+    ids = add(client, [{"t": t, "k": "a", "v": 1.0} for t in (100, 300, 200, 400)])
+    r = reader(server, delay=50)
+    r.initialOffset()
+    r.latestOffset(r.initialOffset(), ReadMaxRows(2))  # delivers the first two to the group
+    state = {"file": "", "record": 0, "admitted": 2, "max_event_time": 300, "watermark": 250,
+             "last_arrival": 1_000_000, "idle": False, "done": False}
+    old0 = {"last_id": BEGIN, "admitted": 0, "watermark": NO_WATERMARK, "started": None, "at": None,
+            "stream": {**state, "admitted": 0, "max_event_time": None, "watermark": NO_WATERMARK,
+                       "last_arrival": None}}
+    old1 = {"last_id": ids[1], "admitted": 2, "watermark": 250, "started": 1_000_000, "at": 1_000_000,
+            "stream": state}
+    data, _, marks = run_epoch(r, old0, old1)
+    assert data.column("t").to_pylist() == [100, 300] and {wm for _, wm in marks} == {250}
+    new = r.latestOffset(old1, ReadMaxRows(50))
+    assert (last_id(new), new["admitted"], new["watermark"]) == (ids[3], 4, 400 - 50)
+    assert run_epoch(r, old1, new)[0].column("t").to_pylist() == [200, 400]
+    r.commit(old1)
+    assert pending(client) == 2  # the old offset acknowledged the first two
 
 
 def test_watermark_is_max_event_time_minus_delay_and_recorded_in_offsets(server, client):
@@ -229,7 +257,7 @@ def test_entries_are_acknowledged_only_at_commit(server, client):
     assert pending(client) == 30
     r.commit(o2)
     assert pending(client) == 0
-    assert client.xinfo_groups("events")[0]["last-delivered-id"].decode() == o2["last_id"]
+    assert client.xinfo_groups("events")[0]["last-delivered-id"].decode() == last_id(o2)
 
 
 def test_replaying_the_same_offsets_gives_identical_batches(server, client):
@@ -253,14 +281,14 @@ def test_restart_readmits_delivered_but_uncommitted_entries(server, client):
     assert pending(client) == 50
     r2 = reader(server)
     again = r2.initialOffset()  # epoch 0 replayed from the start: same range
-    assert again["last_id"] == id_before(ids[0])
+    assert last_id(again) == id_before(ids[0])
     o1b = r2.latestOffset(again, ReadMaxRows(20))
-    assert (o1b["admitted"], o1b["last_id"]) == (20, ids[19])  # from the pending range
+    assert (o1b["admitted"], last_id(o1b)) == (20, ids[19])  # from the pending range
     o2b = r2.latestOffset(o1b, ReadMaxRows(40))
-    assert (o2b["admitted"], o2b["last_id"]) == (60, ids[59])  # 30 pending + 10 new
+    assert (o2b["admitted"], last_id(o2b)) == (60, ids[59])  # 30 pending + 10 new
     data, _, _ = run_epoch(r2, o1b, o2b)
     assert data.column("t").to_pylist() == list(range(20, 60))
-    assert o1["last_id"] == ids[49]
+    assert last_id(o1) == ids[49]
 
 
 def test_restart_acknowledges_a_committed_epoch_whose_xack_was_lost(server, client):
@@ -271,7 +299,7 @@ def test_restart_acknowledges_a_committed_epoch_whose_xack_was_lost(server, clie
     assert pending(client) == 50
     r2 = reader(server)
     o2 = r2.latestOffset(o1, ReadMaxRows(50))  # Spark restarts from the committed offset
-    assert (o2["admitted"], o2["last_id"]) == (60, ids[59])  # nothing read twice
+    assert (o2["admitted"], last_id(o2)) == (60, ids[59])  # nothing read twice
     assert pending(client) == 10  # the lost XACKs were made up for
     r2.commit(o2)
     assert pending(client) == 0
@@ -338,7 +366,7 @@ def test_reader_pickles_without_its_connection(server, client):
     r.initialOffset()
     assert r._client is not None
     copy = pickle.loads(pickle.dumps(r))
-    assert copy._client is None and copy.initialOffset()["last_id"] == BEGIN
+    assert copy._client is None and last_id(copy.initialOffset()) == BEGIN
 
 
 # ---------------------------------------------------------------------------- sink
