@@ -12,11 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 import pyarrow as pa
 
 from wire.core.windowing import BoundedOutOfOrderness, Window
+
+if TYPE_CHECKING:  # types only: the plan does not depend on connectors or kernels at run time
+    from pyspark.sql import Column
+
+    from wire.delivery.sink import Sink
+    from wire.sources.base import Source
+    from wire.state.aggregator import Aggregator
+    from wire.state.spec import Callback, Emit
 
 OUT: Final = "out"
 LATE: Final = "late"
@@ -26,7 +34,7 @@ PORTS = (OUT, LATE, DEAD_LETTER, OVERFLOW)
 ALL_STEPS = "*"
 """A ``PortRef`` step meaning "every step": used by ``Flow.dead_letters()``."""
 
-Expr = Any
+Expr: TypeAlias = "Column | str"
 """A Spark ``Column`` or a Spark SQL expression string, e.g. ``"dep_delay IS NOT NULL"``."""
 
 
@@ -53,7 +61,7 @@ class Node:
 class SourceNode(Node):
     """Read a connector; assign event time, key and the source's watermark policy."""
 
-    connector: Any
+    connector: Source
     event_time: str
     key: str | None
     watermark: BoundedOutOfOrderness
@@ -83,7 +91,7 @@ class SelectNode(Node):
     """Keep (and compute) exactly ``columns``: names, expressions, or (name, expression)."""
 
     upstream: str
-    columns: tuple[Any, ...]
+    columns: tuple[str | Column | tuple[str, Expr], ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,10 +135,10 @@ class WindowAggregateNode(Node):
     upstream: str
     window: Window
     allowed_lateness_ms: int
-    aggregations: tuple[tuple[str, Any], ...]
-    emit: str = "final"
-    before_update: Any = None
-    after_update: Any = None
+    aggregations: tuple[tuple[str, Aggregator], ...]
+    emit: Emit = "final"
+    before_update: Callback | None = None
+    after_update: Callback | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,7 +190,7 @@ class SinkNode(Node):
     """
 
     source: PortRef
-    sink: Any
+    sink: Sink
     kept: bool = False
 
 
