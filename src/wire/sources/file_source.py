@@ -53,7 +53,7 @@ from wire.sources.file_listing import (
     list_partitions,
 )
 from wire.sources.file_readers import DEFAULT_MAX_FIELD_BYTES, ParseSpec, infer_schema
-from wire.sources.file_stream import FileEpoch, WireFileStreamReader
+from wire.sources.file_stream import WireFileStreamReader
 
 if TYPE_CHECKING:
     pass
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DATA_SOURCE_NAME",
     "NO_WATERMARK",
-    "FileEpoch",
     "FileSource",
     "SourceBinding",
     "WireFileDataSource",

@@ -1,85 +1,52 @@
-"""The file source's Spark stream reader: offsets, per-partition watermarks, epochs, rows.
+"""The file source's Spark stream reader: a :class:`~wire.sources.partitioned.PartitionedReader`.
 
-The planner side (``latestOffset``/``partitions``) admits records per epoch, split over
-the source's partitions (:mod:`wire.sources.file_listing`), and computes the
-watermark with :mod:`wire.core.watermarks`; everything the watermark depends on
-is stored in the epoch's end offset, so Spark's offset log (``offsets/N``) holds every
-epoch's watermark and a replay sees the same watermarks (SPEC §2, §10). The executor
-side (``read``) turns one source partition's record ranges into envelope rows
-(:mod:`wire.core.envelope`).
+The base owns admission (split over the source's partitions,
+:mod:`wire.sources.file_listing`), the watermark policy, offsets, tasks and envelope rows.
+This module holds what is the file source's: a partition's position is the set of files
+whose reading began and the position in the open file (:mod:`wire.sources.file_set`);
+planning finds changed files (dead letters recorded in the offset), counts the records
+waiting from per-file event-time indexes (parsed once per planner process, up to the
+epoch's budget) and admits them in arrival order; an executor reads exactly the record
+ranges (``segments``) an epoch's offset records, with the files' stamps, so a replay
+reads the same records or reports them as not read.
+
+A position (JSON)::
+
+    {"file": "/data/in/b.csv",   # the file read last ("" before the first)
+     "record": 2,                # the index of its next record
+     "files": {"read": {"a.csv": [size, mtime_ns], ...}, "open": "b.csv"},
+     "segments": [["a.csv", 3, 10], ["b.csv", 0, 2]]}  # the epoch's ranges [lo, hi)
+
+An epoch's ``from`` keeps ``file`` and ``record`` only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadLimit,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from wire.core import envelope
-from wire.core.time import NO_WATERMARK, wall_clock_ms
-from wire.core.watermarks import (
-    PartitionState,
-    WatermarkPolicy,
-    advance_partition,
-    fair_split,
-    future_limit,
-    future_reason,
-    should_tick,
-    source_watermark,
-)
+from wire.core.watermarks import PartitionState
 from wire.errors import WireError
-from wire.sources.base import Offset, SizedAdmission, spark_row_schema
-from wire.sources.epoch_sizing import EpochSizer
+from wire.sources.base import Decoded, Offset
 from wire.sources.file_listing import FileStamp, _wildcard_level
 from wire.sources.file_locate import locate_records
 from wire.sources.file_readers import ParseCache, ParsedFile
 from wire.sources.file_set import Change, FileSet, detect_changes, reading_order
+from wire.sources.offsets import DeadLetter, PartitionOffset, Position, make_offset
+from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
 if TYPE_CHECKING:
     from wire.sources.file_source import SourceBinding
 
 _EXECUTOR_CACHE = ParseCache(capacity=8)
 """Parsed files kept by an executor's Python worker across epochs (workers are reused)."""
-
-
-# ---------------------------------------------------------------------------- Spark source
-
-
-@dataclass
-class FileEpoch(InputPartition):
-    """One Spark task of an epoch: one source partition's records and/or the control rows.
-
-    ``segments`` are record ranges ``(path, size, mtime_ns, lo, hi)`` of source partition
-    ``partition`` in arrival order, each with the file's stamp when its reading began,
-    and ``first_seq`` the ``__seq`` of their first record. ``control`` holds the
-    epoch's metric counters when this task also emits the epoch's control rows (the
-    changed-file dead letters ``changes``, metrics, then one watermark row per key
-    group), else None. ``at`` is the processing time (ms) recorded in the epoch's end
-    offset, against which ``max_future`` is judged.
-    """
-
-    partition: str
-    segments: tuple[tuple[str, int, int, int, int], ...]
-    first_seq: int
-    start_watermark: int
-    end_watermark: int
-    final: bool
-    control: tuple[tuple[str, int], ...] | None
-    at: int | None = None
-    changes: tuple[Change, ...] = ()
-
-    def __post_init__(self) -> None:
-        super().__init__(None)
 
 
 @dataclass(frozen=True)
@@ -89,41 +56,11 @@ class _Available:
     more: bool  # records may remain beyond ``segments``
 
 
-@dataclass(frozen=True)
-class _Taken:
-    file: str  # the position after the admitted records: file (path) and next record
-    record: int
-    max_event_time: int | None
-    segments: list[list[Any]]  # [rel, lo, hi] admitted, in arrival order
-    files: FileSet
+def _position(file: str, record: int, files: FileSet, segments: list[list[Any]]) -> dict[str, Any]:
+    return {"file": file, "record": record, "files": files.to_json(), "segments": segments}
 
 
-def _offset(
-    parts: dict[str, PartitionState],
-    sets: dict[str, FileSet],
-    *,
-    admitted: int,
-    watermark: int,
-    started: int | None,
-    at: int | None,
-    turn: int,
-    segments: dict[str, list[list[Any]]] | None = None,
-    changed: list[Change] | None = None,
-) -> dict[str, Any]:
-    max_ets = [p.max_event_time for p in parts.values() if p.max_event_time is not None]
-    return dict(
-        admitted=admitted,
-        watermark=watermark,
-        max_event_time=max(max_ets, default=None),
-        ended=False,
-        started=started,
-        at=at,
-        turn=turn,
-        partitions={name: parts[name].to_json() for name in sorted(parts)},
-        files={name: sets[name].to_json() for name in sorted(sets)},
-        segments={name: segs for name, segs in sorted((segments or {}).items()) if segs},
-        changed=[c.to_json() for c in changed or ()],
-    )
+_START = _position("", 0, FileSet(), [])
 
 
 def _stamp(path: str) -> FileStamp | None:
@@ -147,55 +84,35 @@ def file_base(path: str) -> str:
     return base if level is not None else path
 
 
-class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Stream reader of the file source: one Spark task per source partition with records.
-
-    Offsets are JSON dicts: ``admitted`` (records admitted so far, valid and malformed),
-    ``watermark`` (the source watermark after the epoch; :data:`NO_WATERMARK` at first),
-    ``max_event_time`` (over all partitions), ``ended``, ``started`` (wall-clock ms when
-    the source started), ``at`` (wall-clock ms when the offset was made: the epoch's
-    processing time), ``turn`` (round-robin counter of the admission split),
-    ``partitions``: per partition name, a
-    :class:`~wire.core.watermarks.PartitionState` (position, max event time,
-    watermark, last arrival, idle and done flags); ``files``: per partition, the
-    :class:`~wire.sources.file_set.FileSet` of files whose reading began (names
-    relative to :func:`file_base`, with size and mtime); ``segments``: per partition,
-    the record ranges ``[name, lo, hi]`` the epoch admitted, in arrival order; and
-    ``changed``: the files found changed when the epoch was planned
-    (:class:`~wire.sources.file_set.Change`, one dead letter each). Every input of
-    the watermark and of the epoch's rows is in the offset, so a replayed epoch sees
-    the logged watermark and the same records.
+class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
+    """Stream reader of the file source: a :class:`PartitionedReader` over the source's partitions.
 
     The planner methods run in Spark's long-lived planner process on the driver and
     cache per-file event-time indexes; :meth:`read` runs in executor workers and uses
     only the binding. ``clock`` (ms) is the processing-time clock, injectable for tests.
     """
 
+    kind: ClassVar[str] = "file source"
+    reports_lag: ClassVar[bool] = False
+    refresh_counter: ClassVar[str] = "changed_files"
     _binding: SourceBinding
+    _transient: ClassVar[dict[str, Any]] = {**PartitionedReader._transient, "_listed": {}, "_order": {},
+                                            "_avail": {}}
+    """The planner's per-planning caches: the listing's stamps, reading orders, records waiting."""
+    _listed: dict[str, dict[str, FileStamp]]
+    _order: dict[str, list[str]]
+    _avail: dict[str, _Available]
 
     def __init__(self, binding: SourceBinding, clock: Callable[[], int] | None = None) -> None:
-        self._binding = binding
-        src = binding.source
-        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
-        self._max_future = binding.max_future_ms
-        self._clock = clock or wall_clock_ms
+        self._init_live(binding, clock)
         self._spec = binding.parse_spec()
-        self._row_schema = spark_row_schema(binding.output_schema)
-        self._base = file_base(src.path)
+        self._base = file_base(binding.source.path)
+        self._root = os.path.abspath(self._base)
+        """The base directory as the driver sees it: executors may run in their own work dirs."""
         self._index_cache = ParseCache(capacity=64)
         self._snapshot: dict[str, list[str]] | None = None
-        self._available_now = False
-        self._started: int | None = None
-        self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
 
     # -- planner (driver) --------------------------------------------------------------
-
-    def initialOffset(self) -> Offset:
-        """Return the position before the first file; called when a query starts fresh.
-
-        Holds no clock reading: Spark calls it again when it replays the first epoch.
-        """
-        return _offset({}, {}, admitted=0, watermark=NO_WATERMARK, started=None, at=None, turn=0)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the file list: an ``availableNow`` query reads only the files present now.
@@ -205,165 +122,117 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
         self._available_now = True
         self._snapshot = self._binding.source.matching_partitions()
 
-    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
-        """Admit the next records after ``start``, at most ``limit``, split over partitions.
+    def initial_positions(self) -> dict[str, Position]:
+        """No partition yet: they are found by listing."""
+        return {}
 
-        Called by Spark before each new epoch (never for an epoch replayed from the
-        offset log); the returned offset is written to the offset log before the epoch
-        runs, with the watermark after the epoch. Per partition, files are read in
-        arrival order and changed files are found (:mod:`wire.sources.file_set`);
-        the budget is shared max-min fairly by the partitions with records
-        (:func:`~wire.core.watermarks.fair_split`, rotating the remainder).
-        Returns ``start`` when nothing is new (no epoch runs) unless idleness moves the
-        watermark (a watermark-only epoch, at most once per ``watermark_interval``); a
-        bounded source whose files are all read returns, once, an ``ended`` offset with
-        the maximal watermark.
-        """
-        admission = self.admission(start, limit)
-        if admission is None:
-            return start
-        now, budget, started = admission.now, admission.budget, admission.started
+    def start_position(self, name: str) -> Position:
+        """Before the partition's first file."""
+        return dict(_START)
+
+    def list_partitions(self) -> list[str]:
+        """The source's partitions with their files now (a bounded source lists once)."""
         listing = self._listing()
-        before = self._states(start)
-        names = sorted(set(listing) | set(before))
-        stamps = {name: self._stamps(listing.get(name, [])) for name in names}
-        self._index_cache.ensure_capacity(len(names) + 8)
-        sets = self._file_sets(start, before, stamps)
-        fresh = PartitionState()
-        changes: list[Change] = []
-        avail = []
-        for name in names:
-            listed = {rel: (st.size, st.mtime_ns) for rel, st in stamps[name].items()}
-            position = before.get(name, fresh).record  # in the open file, if any
-            fs, found = detect_changes(name, sets.get(name, FileSet()), listed, position)
-            sets[name] = fs
-            changes += found
-            avail.append(self._available(reading_order(fs, listed), stamps[name], fs.open, position, budget))
-        first = start["turn"] % len(names) if names else 0
-        alloc = fair_split([a.count for a in avail], budget, first)
-        bounded = self._binding.source.bounded
-        limit_et = future_limit(now, self._max_future)
-        parts, segments = {}, {}
-        for name, a, take in zip(names, avail, alloc, strict=True):
-            prev = before.get(name, fresh)
-            got = self._take(a.segments, take, prev, sets[name], limit_et)
-            sets[name], segments[name] = got.files, got.segments
-            parts[name] = advance_partition(
-                prev,
-                file=got.file,
-                record=got.record,
-                taken=take,
-                max_event_time=got.max_event_time,
-                pending=take < a.count or a.more,
-                bounded=bounded,
-                now=now,
-                started=started,
-                policy=self._policy,
-            )
-        taken = sum(alloc)
-        if budget is not None:
-            self._sizer.admitted(now, taken, budget)
-        if taken == 0 and not changes and bounded and budget != 0:
-            return dict(start, ended=True, watermark=envelope.MAX_WATERMARK, at=now, segments={}, changed=[])
-        watermark = source_watermark(start["watermark"], parts, now, self._policy)
-        if taken == 0 and not changes and (
-            self._available_now
-            or not should_tick(start["watermark"], watermark, start["at"], now, self._policy)
-        ):
-            return start
-        turn = start["turn"] + (1 if taken else 0)
-        return _offset(
-            parts, sets, admitted=start["admitted"] + taken, watermark=watermark, started=started, at=now,
-            turn=turn, segments=segments, changed=changes,
-        )
+        self._listed = {name: self._stamps(paths) for name, paths in listing.items()}
+        self._index_cache.ensure_capacity(len(listing) + 8)
+        return sorted(listing)
 
-    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
-        """Plan the epoch ``(start, end]``: one task per source partition with records.
+    def refresh(self, name: str, position: Position) -> tuple[Position, list[DeadLetter]]:
+        """Find the partition's files that changed since their reading began (one dead letter each)."""
+        listed = {rel: (st.size, st.mtime_ns) for rel, st in self._listed.get(name, {}).items()}
+        files, found = detect_changes(name, FileSet.from_json(position["files"]), listed, position["record"])
+        self._order[name] = reading_order(files, listed)
+        dead = [(self._path(c.file), c.reason(), c.record()) for c in found]
+        return _position(position["file"], position["record"], files, []), dead
 
-        The records are the ``segments`` recorded in ``end``, with the stamps of its
-        ``files``. The first task also emits the epoch's changed-file dead letters,
-        metrics and watermark rows (a task of its own when no records were admitted).
-        Called on the driver per epoch, also on a replay after a restart, with offsets
-        from the offset log.
+    def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
+        """The records of the partition's files in reading order, counted up to ``cap`` (then one more)."""
+        files = FileSet.from_json(position["files"])
+        self._avail[name] = a = self._available(self._order[name], self._listed.get(name, {}), files.open,
+                                                position["record"], cap)
+        return a.count + (1 if a.more else 0)
+
+    def read_from(self, name: str, position: Position, budget: int) -> Admitted:
+        """Admit the first ``budget`` records waiting (:meth:`backlog`): new position, event times.
+
+        A file enters the set with its stamp when its first record is admitted.
+        """
+        file, record = position["file"], position["record"]
+        files = FileSet.from_json(position["files"])
+        read, open_, segments, times = dict(files.read), files.open, [], []
+        left = budget
+        for rel, stamp, lo, hi, n in self._avail[name].segments:
+            if left <= 0:
+                break
+            hi = min(hi, lo + left)
+            index = self._index(stamp)
+            a, b = index.rows(lo, hi)
+            times.append(index.event_times[a:b])
+            read[rel] = (stamp.size, stamp.mtime_ns)
+            open_ = rel if hi < n else None
+            segments.append([rel, lo, hi])
+            file, record, left = stamp.path, hi, left - (hi - lo)
+        ets = np.concatenate(times) if times else np.zeros(0, np.int64)
+        return Admitted(budget - left, _position(file, record, FileSet(read, open_), segments), ets)
+
+    def for_read(self, position: Position) -> Position:
+        """The epoch's ranges and the stamps of their files only (not the whole file set)."""
+        read = FileSet.from_json(position["files"]).read
+        files = FileSet({rel: read[rel] for rel, _, _ in position["segments"]})
+        return _position(position["file"], position["record"], files, position["segments"])
+
+    def range_start(self, position: Position) -> Position:
+        """The file and record an epoch's read started at (the file set is in ``next``)."""
+        return {"file": position["file"], "record": position["record"]}
+
+    def upgrade(self, offset: Offset, before: Offset | None) -> Offset:
+        """Offsets an earlier Wire wrote: partition states and top-level ``files``, ``segments``, ``changed``.
 
         Raises
         ------
         WireError
-            When ``end`` was planned by a Wire version before file-set tracking (its
-            records cannot be found again), or its segments do not add up to the
-            records it admitted.
+            When ``offset`` predates partitioned file sources, or ends an epoch planned
+            before file-set tracking (its records cannot be found again).
         """
-        if start == end:
-            return []
-        w0, w1 = start["watermark"], end["watermark"]
-        if end["ended"]:
-            return [FileEpoch("", (), start["admitted"], w0, w1, True, ())]
-        if "segments" not in end:
-            raise WireError(
-                f"file source {self._binding.step!r}: the epoch ending at offset {end} was planned by an "
-                "older Wire without file-set tracking and cannot be replayed; finish it with that "
-                "version or start the flow with a new checkpoint directory"
-            )
-        after = self._states(end)
-        sets = {n: FileSet.from_json(d) for n, d in end["files"].items()}
-        limit_et = future_limit(end["at"], self._max_future)
-        tasks, seq, events, future = [], start["admitted"], 0, 0
-        for name, segs in sorted(end["segments"].items()):
-            planned = []
-            for rel, lo, hi in segs:
-                size, mtime_ns = sets[name].read[rel]
-                path = self._path(rel)
-                stamp = FileStamp(path, size, mtime_ns)
-                if _stamp(path) == stamp:  # else the executor reports the records as not read
-                    ok, ahead = self._count_events(self._index_cache.get(stamp, self._spec, index_only=True),
-                                                   lo, hi, limit_et)
-                    events, future = events + ok, future + ahead
-                # executors may run in their own work dirs (a cluster): hand them absolute paths
-                planned.append((os.path.abspath(path), size, mtime_ns, lo, hi))
-            tasks.append(FileEpoch(name, tuple(planned), seq, w0, w1, False, None, end["at"]))
-            seq += sum(hi - lo for _, lo, hi in segs)
-        records = end["admitted"] - start["admitted"]
-        if seq - start["admitted"] != records:
-            raise WireError(
-                f"file source {self._binding.step!r}: the segments of offset {end} hold "
-                f"{seq - start['admitted']} records, the epoch admitted {records}"
-            )
-        changes = tuple(Change.from_json(c) for c in end.get("changed", ()))
-        counters = {"records": records, "events": events, "malformed": records - events}
-        counters.update({k: v for k, v in (("future", future), ("changed_files", len(changes))) if v})
-        counters["gauge:watermark"] = w1
-        counters["gauge:max_event_time"] = max(
-            (p.max_event_time for p in after.values() if p.max_event_time is not None),
-            default=NO_WATERMARK,
-        )
-        counters.update({f"gauge:watermark:{n}": p.watermark for n, p in after.items()})
-        control = tuple(sorted(counters.items()))
-        if not tasks:
-            return [FileEpoch("", (), seq, w0, w1, False, control, end["at"], changes)]
-        tasks[0] = replace(tasks[0], control=control, changes=changes)
-        return list(tasks)
-
-    def commit(self, end: Offset) -> None:
-        """Nothing to do: the files are left in place; called after each epoch commits."""
-
-    def _states(self, offset: Offset) -> dict[str, PartitionState]:
-        if "partitions" not in offset:
+        parts = offset.get("partitions")
+        if parts is None:
             raise WireError(
                 f"file source {self._binding.step!r}: offset {offset} predates partitioned file "
                 "sources; start the flow with a new checkpoint directory"
             )
-        return {n: PartitionState.from_json(d) for n, d in offset["partitions"].items()}
+        if all("next" in p for p in parts.values()) and "files" not in offset:
+            return offset
+        if before is not None and "segments" not in offset and offset["admitted"] != before["admitted"]:
+            raise WireError(
+                f"file source {self._binding.step!r}: the epoch ending at offset {offset} was planned by an "
+                "older Wire without file-set tracking and cannot be replayed; finish it with that "
+                "version or start the flow with a new checkpoint directory"
+            )
+        states = {n: PartitionState.from_json(d) for n, d in parts.items()}
+        sets = self._file_sets(offset, states)
+        changes = [Change.from_json(c) for c in offset.get("changed", ())]
+        segments = offset.get("segments", {})
+        new = {}
+        for n, st in states.items():
+            segs = segments.get(n, [])
+            dead = tuple((self._path(c.file), c.reason(), c.record()) for c in changes if c.partition == n)
+            new[n] = PartitionOffset({"file": st.file, "record": st.record},
+                                     _position(st.file, st.record, sets.get(n, FileSet()), segs),
+                                     sum(hi - lo for _, lo, hi in segs), None,
+                                     replace(st, file="", record=0), dead)
+        out = make_offset(new, admitted=offset["admitted"], watermark=offset["watermark"],
+                          started=offset.get("started"), at=offset.get("at"), turn=offset.get("turn", 0))
+        return dict(out, ended=bool(offset.get("ended")))
 
-    def _file_sets(
-        self, offset: Offset, states: dict[str, PartitionState], stamps: dict[str, dict[str, FileStamp]]
-    ) -> dict[str, FileSet]:
-        """The offset's file sets; for an offset of an older Wire, derived from its positions.
+    def _file_sets(self, offset: Offset, states: dict[str, PartitionState]) -> dict[str, FileSet]:
+        """An earlier offset's file sets; for one before file-set tracking, derived from its positions.
 
         Such an offset kept one position per partition in name order: the files sorting
         up to it are taken as read, with their stamps now.
         """
         if "files" in offset:
             return {n: FileSet.from_json(d) for n, d in offset["files"].items()}
+        stamps = {name: self._stamps(paths) for name, paths in self._listing().items()}
         sets = {}
         for name, state in states.items():
             listed = stamps.get(name, {})
@@ -433,123 +302,54 @@ class WireFileStreamReader(SizedAdmission, DataSourceStreamReader, SupportsTrigg
                     return _Available(segments, count, True)
         return _Available(segments, count, False)
 
-    def _take(
-        self,
-        segments: list[tuple[str, FileStamp, int, int, int]],
-        take: int,
-        prev: PartitionState,
-        files: FileSet,
-        limit_et: int | None,
-    ) -> _Taken:
-        """Admit the first ``take`` records of ``segments``: new position, max event time, file set.
-
-        A file enters the set with its stamp when its first record is admitted. Events
-        beyond ``limit_et`` (``max_future``) take no part in the max event time.
-        """
-        file, record, max_et = prev.file, prev.record, None
-        read, open_, admitted = dict(files.read), files.open, []
-        for rel, stamp, lo, hi, n in segments:
-            if take <= 0:
-                break
-            hi = min(hi, lo + take)
-            seen = self._max_event_time(self._index(stamp), lo, hi, limit_et)
-            if seen is not None:
-                max_et = seen if max_et is None else max(max_et, seen)
-            read[rel] = (stamp.size, stamp.mtime_ns)
-            open_ = rel if hi < n else None
-            admitted.append([rel, lo, hi])
-            file, record, take = stamp.path, hi, take - (hi - lo)
-        return _Taken(file, record, max_et, admitted, FileSet(read, open_))
-
-    @staticmethod
-    def _max_event_time(index: ParsedFile, lo: int, hi: int, limit_et: int | None) -> int | None:
-        a, b = index.rows(lo, hi)
-        ets = index.event_times[a:b]
-        if limit_et is not None:
-            ets = ets[ets <= limit_et]
-        return int(ets.max()) if len(ets) else None
-
-    @staticmethod
-    def _count_events(index: ParsedFile, lo: int, hi: int, limit_et: int | None) -> tuple[int, int]:
-        """Valid records in ``[lo, hi)``: (on time, beyond ``max_future``)."""
-        a, b = index.rows(lo, hi)
-        if limit_et is None:
-            return b - a, 0
-        ahead = int(np.count_nonzero(index.event_times[a:b] > limit_et))
-        return b - a - ahead, ahead
-
     # -- executor ------------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield one task's rows as Arrow batches in the envelope format; runs on executors.
+    def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
+        """The records of the ranges (``segments``) the epoch recorded in ``next`` (executor).
 
-        Data rows (``__seq``: the record's position in the source's arrival order,
-        counting malformed records), then the dead-letter side row (if any): malformed
-        records, events beyond ``max_future`` (judged against the epoch's recorded
-        processing time ``at``), the records of a file whose stamp no longer matches
-        the planned one (changed before they were read, e.g. before a replay), and on
-        the control task the epoch's changed files. A control task then adds the
-        metrics side row and one watermark row per key group (the epoch's end watermark).
+        Records of a file whose stamp no longer matches the planned one (changed before
+        they were read, e.g. before a replay) are one dead letter per range, not read.
+        Positions count every record of the ranges, in order (``__seq``).
         """
-        if not isinstance(partition, FileEpoch):
-            raise TypeError(f"expected a FileEpoch partition, got {type(partition).__name__}")
-        schema, step = self._row_schema, self._binding.step
-        dead: list[tuple[str, str, str]] = []
-        limit_et = future_limit(partition.at, self._max_future)
-        seq = partition.first_seq
-        for path, size, mtime_ns, lo, hi in partition.segments:
-            planned = FileStamp(path, size, mtime_ns)
-            now = _stamp(path)
+        read = FileSet.from_json(next["files"]).read
+        tables, times, positions, dead = [], [], [], []
+        spans: list[tuple[int, str, int]] = []  # (index of the range's first record, path, lo)
+        at = 0
+        for rel, lo, hi in next["segments"]:
+            size, mtime_ns = read[rel]
+            path = self._root if rel == os.curdir else os.path.join(self._root, rel)
+            planned, now = FileStamp(path, size, mtime_ns), _stamp(path)
             parsed = _EXECUTOR_CACHE.get(planned, self._spec) if now == planned else None
             if parsed is None or parsed.records < hi:
                 dead.append(_unread(path, planned, now, lo, hi, parsed))
-                seq += hi - lo
-                continue
-            a, b = parsed.rows(lo, hi)
-            ets, valid = parsed.event_times[a:b], parsed.valid[a:b]
-            keep = np.ones(b - a, dtype=bool) if limit_et is None else ets <= limit_et
-            if keep.any():
-                payload = parsed.table.slice(a, b - a)
-                if not keep.all():
-                    payload = payload.filter(pa.array(keep))
-                yield from self._data_rows(payload, ets[keep], valid[keep] - lo + seq, partition)
-            rows = [(m.record, m.location, m.reason, m.raw) for m in parsed.malformed_in(lo, hi)]
-            if not keep.all():
-                assert partition.at is not None and self._max_future is not None
-                ahead = valid[~keep]
-                found = locate_records(path, self._spec.format, ahead.tolist(),
-                                       delimiter=self._spec.delimiter)
-                for record, et in zip(ahead.tolist(), ets[~keep].tolist(), strict=True):
-                    location, raw = found[record]
-                    rows.append((record, location, future_reason(et, partition.at, self._max_future), raw))
-            dead += [(location, reason, raw) for _, location, reason, raw in sorted(rows)]
-            seq += hi - lo
-        dead += [(self._path(c.file), c.reason(), c.record()) for c in partition.changes]
-        if dead:
-            yield envelope.dead_letter_batch(schema, step, dead)
-        if partition.control is None:
-            return
-        if not partition.final:
-            counters = envelope.metrics_table(step, dict(partition.control))
-            yield envelope.side_batch(schema, envelope.METRICS_PORT, counters)
-        groups = range(self._binding.key_groups)
-        yield envelope.watermark_batch(schema, partition.end_watermark, groups)
+            else:
+                a, b = parsed.rows(lo, hi)
+                tables.append(parsed.table.slice(a, b - a))
+                times.append(parsed.event_times[a:b])
+                positions.append(parsed.valid[a:b] - lo + at)
+                dead += [(m.location, m.reason, m.raw) for m in parsed.malformed_in(lo, hi)]
+                spans.append((at, path, lo))
+            at += hi - lo
+        table = pa.concat_tables(tables) if tables else pa.table({})
+        decoded = Decoded(table, np.concatenate(times) if times else np.zeros(0, np.int64),
+                          np.concatenate(positions).astype(np.int64) if positions else np.zeros(0, np.int64),
+                          dead)
+        return Read(decoded, taken, next, lambda found: self._locate(spans, found))
 
-    def _data_rows(
-        self, payload: pa.Table, event_times: np.ndarray, seqs: np.ndarray, epoch: FileEpoch
-    ) -> Iterator[pa.RecordBatch]:
-        schema, n = self._row_schema, payload.num_rows
-        columns = [payload[name].cast(schema.field(name).type) for name in payload.column_names]
-        columns += [
-            pa.array(np.zeros(n, np.int32)),
-            pa.array(event_times, pa.int64()),
-            pa.array(np.full(n, epoch.start_watermark, np.int64)),
-            pa.nulls(n, pa.int32()),
-            pa.nulls(n, pa.string()),
-            pa.nulls(n, pa.binary()),
-            pa.array(seqs.astype(np.int64), pa.int64()),
-        ]
-        yield from pa.Table.from_arrays(columns, schema=schema).combine_chunks().to_batches()
+    def _locate(self, spans: list[tuple[int, str, int]], found: list[int]) -> list[tuple[str, str]]:
+        """The dead-letter location and raw text of the records at range indexes ``found``."""
+        starts = [s for s, _, _ in spans]
+        where = []
+        for i in found:
+            k = int(np.searchsorted(starts, i, side="right")) - 1
+            start, path, lo = spans[k]
+            where.append((path, lo + i - start))
+        by_path: dict[str, list[int]] = {}
+        for path, record in where:
+            by_path.setdefault(path, []).append(record)
+        located = {path: locate_records(path, self._spec.format, records, delimiter=self._spec.delimiter)
+                   for path, records in by_path.items()}
+        return [located[path][record] for path, record in where]
 
 
 def _unread(

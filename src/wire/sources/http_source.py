@@ -62,7 +62,8 @@ from wire.sources.base import (
     SchemaDataclassDict,
 )
 from wire.sources.file_readers import _array_from_values, event_times_ms
-from wire.sources.partitioned import PartitionedReader, Position, Read, upgrade_single
+from wire.sources.offsets import Position, upgrade_single
+from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
 if TYPE_CHECKING:  # the server (FastAPI, uvicorn) is imported by the planner process only
     from wire.sources.http_server import _Server
@@ -345,13 +346,13 @@ class HttpIngestReader(PartitionedReader[WriteAheadLog]):
         """Before the log's first record."""
         return 0
 
-    def backlog(self, name: str, position: Position) -> int | None:
+    def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
         """The log's records after seq ``position``."""
         return max(0, self.client.max_seq() - int(position))
 
-    def read_from(self, name: str, position: Position, budget: int) -> Read:
+    def read_from(self, name: str, position: Position, budget: int) -> Admitted:
         """The next ``budget`` log records after seq ``position``."""
-        return self._read(self.client.read(int(position), limit=budget), int(position))
+        return self._read(self.client.read(int(position), limit=budget), int(position)).admitted()
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
         """Delete the log records up to the position (their epoch committed: contraflow ack, SPEC §7)."""
@@ -399,8 +400,8 @@ class HttpIngestReader(PartitionedReader[WriteAheadLog]):
         return self._read(records, int(first))
 
     def _read(self, records: list[tuple[int, str]], position: int) -> Read:
-        def record(i: int) -> tuple[str, str]:
-            return f"wal:{records[i][0]}", records[i][1]
+        def record(positions: list[int]) -> list[tuple[str, str]]:
+            return [(f"wal:{records[i][0]}", records[i][1]) for i in positions]
 
         decoded = parse_records(records, self._binding.source.schema, self._binding.event_time)
         return Read(decoded, len(records), records[-1][0] if records else position, record)

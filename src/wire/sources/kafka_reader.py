@@ -25,7 +25,8 @@ from wire.sources.kafka_decode import (
     record_text,
     split_name,
 )
-from wire.sources.partitioned import PartitionedReader, Position, Read
+from wire.sources.offsets import Position
+from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -161,15 +162,15 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
         """A partition found later starts at its first offset."""
         return self._watermarks(name)[0]
 
-    def backlog(self, name: str, position: Position) -> int | None:
+    def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
         """The partition's end offset minus ``position`` (offsets: transaction markers count)."""
         self._highs[name] = high = self._watermarks(name)[1]
         return high - int(position)
 
-    def read_many(self, positions: Mapping[str, Position], budgets: Mapping[str, int]) -> dict[str, Read]:
+    def read_many(self, positions: Mapping[str, Position], budgets: Mapping[str, int]) -> dict[str, Admitted]:
         """The next records of the partitions with a budget, consumed together by the planner's consumer."""
         got = self._fetch({n: int(p) for n, p in positions.items()}, dict(budgets))
-        return {n: self._read(n, recs, int(positions[n])) for n, recs in got.items()}
+        return {n: self._read(n, recs, int(positions[n])).admitted() for n, recs in got.items()}
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
         """Commit the consumer group's offsets at ``positions``."""
@@ -294,8 +295,8 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
             payload_schema=b.payload_value_schema, event_time=b.event_time, avro=self._avro,
         )
 
-        def record(i: int) -> tuple[str, str]:
-            return f"{name}:{records[i].offset}", record_text(records[i].value)
+        def record(positions: list[int]) -> list[tuple[str, str]]:
+            return [(f"{name}:{records[i].offset}", record_text(records[i].value)) for i in positions]
 
         return Read(decoded, len(records), records[-1].offset + 1 if records else position, record)
 

@@ -1,10 +1,10 @@
-"""The one base of Wire's live sources: a stream reader over partitions (SPEC §2, §5, §7).
+"""The one base of Wire's sources: a stream reader over partitions (SPEC §2, §5, §7).
 
-A live connector (Kafka, Redis Streams, HTTP ingest) subclasses :class:`PartitionedReader`
+A connector (files, Kafka, Redis Streams, HTTP ingest) subclasses :class:`PartitionedReader`
 and implements only what is its own:
 
-* :meth:`~PartitionedReader.list_partitions`: the partitions that exist now (Kafka's
-  topic-partitions; one stream; one write-ahead log);
+* :meth:`~PartitionedReader.list_partitions`: the partitions that exist now (directories
+  or files; Kafka's topic-partitions; one stream; one write-ahead log);
 * :meth:`~PartitionedReader.initial_positions` / :meth:`~PartitionedReader.start_position`:
   where a fresh query, or a partition found later, starts;
 * :meth:`~PartitionedReader.backlog`: how many records wait after a position (None: unknown);
@@ -12,26 +12,33 @@ and implements only what is its own:
   (planner; :meth:`~PartitionedReader.read_many` reads several at once);
 * :meth:`~PartitionedReader.read_range`: read exactly a planned range again (executor);
 * :meth:`~PartitionedReader.acknowledge`: acknowledge everything up to positions to the
-  external system, once the epoch committed (contraflow, SPEC §7).
+  external system, once the epoch committed (contraflow, SPEC §7);
 
-A position is a JSON value (an int offset, a string id) that only the connector
+and, where it needs them, :meth:`~PartitionedReader.refresh` (dead letters found while
+planning, e.g. changed files), :meth:`~PartitionedReader.transient` (outages),
+:meth:`~PartitionedReader.upgrade` (offsets an earlier Wire wrote).
+
+A position is a JSON value (an int offset, a string id, an object) that only the connector
 interprets. The base owns everything else, the same for every connector:
 
 * **admission**: Spark's read limit, the source's ``max_events_per_epoch`` and the epoch
-  sizer (:class:`~wire.sources.base.SizedAdmission`), pause and stop from the control file;
+  sizer (:class:`~wire.sources.readers.SizedAdmission`), pause and stop from the control file;
   the epoch's budget is split max-min fairly over the partitions by their backlogs
   (:func:`~wire.core.watermarks.fair_split`, the remainder rotating per epoch);
 * **the watermark policy** (:mod:`wire.core.watermarks`): per partition, bounded
   out-of-orderness and idleness (a partition whose records wait is never idle); the
   source watermark is the minimum over live partitions that are not idle; events more
   than ``max_future_ms`` ahead of the epoch's processing time are dead letters and do not
-  move it; watermark-only epochs at most once per ``watermark_interval``;
-* **offsets** (below), which record every partition's range and watermark inputs, so a
-  replayed epoch reads the same records and sees the same watermark;
+  move it; watermark-only epochs at most once per ``watermark_interval`` (none in an
+  ``availableNow`` query);
+* **a bounded source's end**: once nothing is left, one last offset, ``ended``, with the
+  maximal watermark;
+* **offsets** (:mod:`wire.sources.offsets`), which record every partition's range and
+  watermark inputs, so a replayed epoch reads the same records and sees the same watermark;
 * **the epoch's tasks and rows** (:mod:`wire.core.envelope`): one task per partition
-  that admitted records; data rows, dead letters (malformed, future-dated, and one for
-  admitted records that are gone when read again), counters and gauges, and one
-  watermark row per key group;
+  that admitted records; data rows, dead letters (malformed, future-dated, found while
+  planning, and one for admitted records that are gone when read again), counters (per
+  task; they add up) and gauges (once per epoch), and one watermark row per key group;
 * **acknowledgement**: :meth:`commit` acknowledges the epoch's end; the first planning
   in a process acknowledges the last committed offset again (a crash may have come
   between an epoch's commit and its acknowledgement); an acknowledgement refused by a
@@ -41,19 +48,11 @@ interprets. The base owns everything else, the same for every connector:
   for up to the source's ``unavailable_timeout`` (ms; None: forever), then a
   :class:`~wire.errors.WireError` names that parameter.
 
-An offset (Spark's offset log keeps one per epoch) is a JSON dict::
+The Nexmark generator and the scripted ``TestStream`` have their own readers: they read
+no external system, Nexmark splits one generated id range over parallel tasks, and
+``TestStream`` scripts its watermarks.
 
-    {"admitted": 1200,            # records admitted so far, over all partitions
-     "watermark": 1700000000000,  # the source watermark after the epoch (ms)
-     "started": ..., "at": ...,   # wall-clock ms: source start, offset made (None at first)
-     "turn": 7,                   # round-robin counter of the admission split
-     "partitions": {"orders:0": {"from": 100, "next": 160, "taken": 60, "lag": 240,
-                                  ...PartitionState fields...}}}
-
-Per partition, the epoch read ``taken`` records from position ``from`` up to position
-``next`` (where the next epoch starts); ``lag`` is the backlog left when the epoch was
-planned (None: unknown). The :class:`~wire.core.watermarks.PartitionState` fields hold the
-partition's watermark inputs.
+Offsets: :mod:`wire.sources.offsets`.
 """
 
 from __future__ import annotations
@@ -61,153 +60,40 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar, TypeAlias
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 
 from wire.core import envelope
 from wire.core.time import NO_WATERMARK
-from wire.core.watermarks import PartitionState, advance_partition, fair_split, should_tick, source_watermark
+from wire.core.watermarks import (
+    PartitionState,
+    advance_partition,
+    fair_split,
+    future_limit,
+    should_tick,
+    source_watermark,
+)
 from wire.errors import WireError
-from wire.sources.base import Admission, Binding, ClientT, Decoded, LiveReader, Offset, SizedAdmission
-
-Position: TypeAlias = int | str
-"""Where a partition is read from: a JSON value only its connector interprets."""
-
-_STATE_FIELDS = {f.name for f in fields(PartitionState)}
+from wire.sources.base import Binding, Decoded, Offset
+from wire.sources.offsets import (
+    DeadLetter,
+    PartitionOffset,
+    Position,
+    initial_offset,
+    make_offset,
+    partitions_of,
+    plan_reads,
+    positions_of,
+)
+from wire.sources.readers import Admission, ClientT, LiveReader, SizedAdmission
 
 UNKNOWN_BACKLOG = 1 << 62
 """The demand of a partition whose backlog is unknown: whatever the budget allows."""
-
-
-# ------------------------------------------------------------------------- offsets
-
-
-@dataclass(frozen=True)
-class PartitionOffset:
-    """One partition in an offset: the epoch's range and the watermark inputs."""
-
-    first: Position
-    """Where the epoch's read started (``from``)."""
-    next: Position
-    """Where the next epoch's read starts: after the last record the epoch admitted."""
-    taken: int
-    """Records the epoch admitted from the partition."""
-    lag: int | None
-    """Records still waiting when the epoch was planned (None: unknown)."""
-    state: PartitionState
-
-    def to_json(self) -> dict[str, Any]:
-        """The offset form (JSON primitives)."""
-        return {"from": self.first, "next": self.next, "taken": self.taken, "lag": self.lag,
-                **self.state.to_json()}
-
-    @staticmethod
-    def from_json(d: Mapping[str, Any]) -> PartitionOffset:
-        """Inverse of :meth:`to_json`; also reads the Kafka source's earlier form (``high``, not ``lag``)."""
-        state = PartitionState.from_json({k: v for k, v in d.items() if k in _STATE_FIELDS})
-        lag = d.get("lag")
-        if "high" in d:  # written by the Kafka source before this base: the end offset seen
-            high = int(d["high"])
-            lag = None if high < 0 else max(0, high - int(d["next"]))
-        return PartitionOffset(d["from"], d["next"], int(d["taken"]), lag, state)
-
-    @staticmethod
-    def start_at(position: Position) -> PartitionOffset:
-        """A partition before its first epoch, to be read from ``position``."""
-        return PartitionOffset(position, position, 0, None, PartitionState())
-
-
-def make_offset(
-    parts: Mapping[str, PartitionOffset], *, admitted: int, watermark: int, started: int | None,
-    at: int | None, turn: int,
-) -> Offset:
-    """An offset dict (module docstring)."""
-    return {
-        "admitted": admitted,
-        "watermark": watermark,
-        "started": started,
-        "at": at,
-        "turn": turn,
-        "partitions": {name: p.to_json() for name, p in sorted(parts.items())},
-    }
-
-
-def initial_offset(positions: Mapping[str, Position]) -> Offset:
-    """The offset before the first epoch: each partition at its start position."""
-    return make_offset({n: PartitionOffset.start_at(p) for n, p in positions.items()},
-                       admitted=0, watermark=NO_WATERMARK, started=None, at=None, turn=0)
-
-
-def partitions_of(offset: Mapping[str, Any]) -> dict[str, PartitionOffset]:
-    """The partitions of an offset dict."""
-    return {n: PartitionOffset.from_json(d) for n, d in offset["partitions"].items()}
-
-
-def positions_of(offset: Mapping[str, Any]) -> dict[str, Position]:
-    """Per partition, the position that acknowledges everything up to ``offset``."""
-    return {name: p.next for name, p in partitions_of(offset).items()}
-
-
-@dataclass(frozen=True)
-class PlannedRead:
-    """One partition's records of an epoch: ``taken`` from ``first`` up to ``next``.
-
-    ``first_seq`` is the arrival sequence (``__seq``) of the first: records are numbered
-    over the source, partitions in name order per epoch.
-    """
-
-    name: str
-    first: Position
-    next: Position
-    taken: int
-    first_seq: int
-
-
-def plan_reads(start: Mapping[str, Any], end: Mapping[str, Any]) -> list[PlannedRead]:
-    """The reads of the epoch ``(start, end]``: one per partition that admitted records.
-
-    Raises
-    ------
-    ValueError
-        When the partitions' ``taken`` do not add up to the records the epoch admitted.
-    """
-    seq = int(start["admitted"])
-    reads = []
-    for name, p in sorted(partitions_of(end).items()):
-        if p.taken:
-            reads.append(PlannedRead(name, p.first, p.next, p.taken, seq))
-            seq += p.taken
-    if seq != int(end["admitted"]):
-        raise ValueError(f"the partitions of offset {dict(end)} admitted {seq - int(start['admitted'])} "
-                         f"records, the offset says {int(end['admitted']) - int(start['admitted'])}")
-    return reads
-
-
-def upgrade_single(
-    offset: Offset, before: Offset | None, name: str, position: Callable[[Offset], Position],
-    state: Callable[[Offset], PartitionState],
-) -> Offset:
-    """An offset a one-partition connector wrote before this base, in this base's form.
-
-    Such an offset holds ``admitted``, ``watermark``, ``started`` and ``at`` as this form
-    does; ``position(offset)`` and ``state(offset)`` read its position and its watermark
-    inputs. It did not record where its epoch began: that is ``before``'s position (None:
-    unknown, the offset is then an epoch's start). An offset already in this form is
-    returned as it is.
-    """
-    if "partitions" in offset:
-        return offset
-    first = position(offset)
-    if before is not None:
-        first = positions_of(before)[name] if "partitions" in before else position(before)
-    taken = 0 if before is None else offset["admitted"] - before["admitted"]
-    part = PartitionOffset(first, position(offset), taken, None, state(offset))
-    return make_offset({name: part}, admitted=offset["admitted"], watermark=offset["watermark"],
-                       started=offset["started"], at=offset["at"], turn=0)
 
 
 # -------------------------------------------------------------------------- reading
@@ -220,14 +106,31 @@ class Read:
     ``decoded``: the records as payload rows, their event times and positions (index
     among the records read), and the malformed ones as dead letters; ``count``: records
     read, valid and malformed; ``next``: the position after the last record read (the
-    start position when none); ``record(i)``: ``(location, text)`` of the record at index
-    ``i``, for the dead letter of a future-dated event.
+    start position when none); ``records(indexes)``: ``(location, text)`` of the records at
+    those indexes, for the dead letters of future-dated events.
     """
 
     decoded: Decoded
     count: int
     next: Position
-    record: Callable[[int], tuple[str, str]]
+    records: Callable[[list[int]], list[tuple[str, str]]]
+
+    def admitted(self) -> Admitted:
+        """What the planner needs of this read."""
+        return Admitted(self.count, self.next, self.decoded.event_times)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What a connector admitted from one partition while planning an epoch.
+
+    ``count``: records admitted, valid and malformed; ``next``: the position after them;
+    ``event_times``: the valid records' event times (ms), which move the watermark.
+    """
+
+    count: int
+    next: Position
+    event_times: np.ndarray
 
 
 @dataclass
@@ -249,13 +152,17 @@ class PartitionTask(InputPartition):
     end_watermark: int
     at: int | None
     control: tuple[tuple[str, int], ...] | None = None
+    dead: tuple[DeadLetter, ...] = ()
+    """The epoch's dead letters found while planning (the control task carries them)."""
+    final: bool = False
+    """The task of a bounded source's last, empty epoch: only the maximal watermark rows."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
 
 
 class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamReader):
-    """The stream reader of a live, partitioned source (module docstring).
+    """The stream reader of a partitioned source (module docstring).
 
     A connector's reader subclasses it, calls :meth:`_init_live` with its binding, names
     itself in ``kind`` (error messages: ``"kafka source"``) and implements the methods
@@ -265,7 +172,14 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
     kind: ClassVar[str] = "source"
     gone_reason: ClassVar[str] = "admitted records are gone"
     """Why records admitted in an epoch can be missing when it is read again."""
-    _transient: ClassVar[dict[str, Any]] = {"_unacked": None, "_caught_up": False, "_down_since": None}
+    reports_lag: ClassVar[bool] = True
+    """Whether :meth:`backlog` counts exactly (then the offsets and gauges carry the lag)."""
+    refresh_counter: ClassVar[str] = "refreshed"
+    """The counter of dead letters found while planning (:meth:`refresh`)."""
+    _transient: ClassVar[dict[str, Any]] = {
+        "_unacked": None, "_caught_up": False, "_down_since": None, "_available_now": False,
+    }
+    _available_now: bool
     _binding: Binding
     _unacked: Offset | None
     _caught_up: bool
@@ -293,15 +207,28 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         """Where a partition found after the query started is read from."""
         raise NotImplementedError
 
-    def backlog(self, name: str, position: Position) -> int | None:
-        """How many records of partition ``name`` wait after ``position`` (None: unknown)."""
+    def refresh(self, name: str, position: Position) -> tuple[Position, list[DeadLetter]]:
+        """Bring a partition's position up to date before admission (planner).
+
+        Returns the position to admit from and the dead letters found (e.g. files that
+        changed after they were read); they are recorded in the epoch's offset, so a
+        replay reports them again. Default: ``position``, none.
+        """
+        return position, []
+
+    def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
+        """How many records of partition ``name`` wait after ``position`` (None: unknown).
+
+        ``cap``: the epoch's budget (None: none); a connector may stop counting beyond it
+        and return any number above it (then set ``reports_lag = False``).
+        """
         return None
 
-    def read_from(self, name: str, position: Position, budget: int) -> Read:
+    def read_from(self, name: str, position: Position, budget: int) -> Admitted:
         """At most ``budget`` (>= 1) records of partition ``name`` after ``position`` (planner)."""
         raise NotImplementedError
 
-    def read_many(self, positions: Mapping[str, Position], budgets: Mapping[str, int]) -> dict[str, Read]:
+    def read_many(self, positions: Mapping[str, Position], budgets: Mapping[str, int]) -> dict[str, Admitted]:
         """:meth:`read_from` for each partition with a budget (planner).
 
         ``positions`` holds every partition's position (a connector reading them all with
@@ -330,6 +257,20 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
     def range_location(self, name: str, first: Position, next: Position) -> str:
         """Where a planned range is, in a dead letter."""
         return f"{name}:({first}, {next}]"
+
+    def for_read(self, position: Position) -> Position:
+        """What an epoch's task carries of its range's end position to :meth:`read_range`.
+
+        Default: all of it.
+        """
+        return position
+
+    def range_start(self, position: Position) -> Position:
+        """What an epoch's offset keeps of the position its read started from (``from``).
+
+        :meth:`read_range` gets it back as ``first``. Default: all of it.
+        """
+        return position
 
     def prepare(self) -> None:
         """Called before every planning call (e.g. start a server in the planner process)."""
@@ -383,40 +324,65 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         before = partitions_of(start)
         listed = set(self.list_partitions())
         names = sorted(set(before) | listed)
-        parts = {n: before.get(n) or PartitionOffset.start_at(self.start_position(n)) for n in names}
-        backlogs = {n: self.backlog(n, parts[n].next) for n in names}
+        positions: dict[str, Position] = {}
+        found: dict[str, list[DeadLetter]] = {}
+        for n in names:
+            p = before.get(n)
+            positions[n], found[n] = self.refresh(n, p.next if p is not None else self.start_position(n))
+        budget, cap = admission.budget, self._binding.max_events_per_epoch
+        backlogs = {n: self.backlog(n, positions[n], budget) for n in names}
         demand = [UNKNOWN_BACKLOG if (k := backlogs[n]) is None else max(0, k) for n in names]
-        cap = self._binding.max_events_per_epoch
         first = start["turn"] % len(names) if names else 0
-        alloc = [min(a, cap) for a in fair_split(demand, admission.budget, first)]
+        # a partition of unknown backlog reads at most max_events_per_epoch, also under ReadAllAvailable
+        alloc = [min(a, cap) if backlogs[n] is None else a
+                 for n, a in zip(names, fair_split(demand, budget, first), strict=True)]
         budgets = {n: a for n, a in zip(names, alloc, strict=True) if a}
-        reads = self.read_many({n: parts[n].next for n in names}, budgets) if budgets else {}
+        reads = self.read_many(positions, budgets) if budgets else {}
         now, started = self._clock(), admission.started
+        bounded = bool(self._binding.source.bounded)
+        limit_et = future_limit(now, self._binding.max_future_ms)
         after: dict[str, PartitionOffset] = {}
         taken = 0
         for n, want, a in zip(names, demand, alloc, strict=True):
-            p, r = parts[n], reads.get(n)
+            prev = before[n].state if n in before else PartitionState()
+            r = reads.get(n)
             count = r.count if r is not None else 0
             taken += count
-            max_et = None
-            if r is not None and count:
-                max_et = r.decoded.reject_future(now, self._binding.max_future_ms, r.record).max_event_time
-            state = advance_partition(p.state, file="", record=0, taken=count, max_event_time=max_et,
-                                      pending=count >= a and a < want, bounded=False, now=now,
+            ets = r.event_times if r is not None else np.zeros(0, np.int64)
+            if limit_et is not None:
+                ets = ets[ets <= limit_et]  # future-dated events do not move the watermark
+            state = advance_partition(prev, file="", record=0, taken=count,
+                                      max_event_time=int(ets.max()) if len(ets) else None,
+                                      pending=count >= a and a < want, bounded=bounded, now=now,
                                       started=started, policy=self._policy)
             if n not in listed and not count:
                 state = replace(state, done=True)
             backlog = backlogs[n]
-            lag = None if backlog is None else max(0, backlog - count)
-            after[n] = PartitionOffset(p.next, r.next if r is not None else p.next, count, lag, state)
-        if admission.budget is not None:
-            self._sizer.admitted(now, taken, admission.budget)
+            lag = None if backlog is None or not self.reports_lag else max(0, backlog - count)
+            nxt = r.next if r is not None else positions[n]
+            after[n] = PartitionOffset(self.range_start(positions[n]), nxt, count, lag, state,
+                                       tuple(found[n]))
+        if budget is not None:
+            self._sizer.admitted(now, taken, budget)
+        dead = any(found.values())
+        if not taken and not dead and bounded and budget != 0:
+            return self._ended(start, now)
         watermark = source_watermark(start["watermark"], {n: p.state for n, p in after.items()}, now,
                                      self._policy)
-        if not taken and not should_tick(start["watermark"], watermark, start["at"], now, self._policy):
+        if not taken and not dead and (
+            self._available_now
+            or not should_tick(start["watermark"], watermark, start["at"], now, self._policy)
+        ):
             return start
         return make_offset(after, admitted=start["admitted"] + taken, watermark=watermark, started=started,
                            at=now, turn=start["turn"] + (1 if taken else 0))
+
+    @staticmethod
+    def _ended(start: Offset, now: int) -> Offset:
+        """A bounded source's last offset: nothing admitted, the maximal watermark, ``ended``."""
+        parts = {n: replace(p, first=p.next, taken=0, dead=()) for n, p in partitions_of(start).items()}
+        return dict(make_offset(parts, admitted=start["admitted"], watermark=envelope.MAX_WATERMARK,
+                                started=start["started"], at=now, turn=start["turn"]), ended=True)
 
     def _unreachable(self, start: Offset, error: Exception) -> Offset:
         """An outage while planning: no new epoch (``start``), until ``unavailable_timeout``.
@@ -442,33 +408,41 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
     def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
         """Plan the epoch ``(start, end]``: one task per partition that admitted records.
 
-        The first task also emits the epoch's gauges and watermark rows (a task of its
-        own when nothing was admitted). Called on the driver per epoch, also on a replay
-        with offsets from the offset log.
+        The first task also emits the epoch's dead letters found while planning, its
+        gauges and watermark rows (a task of its own when nothing was admitted; after a
+        bounded source's last epoch, only the maximal watermark rows). Called on the
+        driver per epoch, also on a replay with offsets from the offset log.
         """
         if start == end:
             return []
         start, end = self.upgrade(start, None), self.upgrade(end, start)
+        w0, w1, at = start["watermark"], end["watermark"], end["at"]
+        if end.get("ended"):
+            return [PartitionTask("", None, None, 0, start["admitted"], w0, w1, at, (), (), True)]
         try:
             reads = plan_reads(start, end)
         except ValueError as e:
             raise WireError(f"{self.kind} {self._binding.step!r}: {e}") from e
-        w0, w1, at = start["watermark"], end["watermark"], end["at"]
         parts = partitions_of(end)
+        dead = tuple(d for p in parts.values() for d in p.dead)
         control: dict[str, int] = {
             "gauge:watermark": w1,
             "gauge:max_event_time": max((p.state.max_event_time for p in parts.values()
                                          if p.state.max_event_time is not None), default=NO_WATERMARK),
         }
+        if dead:
+            control[self.refresh_counter] = len(dead)
         for n, p in parts.items():
             control[f"gauge:watermark:{n}"] = p.state.watermark
             if p.lag is not None:
                 control[f"gauge:offset_lag:{n}"] = p.lag
         ctl = tuple(sorted(control.items()))
-        tasks = [PartitionTask(r.name, r.first, r.next, r.taken, r.first_seq, w0, w1, at) for r in reads]
-        if not tasks:
-            return [PartitionTask("", 0, 0, 0, start["admitted"], w0, w1, at, ctl)]
-        tasks[0].control = ctl
+        tasks = [PartitionTask(r.name, r.first, self.for_read(r.next), r.taken, r.first_seq, w0, w1, at)
+                 for r in reads]
+        if not tasks:  # nothing admitted: the control task also says so
+            ctl = tuple(sorted({**control, "records": 0, "events": 0, "malformed": 0}.items()))
+            return [PartitionTask("", None, None, 0, start["admitted"], w0, w1, at, ctl, dead)]
+        tasks[0].control, tasks[0].dead = ctl, dead
         return list(tasks)
 
     def commit(self, end: Offset) -> None:
@@ -509,11 +483,14 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         if not isinstance(partition, PartitionTask):
             raise TypeError(f"expected a PartitionTask partition, got {type(partition).__name__}")
         b, schema, p = self._binding, self._row_schema, partition
+        if p.final:
+            yield envelope.watermark_batch(schema, p.end_watermark, range(b.key_groups))
+            return
         counters: dict[str, int] = {}
         if p.name:
             r = self.read_range(p.name, p.first, p.next, p.taken)
             valid = r.decoded.table.num_rows
-            decoded = r.decoded.reject_future(p.at, b.max_future_ms, r.record)
+            decoded = r.decoded.reject_future(p.at, b.max_future_ms, r.records)
             n = decoded.table.num_rows
             missing = p.taken - r.count
             gone = (self.range_location(p.name, p.first, p.next), f"{missing} {self.gone_reason}", missing)
@@ -522,6 +499,8 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             counters.update(records=p.taken, events=n, malformed=p.taken - n)
             if valid > n:
                 counters["future"] = valid - n
+        if p.dead:
+            yield envelope.dead_letter_batch(schema, b.step, list(p.dead))
         if p.control is not None:
             counters.update(dict(p.control))
         if counters:

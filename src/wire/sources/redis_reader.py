@@ -20,7 +20,8 @@ from wire.core.watermarks import PartitionState
 from wire.errors import WireError
 from wire.sources.base import Decoded, Offset
 from wire.sources.file_readers import _array_from_values, event_times_ms
-from wire.sources.partitioned import PartitionedReader, Position, Read, upgrade_single
+from wire.sources.offsets import Position, upgrade_single
+from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
 if TYPE_CHECKING:
     import redis
@@ -74,12 +75,12 @@ def _entries(raw: list[Any] | None) -> list[Entry]:
 # ------------------------------------------------------------------------ decoding
 
 
-def entry_record(entries: list[Entry], stream: str) -> Callable[[int], tuple[str, str]]:
-    """A rejected entry's dead-letter location and record, by its index in ``entries``."""
-    def record(pos: int) -> tuple[str, str]:
-        entry_id, fields = entries[pos]
-        return f"{stream}:{entry_id}", json.dumps(fields, ensure_ascii=False)
-    return record
+def entry_record(entries: list[Entry], stream: str) -> Callable[[list[int]], list[tuple[str, str]]]:
+    """Rejected entries' dead-letter locations and records, by their indexes in ``entries``."""
+    def records(positions: list[int]) -> list[tuple[str, str]]:
+        return [(f"{stream}:{entries[i][0]}", json.dumps(entries[i][1], ensure_ascii=False))
+                for i in positions]
+    return records
 
 
 def decode_entries(
@@ -191,7 +192,7 @@ class RedisStreamReader(PartitionedReader["redis.Redis"]):
         """Before the stream's first entry (the stream is listed from the start)."""
         return BEGIN
 
-    def read_from(self, name: str, position: Position, budget: int) -> Read:
+    def read_from(self, name: str, position: Position, budget: int) -> Admitted:
         """The next ``budget`` entries after ``position``, delivered to the group's consumer.
 
         Entries the group already delivered after it (planned before a crash but never
@@ -199,7 +200,7 @@ class RedisStreamReader(PartitionedReader["redis.Redis"]):
         ``XREADGROUP ... >``.
         """
         entries = self._admit(str(position), budget)
-        return self._read(entries, entries[-1][0] if entries else str(position))
+        return self._read(entries, entries[-1][0] if entries else str(position)).admitted()
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
         """``XACK`` every pending entry up to the stream's position."""

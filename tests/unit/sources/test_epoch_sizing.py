@@ -127,7 +127,7 @@ def test_a_replanned_epoch_after_a_restart_admits_what_its_offset_says(tmp_path)
     end = first.latestOffset(start, first.getDefaultReadLimit())
     again = WireFileStreamReader(b, clock=Clock())  # a new planner process
     parts = again.partitions(start, end)
-    records = sum(hi - lo for p in parts for (*_, lo, hi) in p.segments)
+    records = sum(hi - lo for p in parts for (_, lo, hi) in p.next["segments"])
     assert records == 4_000 == end["admitted"]
 
 

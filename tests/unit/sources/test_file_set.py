@@ -47,10 +47,22 @@ def decode(batches):
     for r in rows:
         if r["__kind"] == envelope.KIND_SIDE:
             sides.setdefault(r["__port"], []).extend(envelope.decode_table(r["__blob"]).to_pylist())
-    metrics = {m["name"]: m["value"] for m in sides.pop(envelope.METRICS_PORT, [])
-               if not m["name"].startswith("gauge:")}
+    metrics: dict[str, int] = {}
+    for m in sides.pop(envelope.METRICS_PORT, []):  # counters add up over an epoch's tasks
+        if not m["name"].startswith("gauge:"):
+            metrics[m["name"]] = metrics.get(m["name"], 0) + m["value"]
     data = [(r["id"], r["__seq"]) for r in rows if r["__kind"] == envelope.KIND_DATA]
     return {"data": data, "dead": sides.get(DEAD, []), "metrics": metrics, "batches": batches}
+
+
+def files_of(offset):
+    """Per partition, its file set (in the partition's position, wire.sources.file_stream)."""
+    return {n: p["next"]["files"] for n, p in offset["partitions"].items()}
+
+
+def segments_of(offset):
+    """Per partition that admitted records, the epoch's ranges [file, lo, hi)."""
+    return {n: p["next"]["segments"] for n, p in offset["partitions"].items() if p["taken"]}
 
 
 def step(reader, start):
@@ -111,7 +123,7 @@ def test_a_new_file_that_sorts_before_the_files_read_is_read(tmp_path):
     assert out["data"] == [(3, 2)] and out["dead"] == []
     assert out["metrics"] == {"records": 1, "events": 1, "malformed": 0}
     # names relative to the source directory, with size and mtime (ns)
-    assert start["files"] == {"all": {"read": {"a.csv": [size_a, T0 + 10**9], "b.csv": [size_b, T0]},
+    assert files_of(start) == {"all": {"read": {"a.csv": [size_a, T0 + 10**9], "b.csv": [size_b, T0]},
                                       "open": None}}
     assert step(reader, start)[1] is None  # nothing is read twice
     os.remove(tmp_path / "b.csv")  # a file read and moved away: nothing to report
@@ -124,13 +136,13 @@ def test_new_files_wait_for_the_open_file_then_come_in_name_order(tmp_path):
     put(tmp_path / "c.csv", [(1, 10), (2, 20), (3, 30)])
     reader = reader_for(files(str(tmp_path / "*.csv"), format="csv", bounded=False), per_epoch=2)
     start, out = step(reader, reader.initialOffset())
-    assert ids(out) == [1, 2] and start["files"]["all"]["open"] == "c.csv"
+    assert ids(out) == [1, 2] and files_of(start)["all"]["open"] == "c.csv"
     put(tmp_path / "d.csv", [(5, 50)])
     put(tmp_path / "a.csv", [(4, 40)])
     put(tmp_path / "b.csv", [(6, 60)])
     start, out = step(reader, start)
     assert ids(out) == [3, 4]  # the rest of c, then a
-    assert start["segments"] == {"all": [["c.csv", 2, 3], ["a.csv", 0, 1]]}
+    assert segments_of(start) == {"all": [["c.csv", 2, 3], ["a.csv", 0, 1]]}
     start, out = step(reader, start)
     assert ids(out) == [6, 5] and [s for _, s in out["data"]] == [4, 5]
 
@@ -145,23 +157,22 @@ def test_directory_partitions_read_new_files_with_earlier_names(tmp_path):
     start, out = step(reader, start)
     assert ids(out) == [3]
     # names relative to the source directory
-    assert sorted(start["files"]["p1"]["read"]) == ["p1/a.csv", "p1/m.csv"]
+    assert sorted(files_of(start)["p1"]["read"]) == ["p1/a.csv", "p1/m.csv"]
 
 
 def test_an_offset_of_an_older_wire_is_continued_and_then_reads_earlier_names(tmp_path):
     put(tmp_path / "a.csv", [(1, 10)])
     put(tmp_path / "b.csv", [(2, 20), (3, 30)])
     reader = reader_for(files(str(tmp_path), format="csv", bounded=False))
-    old = reader.initialOffset()
-    for key in ("files", "segments", "changed"):
-        del old[key]
-    old.update(admitted=3, turn=1, watermark=30, max_event_time=30)
+    # the form of an offset before file-set tracking: a position per partition, no files
+    old = {"admitted": 3, "watermark": 30, "max_event_time": 30, "ended": False, "started": None,
+           "at": None, "turn": 1}
     old["partitions"] = {"all": {"file": str(tmp_path / "b.csv"), "record": 2, "admitted": 3,
                                  "max_event_time": 30, "watermark": 30, "last_arrival": 0,
                                  "idle": False, "done": False}}
     put(tmp_path / "c.csv", [(5, 50)])
     start, out = step(reader, old)  # a.csv and b.csv sort up to the old position: read
-    assert out["data"] == [(5, 3)] and sorted(start["files"]["all"]["read"]) == ["a.csv", "b.csv", "c.csv"]
+    assert out["data"] == [(5, 3)] and sorted(files_of(start)["all"]["read"]) == ["a.csv", "b.csv", "c.csv"]
     put(tmp_path / "0.csv", [(4, 40)])
     start, out = step(reader, start)
     assert out["data"] == [(4, 4)]
@@ -229,7 +240,7 @@ def test_a_file_changed_while_being_read_stops_there_with_a_dead_letter(tmp_path
         "2024-01-01T00:00:00.000000000Z -> 2024-01-01T00:00:01.000000000Z; "
         "its remaining records and new content are not read"
     ]
-    assert start["files"]["all"]["open"] is None
+    assert files_of(start)["all"]["open"] is None
     assert step(reader, start)[1] is None
 
 

@@ -67,7 +67,7 @@ def decode(batches):
     sides = {}
     for r, k in zip(table.to_pylist(), kinds, strict=True):
         if k == envelope.KIND_SIDE:
-            sides[r[envelope.PORT]] = envelope.decode_table(r[envelope.BLOB]).to_pylist()
+            sides.setdefault(r[envelope.PORT], []).extend(envelope.decode_table(r[envelope.BLOB]).to_pylist())
     return {"data": data, "sides": sides, "marks": marks, "batches": batches}
 
 
@@ -83,7 +83,7 @@ def gauges(out):
 
 
 def position(offset, partition="all"):
-    p = offset["partitions"][partition]
+    p = offset["partitions"][partition]["next"]  # the partition's position (wire.sources.file_stream)
     return os.path.basename(p["file"]), p["record"]
 
 

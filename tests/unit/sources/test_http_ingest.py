@@ -20,7 +20,7 @@ from wire.sources.http_source import (
     IngestBinding,
     http_ingest,
 )
-from wire.sources.partitioned import partitions_of, positions_of
+from wire.sources.offsets import partitions_of, positions_of
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64())])
 

@@ -20,7 +20,7 @@ from wire.errors import ConfigError, WireError
 from wire.sources.kafka_decode import KafkaRecord
 from wire.sources.kafka_reader import KafkaStreamReader
 from wire.sources.kafka_source import KafkaBinding, kafka
-from wire.sources.partitioned import initial_offset, partitions_of
+from wire.sources.offsets import initial_offset, partitions_of
 
 SCHEMA = pa.schema([("t", pa.int64())])
 

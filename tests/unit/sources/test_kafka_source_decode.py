@@ -58,7 +58,7 @@ def test_event_time_from_the_record_timestamp_and_max_future():
     assert d.table.column("value").to_pylist() == ["a", "b"] and d.max_event_time == 9_000
     assert [loc for loc, _, _ in d.dead] == ["orders:2:2"] and "missing" in d.dead[0][1]
     # the reader rejects future-dated events (Decoded.reject_future): 9_000 > 5_000 + 1_000
-    d = d.reject_future(5_000, 1_000, lambda i: (f"orders:2:{records[i].offset}", "?"))
+    d = d.reject_future(5_000, 1_000, lambda ps: [(f"orders:2:{records[i].offset}", "?") for i in ps])
     assert d.table.column("value").to_pylist() == ["a"]
     assert d.max_event_time == 1_000
     assert d.dead[1][0] == "orders:2:1"

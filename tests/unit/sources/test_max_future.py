@@ -26,7 +26,7 @@ from wire.core.watermarks import future_limit, future_reason, human_duration, is
 from wire.errors import ConfigError
 from wire.sources.file_source import SourceBinding, WireFileStreamReader, files
 from wire.sources.http_source import HttpIngestReader, IngestBinding, http_ingest
-from wire.sources.partitioned import partitions_of
+from wire.sources.offsets import partitions_of
 from wire.sources.redis_source import RedisBinding, redis_stream
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -43,8 +43,10 @@ def decode(batches):
     for r in rows:
         if r["__kind"] == envelope.KIND_SIDE:
             sides.setdefault(r["__port"], []).extend(envelope.decode_table(r["__blob"]).to_pylist())
-    metrics = {m["name"]: m["value"] for m in sides.pop(envelope.METRICS_PORT, [])
-               if not m["name"].startswith("gauge:")}
+    metrics: dict[str, int] = {}
+    for m in sides.pop(envelope.METRICS_PORT, []):  # counters add up over an epoch's tasks
+        if not m["name"].startswith("gauge:"):
+            metrics[m["name"]] = metrics.get(m["name"], 0) + m["value"]
     data = [r for r in rows if r["__kind"] == envelope.KIND_DATA]
     marks = sorted({r["__wm"] for r in rows if r["__kind"] == envelope.KIND_WATERMARK})
     return {"data": data, "sides": sides, "metrics": metrics, "marks": marks, "batches": batches}

@@ -1,4 +1,4 @@
-"""The one source base (wire.sources.partitioned), against an in-memory connector (no Spark).
+"""The one source base (wire.sources.partitioned and .offsets), against an in-memory connector.
 
 The connector below implements only what a connector implements (list partitions, read a
 partition from a position within a budget, read a planned range again, acknowledge); the
@@ -25,17 +25,16 @@ from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import PartitionState
 from wire.errors import WireError
 from wire.sources.base import Binding, Decoded
-from wire.sources.partitioned import (
-    PartitionedReader,
+from wire.sources.offsets import (
     PartitionOffset,
     Position,
-    Read,
     initial_offset,
     make_offset,
     partitions_of,
     plan_reads,
     positions_of,
 )
+from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
 SCHEMA = pa.schema([("t", pa.int64())])
 
@@ -47,6 +46,7 @@ class MemorySource:
     idle_timeout: int | None = None
     watermark_interval: int = 0
     unavailable_timeout: int | None = None
+    bounded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {}
@@ -70,8 +70,8 @@ class MemoryReader(PartitionedReader[Any]):
     kind = "memory source"
 
     def __init__(self, data: dict[str, list[int | None]], *, budget: int = 1000, delay: int = 0,
-                 clock: Any = None, unavailable_timeout: int | None = None) -> None:
-        src = MemorySource(unavailable_timeout=unavailable_timeout)
+                 clock: Any = None, unavailable_timeout: int | None = None, bounded: bool = False) -> None:
+        src = MemorySource(unavailable_timeout=unavailable_timeout, bounded=bounded)
         self._init_live(MemoryBinding("mem", src, SCHEMA, "t", delay, budget, 2), clock or (lambda: 1_000))
         self.data = data
         self.acked: dict[str, Position] = {}
@@ -87,12 +87,12 @@ class MemoryReader(PartitionedReader[Any]):
     def start_position(self, name: str) -> Position:
         return 0
 
-    def backlog(self, name: str, position: Position) -> int | None:
+    def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
         return len(self.data.get(name, [])) - int(position)
 
-    def read_from(self, name: str, position: Position, budget: int) -> Read:
+    def read_from(self, name: str, position: Position, budget: int) -> Admitted:
         pos = int(position)
-        return self.read_range(name, pos, pos + budget, budget)
+        return self.read_range(name, pos, pos + budget, budget).admitted()
 
     def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
         lo = int(first)
@@ -101,7 +101,8 @@ class MemoryReader(PartitionedReader[Any]):
         dead = [(f"{name}:{lo + i}", "malformed", "?") for i, t in enumerate(recs) if t is None]
         table = pa.table({"t": pa.array([recs[i] for i in ok], pa.int64())})
         decoded = Decoded(table, np.array([recs[i] for i in ok], np.int64), np.array(ok, np.int64), dead)
-        return Read(decoded, len(recs), lo + len(recs), lambda i: (f"{name}:{lo + i}", str(recs[i])))
+        return Read(decoded, len(recs), lo + len(recs),
+                    lambda ps: [(f"{name}:{lo + i}", str(recs[i])) for i in ps])
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
         self._check()
@@ -294,3 +295,43 @@ def test_a_kafka_partition_entry_an_earlier_wire_wrote_is_read():
     p = PartitionOffset.from_json(d)
     assert (p.first, p.next, p.taken, p.lag, p.state.max_event_time) == (5, 9, 4, 11, 7)
     assert PartitionOffset.from_json(dict(d, high=-1)).lag is None
+
+
+def test_a_bounded_source_ends_once_with_the_maximal_watermark():
+    r = MemoryReader({"a": [10, 20], "b": [5]}, budget=2, delay=1, bounded=True)
+    o0 = r.initialOffset()
+    o1 = r.latestOffset(o0, r.getDefaultReadLimit())
+    o2 = r.latestOffset(o1, r.getDefaultReadLimit())
+    assert (o1["admitted"], o2["admitted"]) == (2, 3) and not o2["ended"]
+    end = r.latestOffset(o2, r.getDefaultReadLimit())
+    assert end["ended"] and end["watermark"] == envelope.MAX_WATERMARK and end["admitted"] == 3
+    assert all(p.taken == 0 for p in partitions_of(end).values())
+    data, dead, metrics, marks = epoch_rows(r, o2, end)
+    assert (data, dead, metrics) == ([], [], {})  # the last epoch: only the maximal watermark rows
+    assert marks == [(0, envelope.MAX_WATERMARK), (1, envelope.MAX_WATERMARK)]
+    assert r.latestOffset(end, r.getDefaultReadLimit()) == end  # ended: no epoch after it
+
+
+class RefreshingReader(MemoryReader):
+    """A connector that finds one problem with partition ``a`` at its first planning."""
+
+    refresh_counter = "problems"
+
+    def refresh(self, name, position):
+        if name == "a" and not getattr(self, "reported", False):
+            self.reported = True
+            return position, [("a", "a problem found while planning", "{}")]
+        return position, []
+
+
+def test_dead_letters_found_while_planning_are_recorded_and_replayed():
+    r = RefreshingReader({"a": []})
+    o0 = r.initialOffset()
+    o1 = r.latestOffset(o0, r.getDefaultReadLimit())
+    assert o1 != o0 and o1["admitted"] == 0  # an epoch for the dead letter alone
+    assert partitions_of(o1)["a"].dead == (("a", "a problem found while planning", "{}"),)
+    for _ in range(2):  # a replay reports it again, from the offset
+        data, dead, metrics, _ = epoch_rows(r, o0, o1)
+        assert data == [] and dead == [("a", "a problem found while planning")]
+        assert (metrics["problems"], metrics["records"]) == (1, 0)
+    assert r.latestOffset(o1, r.getDefaultReadLimit()) == o1  # found once

@@ -15,7 +15,7 @@ from wire.core.control_file import set_paused
 from wire.core.watermarks import NO_WATERMARK
 from wire.errors import ConfigError, WireError
 from wire.sinks.redis_sink import redis_stream_sink
-from wire.sources.partitioned import positions_of
+from wire.sources.offsets import positions_of
 from wire.sources.redis_reader import (
     BEGIN,
     RedisStreamReader,

@@ -57,7 +57,10 @@ def decode(batches):
     for r in rows:
         if r["__kind"] == envelope.KIND_SIDE:
             sides.setdefault(r["__port"], []).extend(envelope.decode_table(r["__blob"]).to_pylist())
-    metrics = {m["name"]: m["value"] for m in sides.get(envelope.METRICS_PORT, [])}
+    metrics: dict[str, int] = {}
+    for m in sides.get(envelope.METRICS_PORT, []):  # counters add up over an epoch's tasks; gauges once
+        gauge = m["name"].startswith("gauge:")
+        metrics[m["name"]] = m["value"] if gauge else metrics.get(m["name"], 0) + m["value"]
     return {"data": data, "marks": marks, "metrics": metrics, "batches": batches}
 
 
@@ -208,11 +211,13 @@ def test_one_task_per_partition_and_control_rows_once(tmp_path):
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(4))
     tasks = reader.partitions(start, end)
-    described = [(t.partition, t.first_seq, t.control is not None) for t in tasks]
+    described = [(t.name, t.first_seq, t.control is not None) for t in tasks]
     assert described == [("p0", 0, True), ("p1", 2, False)]
     outs = [decode(list(reader.read(t))) for t in tasks]
     assert [len(o["marks"]) for o in outs] == [3, 0]
-    assert [bool(o["metrics"]) for o in outs] == [True, False]
+    # each task counts its own records; the gauges come once, with the control task
+    assert [o["metrics"]["records"] for o in outs] == [2, 2]
+    assert [any(k.startswith("gauge:") for k in o["metrics"]) for o in outs] == [True, False]
 
 
 def test_idle_partition_stops_holding_the_watermark(tmp_path):
