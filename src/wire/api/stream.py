@@ -82,8 +82,8 @@ class Stream:
         self.flow._add(MapNode(step, self.ref.step, tuple(columns.items())))
         return Stream(self.flow, PortRef(step))
 
-    def select(self, *columns: Expr, name: str | None = None) -> Stream:
-        """Keep exactly ``columns`` (names or expressions, aliased with ``.alias``)."""
+    def select(self, *columns: Expr | tuple[str, Expr], name: str | None = None) -> Stream:
+        """Keep exactly ``columns``: names, expressions (with ``.alias``) or ``(name, expression)``."""
         self._require_out("select")
         if not columns:
             raise ConfigError("columns", columns, "at least one column name or expression")
