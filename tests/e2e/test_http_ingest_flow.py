@@ -103,7 +103,7 @@ def wait_until_counted(running, out, expected: pd.DataFrame, timeout_s: float = 
 def committed_seq(checkpoint) -> int:
     """The log seq up to which the last committed epoch read."""
     done = [e for e in list_epochs(checkpoint) if e.committed]
-    return done[-1].offsets[0]["seq"]
+    return done[-1].offsets[0]["partitions"]["wal"]["next"]
 
 
 def test_posted_events_are_counted_exactly_and_the_log_is_truncated(spark, tmp_path):
@@ -142,7 +142,7 @@ def test_crash_while_events_are_in_flight_loses_nothing_and_duplicates_nothing(s
         with httpx.Client(timeout=30) as client:
             for i in range(0, len(first), 50):
                 post_when_ready(client, url, first[i : i + 50])
-        while not any(e.committed and e.offsets[0]["seq"] > 0 for e in list_epochs(checkpoint)):
+        while not any(e.committed and e.offsets[0]["partitions"]["wal"]["next"] > 0 for e in list_epochs(checkpoint)):
             assert running.is_active(), running.last_error
             time.sleep(0.05)
     finally:
