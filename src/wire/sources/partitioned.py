@@ -377,10 +377,10 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         return make_offset(after, admitted=start["admitted"] + taken, watermark=watermark, started=started,
                            at=now, turn=start["turn"] + (1 if taken else 0))
 
-    @staticmethod
-    def _ended(start: Offset, now: int) -> Offset:
+    def _ended(self, start: Offset, now: int) -> Offset:
         """A bounded source's last offset: nothing admitted, the maximal watermark, ``ended``."""
-        parts = {n: replace(p, first=p.next, taken=0, dead=()) for n, p in partitions_of(start).items()}
+        parts = {n: replace(p, first=self.range_start(p.next), taken=0, dead=())
+                 for n, p in partitions_of(start).items()}
         return dict(make_offset(parts, admitted=start["admitted"], watermark=envelope.MAX_WATERMARK,
                                 started=start["started"], at=now, turn=start["turn"]), ended=True)
 
