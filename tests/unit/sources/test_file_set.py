@@ -244,6 +244,30 @@ def test_a_file_changed_while_being_read_stops_there_with_a_dead_letter(tmp_path
     assert step(reader, start)[1] is None
 
 
+def test_an_epoch_the_previous_wire_planned_is_replayed_and_continued(tmp_path):
+    """Offsets of the Wire before the source base (files, segments and changes at the top level)."""
+    size_a = put(tmp_path / "a.csv", [(1, 10), (2, 20)])
+    size_b = put(tmp_path / "b.csv", [(3, 30), (4, 40), (5, 50)])
+    reader = reader_for(files(str(tmp_path), format="csv", bounded=False), per_epoch=3)
+    state = {"file": str(tmp_path / "a.csv"), "record": 2, "admitted": 2, "max_event_time": 20,
+             "watermark": 20, "last_arrival": 0, "idle": False, "done": False}
+    common = {"ended": False, "started": 0, "changed": []}
+    old1 = {**common, "admitted": 2, "watermark": 20, "max_event_time": 20, "at": 0, "turn": 1,
+            "partitions": {"all": state}, "segments": {"all": [["a.csv", 0, 2]]},
+            "files": {"all": {"read": {"a.csv": [size_a, T0]}, "open": None}}}
+    old2 = {**common, "admitted": 3, "watermark": 30, "max_event_time": 30, "at": 0, "turn": 2,
+            "partitions": {"all": {**state, "file": str(tmp_path / "b.csv"), "record": 1, "admitted": 3,
+                                   "max_event_time": 30, "watermark": 30}},
+            "segments": {"all": [["b.csv", 0, 1]]},
+            "files": {"all": {"read": {"a.csv": [size_a, T0], "b.csv": [size_b, T0]}, "open": "b.csv"}}}
+    out = decode([b for p in reader.partitions(old1, old2) for b in reader.read(p)])  # the epoch in flight
+    assert out["data"] == [(3, 2)] and out["dead"] == []
+    start, out = step(reader, old2)  # the next epoch, planned by this Wire
+    assert out["data"] == [(4, 3), (5, 4)] and start["watermark"] == 50
+    assert files_of(start) == {"all": {"read": {"a.csv": [size_a, T0], "b.csv": [size_b, T0]}, "open": None}}
+    assert step(reader, start)[1] is None
+
+
 def test_the_open_file_vanishing_is_a_dead_letter(tmp_path):
     size = put(tmp_path / "c.csv", [(1, 10), (2, 20), (3, 30)])
     assert size == 21
