@@ -25,11 +25,13 @@ run: java-check $(STAMP)
 	$(PY) -m wire.examples.flights_job
 
 test: java-check $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not slow"
 
 test-all: java-check $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest

@@ -142,7 +142,8 @@ def test_crash_while_events_are_in_flight_loses_nothing_and_duplicates_nothing(s
         with httpx.Client(timeout=30) as client:
             for i in range(0, len(first), 50):
                 post_when_ready(client, url, first[i : i + 50])
-        while not any(e.committed and e.offsets[0]["partitions"]["wal"]["next"] > 0 for e in list_epochs(checkpoint)):
+        while not any(e.committed and e.offsets[0]["partitions"]["wal"]["next"] > 0
+                      for e in list_epochs(checkpoint)):
             assert running.is_active(), running.last_error
             time.sleep(0.05)
     finally:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
@@ -62,6 +62,7 @@ from pyspark.sql.types import StructType
 from wire.core import envelope
 from wire.core.watermarks import check_max_future, future_limit, future_reason
 from wire.errors import ConfigError
+from wire.sources.conversions import array_from_values, event_times_ms
 
 Capability = Literal["columns", "target_epoch_ms", "resume"]
 """An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
@@ -241,6 +242,41 @@ class Decoded:
     event_times: np.ndarray
     positions: np.ndarray
     dead: list[tuple[str, str, str]]
+
+    @staticmethod
+    def from_objects(
+        objects: Sequence[Mapping[str, object]], kept: Sequence[int], rejected: Mapping[int, str],
+        schema: pa.Schema, event_time: str, dead_letter: Callable[[int], tuple[str, str]],
+    ) -> Decoded:
+        """Rows of ``schema`` from records decoded to objects (JSON objects, Redis fields).
+
+        ``objects[j]`` is record ``kept[j]``'s object: its keys are the columns (missing:
+        null; others ignored). ``rejected`` holds the reasons of the records that did not
+        decode. A value that does not convert to its column's type, or an unusable event
+        time, rejects its record too (the first reason found wins). ``dead_letter(i)`` is
+        record ``i``'s ``(location, record text)``. Positions are record indexes; dead
+        letters come in record order.
+        """
+        payload = pa.schema([f.with_nullable(True) for f in schema])
+        bad = dict(rejected)
+        columns = []
+        for f in payload:
+            values = [o.get(f.name) for o in objects]
+            arr, failed = array_from_values(values, f.type)
+            columns.append(arr)
+            for j in np.flatnonzero(failed) if failed is not None else ():
+                bad.setdefault(kept[int(j)], f"field {f.name}: cannot convert {values[int(j)]!r} to {f.type}")
+        table = pa.Table.from_arrays(columns, schema=payload)
+        ets = np.zeros(0, np.int64)
+        if objects:
+            ets, et_errors = event_times_ms(table.column(event_time).combine_chunks())
+            for j, reason in et_errors.items():
+                bad.setdefault(kept[j], reason)
+        keep = np.array([i not in bad for i in kept], dtype=bool)
+        dead = [(*dead_letter(i), reason) for i, reason in sorted(bad.items())]
+        return Decoded(table.filter(pa.array(keep, pa.bool_())) if objects else table, ets[keep],
+                       np.array(kept, np.int64)[keep] if objects else np.zeros(0, np.int64),
+                       [(loc, reason, text) for loc, text, reason in dead])
 
     @property
     def max_event_time(self) -> int | None:

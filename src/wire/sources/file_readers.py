@@ -72,7 +72,6 @@ __all__ = [
     "parse_file",
 ]
 
-_array_from_values = array_from_values  # the name the Redis and HTTP-ingest sources import
 _BOM = b"\xef\xbb\xbf"
 _INFER_JSON_LINES = 1000
 # Exception tuples spelled out once: mypy does not accept a starred tuple in an except clause.

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
 import pyarrow as pa
 
 from wire.core.control_file import check_bind
@@ -61,7 +60,6 @@ from wire.sources.base import (
     Offset,
     SchemaDataclassDict,
 )
-from wire.sources.file_readers import _array_from_values, event_times_ms
 from wire.sources.offsets import Position, upgrade_single
 from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
@@ -264,7 +262,6 @@ def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time:
     Positions are indexes into ``records``; a dead letter's location is ``wal:<seq>``, in
     record order.
     """
-    payload = pa.schema([f.with_nullable(True) for f in schema])
     objects: list[dict[str, object]] = []
     positions: list[int] = []
     errors: dict[int, str] = {}
@@ -279,25 +276,8 @@ def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time:
             continue
         objects.append(obj)
         positions.append(i)
-    arrays = []
-    for f in payload:
-        values = [o.get(f.name) for o in objects]
-        arr, bad = _array_from_values(values, f.type)
-        for j in np.flatnonzero(bad) if bad is not None else ():
-            errors.setdefault(positions[int(j)],
-                              f"field {f.name}: cannot convert {values[int(j)]!r} to {f.type}")
-        arrays.append(arr)
-    table = pa.Table.from_arrays(arrays, schema=payload)
-    if objects:
-        ets, et_errors = event_times_ms(table[event_time].combine_chunks())
-        for j, reason in et_errors.items():
-            errors.setdefault(positions[j], reason)
-    else:
-        ets = np.zeros(0, np.int64)
-    keep = np.array([i not in errors for i in positions], dtype=bool)
-    dead = [(f"wal:{records[i][0]}", reason, records[i][1]) for i, reason in sorted(errors.items())]
-    return Decoded(table.filter(pa.array(keep)) if objects else table, ets[keep],
-                   np.array(positions, np.int64)[keep], dead)
+    return Decoded.from_objects(objects, positions, errors, schema, event_time,
+                                lambda i: (f"wal:{records[i][0]}", records[i][1]))
 
 
 # ---------------------------------------------------------------------------- reader

@@ -13,13 +13,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-import numpy as np
 import pyarrow as pa
 
 from wire.core.watermarks import PartitionState
 from wire.errors import WireError
 from wire.sources.base import Decoded, Offset
-from wire.sources.file_readers import _array_from_values, event_times_ms
 from wire.sources.offsets import Position, upgrade_single
 from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
@@ -94,7 +92,6 @@ def decode_entries(
     the column's type (missing fields are null). A rejected entry's location is
     ``"<stream>:<id>"`` and its record is its fields as a JSON object.
     """
-    nullable = pa.schema([f.with_nullable(True) for f in schema])
     rows: list[dict[str, Any]] = []
     kept: list[int] = []
     bad: dict[int, str] = {}
@@ -116,29 +113,8 @@ def decode_entries(
             continue
         rows.append(obj)
         kept.append(i)
-    columns: dict[str, pa.Array] = {}
-    for f in nullable:
-        values = [r.get(f.name) for r in rows]
-        arr, failed = _array_from_values(values, f.type)
-        columns[f.name] = arr
-        if failed is not None:
-            for j in np.flatnonzero(failed):
-                bad.setdefault(kept[j], f"field {f.name}: cannot convert {values[j]!r} to {f.type}")
-    table = pa.table(columns, schema=nullable) if rows else nullable.empty_table()
-    ets, et_errors = event_times_ms(table.column(event_time).combine_chunks())
-    for j, reason in et_errors.items():
-        bad.setdefault(kept[j], reason)
-    keep = np.array([kept[j] not in bad for j in range(len(kept))], dtype=bool)
-    dead = [
-        (f"{stream}:{entries[i][0]}", reason, json.dumps(entries[i][1], ensure_ascii=False))
-        for i, reason in sorted(bad.items())
-    ]
-    return Decoded(
-        table.filter(pa.array(keep, pa.bool_())) if len(kept) else table,
-        ets[keep] if len(kept) else np.zeros(0, np.int64),
-        np.array(kept, np.int64)[keep] if len(kept) else np.zeros(0, np.int64),
-        dead,
-    )
+    records = entry_record(entries, stream)
+    return Decoded.from_objects(rows, kept, bad, schema, event_time, lambda i: records([i])[0])
 
 
 class RedisStreamReader(PartitionedReader["redis.Redis"]):
