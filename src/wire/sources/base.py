@@ -246,15 +246,15 @@ class Decoded:
     @staticmethod
     def from_objects(
         objects: Sequence[Mapping[str, object]], kept: Sequence[int], rejected: Mapping[int, str],
-        schema: pa.Schema, event_time: str, dead_letter: Callable[[int], tuple[str, str]],
+        schema: pa.Schema, event_time: str, records: Callable[[list[int]], list[tuple[str, str]]],
     ) -> Decoded:
         """Rows of ``schema`` from records decoded to objects (JSON objects, Redis fields).
 
         ``objects[j]`` is record ``kept[j]``'s object: its keys are the columns (missing:
         null; others ignored). ``rejected`` holds the reasons of the records that did not
         decode. A value that does not convert to its column's type, or an unusable event
-        time, rejects its record too (the first reason found wins). ``dead_letter(i)`` is
-        record ``i``'s ``(location, record text)``. Positions are record indexes; dead
+        time, rejects its record too (the first reason found wins). ``records(indexes)`` gives
+        those records' ``(location, record text)``, in order. Positions are record indexes; dead
         letters come in record order.
         """
         payload = pa.schema([f.with_nullable(True) for f in schema])
@@ -273,10 +273,10 @@ class Decoded:
             for j, reason in et_errors.items():
                 bad.setdefault(kept[j], reason)
         keep = np.array([i not in bad for i in kept], dtype=bool)
-        dead = [(*dead_letter(i), reason) for i, reason in sorted(bad.items())]
+        rejected_at = sorted(bad)
+        dead = [(loc, bad[i], text) for i, (loc, text) in zip(rejected_at, records(rejected_at), strict=True)]
         return Decoded(table.filter(pa.array(keep, pa.bool_())) if objects else table, ets[keep],
-                       np.array(kept, np.int64)[keep] if objects else np.zeros(0, np.int64),
-                       [(loc, reason, text) for loc, text, reason in dead])
+                       np.array(kept, np.int64)[keep] if objects else np.zeros(0, np.int64), dead)
 
     @property
     def max_event_time(self) -> int | None:

@@ -256,6 +256,13 @@ class IngestBinding(Binding):
 # ---------------------------------------------------------------------------- records
 
 
+def wal_records(records: list[tuple[int, str]]) -> Callable[[list[int]], list[tuple[str, str]]]:
+    """Log records' dead-letter locations (``wal:<seq>``) and bodies, by their indexes in ``records``."""
+    def found(indexes: list[int]) -> list[tuple[str, str]]:
+        return [(f"wal:{records[i][0]}", records[i][1]) for i in indexes]
+    return found
+
+
 def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time: str) -> Decoded:
     """Convert ``(seq, body)`` log records to ``schema``; the ones that do not fit are dead letters.
 
@@ -276,8 +283,7 @@ def parse_records(records: list[tuple[int, str]], schema: pa.Schema, event_time:
             continue
         objects.append(obj)
         positions.append(i)
-    return Decoded.from_objects(objects, positions, errors, schema, event_time,
-                                lambda i: (f"wal:{records[i][0]}", records[i][1]))
+    return Decoded.from_objects(objects, positions, errors, schema, event_time, wal_records(records))
 
 
 # ---------------------------------------------------------------------------- reader
@@ -380,11 +386,8 @@ class HttpIngestReader(PartitionedReader[WriteAheadLog]):
         return self._read(records, int(first))
 
     def _read(self, records: list[tuple[int, str]], position: int) -> Read:
-        def record(positions: list[int]) -> list[tuple[str, str]]:
-            return [(f"wal:{records[i][0]}", records[i][1]) for i in positions]
-
         decoded = parse_records(records, self._binding.source.schema, self._binding.event_time)
-        return Read(decoded, len(records), records[-1][0] if records else position, record)
+        return Read(decoded, len(records), records[-1][0] if records else position, wal_records(records))
 
 
 class HttpIngestDataSource(BindingDataSource):

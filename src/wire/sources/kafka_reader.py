@@ -86,6 +86,12 @@ def _offset(msg: confluent_kafka.Message) -> int:
     return offset
 
 
+def _is_fatal(error: Exception) -> bool:
+    """Whether a ``KafkaException`` carries a fatal error (the client cannot go on)."""
+    err = error.args[0] if error.args else None
+    return err is not None and hasattr(err, "fatal") and bool(err.fatal())
+
+
 def _raise_fatal(err: confluent_kafka.KafkaError, where: str) -> None:
     if err.fatal():
         raise WireError(f"{where}: fatal Kafka error: {err}")
@@ -186,9 +192,9 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
 
         if not isinstance(error, KafkaException):
             return False
-        err = error.args[0] if error.args else None
-        if err is not None and hasattr(err, "fatal") and err.fatal():
-            raise WireError(f"kafka source {self._binding.step!r}: fatal Kafka error: {err}") from error
+        if _is_fatal(error):
+            step = self._binding.step
+            raise WireError(f"kafka source {step!r}: fatal Kafka error: {error.args[0]}") from error
         return True
 
     def reset(self) -> None:
@@ -357,9 +363,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
                 low, _ = consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
                 return int(low)
             except KafkaException as e:
-                err = e.args[0] if e.args else None
-                fatal = err is not None and hasattr(err, "fatal") and err.fatal()
-                if fatal or time.monotonic() > deadline:
+                if _is_fatal(e) or time.monotonic() > deadline:
                     raise WireError(f"kafka source {self._binding.step!r}: cannot read the first offset "
                                     f"of {tp.topic}:{tp.partition} for {_READ_TIMEOUT_S:.0f} s: {e}") from e
                 time.sleep(0.5)

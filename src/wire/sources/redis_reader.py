@@ -113,8 +113,7 @@ def decode_entries(
             continue
         rows.append(obj)
         kept.append(i)
-    records = entry_record(entries, stream)
-    return Decoded.from_objects(rows, kept, bad, schema, event_time, lambda i: records([i])[0])
+    return Decoded.from_objects(rows, kept, bad, schema, event_time, entry_record(entries, stream))
 
 
 class RedisStreamReader(PartitionedReader["redis.Redis"]):
