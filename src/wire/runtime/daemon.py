@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 
 from wire.errors import MissingExtraError
 
@@ -54,8 +56,39 @@ def preload() -> None:
     import wire.runtime.dataplane
 
 
+def drop_spark_zips(path: list[str]) -> list[str]:
+    """``path`` without Spark's ``pyspark.zip`` / ``py4j-*-src.zip`` when the same packages are installed.
+
+    Spark puts ``$SPARK_HOME/python/lib/*.zip`` first on a worker's ``PYTHONPATH``.
+    Python never caches bytecode for modules imported from a zip, so each worker
+    process compiled the pyspark modules it imported from source, and every task
+    re-read the 4 MB zip's directory (``importlib.invalidate_caches()`` in
+    ``pyspark.worker_util.setup_spark_files``): py-spy put both at about 1 s of CPU per
+    run of the flights job (``docs/architecture.md``). When pyspark is pip-installed the
+    zips sit inside the installed package (``<site>/pyspark/python/lib/``) and hold the
+    same code as ``<site>/pyspark`` and ``<site>/py4j``, so they are dropped and the
+    site directory's copy, with its ``__pycache__``, is imported. A zip anywhere else
+    (a Spark distribution on a cluster) keeps its place.
+    """
+    entries = [os.path.abspath(p) if p else p for p in path]
+    dropped = set()
+    for p in entries:
+        lib = os.path.dirname(p)
+        site = os.path.dirname(os.path.dirname(os.path.dirname(lib)))
+        name = os.path.basename(p)
+        package = "pyspark" if name == "pyspark.zip" else "py4j" if name.startswith("py4j-") else None
+        if (package and name.endswith(".zip") and lib.endswith(os.path.join("pyspark", "python", "lib"))
+                and site in entries and os.path.isfile(os.path.join(site, package, "__init__.py"))):
+            dropped.add(p)
+    return [p for p in entries if p not in dropped]
+
+
 def main() -> None:
     """Preload (a failure only costs the speed-up), then serve forks like ``pyspark.daemon``."""
+    kept = drop_spark_zips(sys.path)
+    for p in set(sys.path) - set(kept):
+        sys.path_importer_cache.pop(p, None)
+    sys.path[:] = kept
     with contextlib.suppress(Exception):  # workers then import on their own, as before
         preload()
     gc.collect()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 
 from pyspark.sql import SparkSession
@@ -74,12 +76,62 @@ def spark_session(
     if active is not None:
         return active
     check_java()
+    if master.startswith("local") and "SPARK_HOME" not in os.environ:
+        home = local_spark_home()
+        if home is not None:
+            os.environ["SPARK_HOME"] = home
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in {**DEFAULT_CONF, **dict(conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate() if log_file is None else _with_stderr_to(log_file, builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def local_spark_home(cache: str | None = None) -> str | None:
+    """A ``SPARK_HOME`` for local mode: the pip-installed pyspark without ``python/lib/*.zip``.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and ``py4j-*-src.zip`` first on the
+    ``PYTHONPATH`` of every Python process it starts (the workers, and on the driver the
+    data source lookup, creation and planner processes and the stateful processors'
+    driver worker). Python compiles modules imported from a zip from source every time
+    (no bytecode cache), and every task re-reads the 4 MB zip's directory
+    (``importlib.invalidate_caches()``). When pyspark is pip-installed, the installed
+    package holds the same modules, so a run in local mode points ``SPARK_HOME`` at a
+    directory of symbolic links to the installed pyspark (``bin``, ``jars``, ``conf`` ...)
+    whose ``python/lib`` has no zips: the processes import pyspark from the site
+    directory with its bytecode cache. Without the zips Spark also skips its lookup of
+    Python data sources declared by installed packages (a Python process, 1.5 s at
+    start-up); Wire's sources are registered by name and do not need it.
+
+    Measured on the flights job: ``docs/architecture.md``. Returns None (nothing
+    changes) when pyspark is not a pip install with ``jars`` and the zips. ``cache``:
+    where to keep the directory (default: the temporary directory).
+    """
+    import pyspark
+
+    real = os.path.dirname(os.path.abspath(pyspark.__file__))
+    lib = os.path.join(real, "python", "lib")
+    if not (os.path.isdir(os.path.join(real, "jars")) and os.path.isfile(os.path.join(lib, "pyspark.zip"))):
+        return None
+    tag = hashlib.sha256(f"{real}|{pyspark.__version__}".encode()).hexdigest()[:12]
+    home = os.path.join(cache or tempfile.gettempdir(), f"wire-spark-home-{os.getuid()}-{tag}")
+    if os.path.isdir(os.path.join(home, "jars")):
+        return home
+    building = tempfile.mkdtemp(prefix=os.path.basename(home) + ".", dir=os.path.dirname(home))
+    for name in os.listdir(real):
+        if name != "python":
+            os.symlink(os.path.join(real, name), os.path.join(building, name))
+    os.mkdir(os.path.join(building, "python"))
+    for name in os.listdir(os.path.join(real, "python")):
+        if name != "lib":
+            os.symlink(os.path.join(real, "python", name), os.path.join(building, "python", name))
+    os.mkdir(os.path.join(building, "python", "lib"))
+    try:
+        os.rename(building, home)
+    except OSError:  # another process made it first
+        shutil.rmtree(building, ignore_errors=True)
+    return home
 
 
 def _with_stderr_to(log_file: str | os.PathLike[str], start: Callable[[], SparkSession]) -> SparkSession:

@@ -61,11 +61,17 @@ def _with_fired(table: pa.Table, fired: bool) -> pa.Table:
     return table.append_column(FIRED, values)
 
 
-def _by_end(partials: pa.Table) -> dict[int, pa.Table]:
-    if not partials.num_rows:
+def _by_end(table: pa.Table) -> dict[int, pa.Table]:
+    """The rows of ``table`` per window end: one stable sort, then zero-copy slices."""
+    if not table.num_rows:
         return {}
-    ends = partials.column(WINDOW_END).to_numpy()
-    return {int(e): partials.filter(pa.array(ends == e)) for e in np.unique(ends)}
+    ends = table.column(WINDOW_END).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    if (np.diff(order) != 1).any():
+        table, ends = table.take(pa.array(order)), ends[order]
+    unique, starts = np.unique(ends, return_index=True)
+    stops = np.append(starts[1:], len(ends))
+    return {int(e): table.slice(int(a), int(b - a)) for e, a, b in zip(unique, starts, stops, strict=True)}
 
 
 def _state(chunks: list[pa.Table], fired: bool, spec: WindowSpec) -> pa.Table | None:
@@ -147,33 +153,76 @@ def advance_segments(
     if not bucketed(spec):
         raise ValueError("advance_segments() takes tumbling or sliding windows without callbacks")
     new = _by_end(partials)
+    empty = partials.slice(0, 0)
     stored = np.asarray(segments.buckets(), dtype=np.int64)
-    firing = stored[le_bound(stored, wm_out) & ~le_bound(stored, wm_in)]
+    ends = np.union1d(np.fromiter(new, np.int64, len(new)),
+                      stored[le_bound(stored, wm_out) & ~le_bound(stored, wm_in)])
+    ended_in, ended_out = le_bound(ends, wm_in), le_bound(ends, wm_out)
+    firing = ended_out & ~ended_in  # every window of the bucket emits final
+    touched = firing | ended_in | (spec.emit == "update")  # buckets advance() must see
     results: list[pa.Table] = []
-    for end in sorted(set(new) | {int(b) for b in firing}):
-        p = new.get(end, partials.slice(0, 0))
-        ended_in = bool(le_bound(np.asarray([end], np.int64), wm_in)[0])
-        ended_out = bool(le_bound(np.asarray([end], np.int64), wm_out)[0])
-        if ended_out and not ended_in:  # every window of the bucket emits final, slice by slice
+    batch: list[tuple[int, bool]] = []
+    batch_rows = 0
+    for end, fires in zip(ends[touched].tolist(), firing[touched].tolist(), strict=True):
+        rows = segments.rows(end)
+        if fires and rows > slice_rows:  # a big bucket alone, slice by slice
             kept_parts = []
-            for chunks, part in _slices(list(segments.read(end)), p, spec.key, slice_rows):
+            for chunks, part in _slices(list(segments.read(end)), new.get(end, empty), spec.key, slice_rows):
                 kept, out = advance(_state(chunks, False, spec), part, wm_in, wm_out, spec)
                 kept_parts.append(kept)
                 results.append(out)
             segments.replace(end, kept_parts)
             continue
-        if ended_in or spec.emit == "update":  # update / early rows of the touched windows
-            keys = pc.unique(p.column(spec.key))
-            touched = [c.filter(pc.is_in(c.column(spec.key), value_set=keys)) for c in segments.read(end)]
-            results.append(advance(_state(touched, ended_in, spec), p, wm_in, wm_out, spec)[1])
-        segments.append(end, compact([p], spec))
-    for end in segments.buckets():
-        if closed_by(np.asarray([end], np.int64), wm_out, spec)[0]:
-            segments.drop(end)
+        if batch and batch_rows + rows > slice_rows:
+            results.append(_advance_batch(segments, batch, new, empty, wm_in, wm_out, spec))
+            batch, batch_rows = [], 0
+        batch.append((end, fires))
+        batch_rows += rows
+    if batch:
+        results.append(_advance_batch(segments, batch, new, empty, wm_in, wm_out, spec))
+    staying = [new[e] for e in ends[~firing].tolist()]  # partials of buckets that stay open
+    if staying:
+        for end, chunk in _by_end(compact(staying, spec)).items():
+            segments.append(end, chunk)
+    buckets = np.asarray(segments.buckets(), dtype=np.int64)
+    for end in buckets[closed_by(buckets, wm_out, spec)].tolist():
+        segments.drop(end)
     if not results:
-        return advance(None, partials.slice(0, 0), wm_in, wm_out, spec)[1]
+        return advance(None, empty, wm_in, wm_out, spec)[1]
     order = [(c, "ascending") for c in (spec.key, "window_start", "window_end")]
     return pa.concat_tables(results).sort_by(order)
+
+
+def _advance_batch(
+    segments: Segments, batch: list[tuple[int, bool]], new: dict[int, pa.Table], empty: pa.Table,
+    wm_in: int, wm_out: int, spec: WindowSpec,
+) -> pa.Table:
+    """One :func:`advance` over several buckets; the results. Firing buckets are rewritten.
+
+    A firing bucket brings all its stored rows; another (late ``update`` rows, or ``early``
+    rows) only the rows of the keys its new partials touch. A window has fired exactly when
+    its end is at or before ``wm_in`` (module docstring), so ``__fired`` follows from the end.
+    """
+    chunks: list[pa.Table] = []
+    for end, fires in batch:
+        if fires:
+            chunks.extend(segments.read(end))
+        elif end in new:
+            keys = pc.unique(new[end].column(spec.key))
+            chunks.extend(c.filter(pc.is_in(c.column(spec.key), value_set=keys)) for c in segments.read(end))
+    chunks = [c for c in chunks if c.num_rows]
+    state = None
+    if chunks:
+        state = compact(chunks, spec)
+        fired = le_bound(state.column(WINDOW_END).to_numpy(), wm_in)
+        state = state.set_column(state.schema.get_field_index(FIRED), FIRED, pa.array(fired))
+    parts = [new[end] for end, _ in batch if end in new]
+    kept, out = advance(state, pa.concat_tables(parts) if parts else empty, wm_in, wm_out, spec)
+    kept_by_end = _by_end(kept)
+    for end, fires in batch:
+        if fires:
+            segments.replace(end, kept_by_end.get(end))
+    return out
 
 
 def hold(segments: Segments, wm_out: int, spec: WindowSpec) -> int | None:
