@@ -1,8 +1,10 @@
 """Branching flows: one source feeding a sink, a filter and a window, compiled into one query.
 
 The oracle is DuckDB over the same CSV lines (the well-formed ones); dead letters and the
-source's event count must come out once, not once per branch, and Spark must scan the
-source once per epoch although four branches read it. Events are in event-time order,
+source's event count must come out once, not once per branch. A source that can replay an
+epoch (files) is scanned once per branch; one that cannot (here: the file source without
+its ``"replay"`` capability, as HTTP ingest and Redis Streams) is scanned once per epoch
+although four branches read it. Events are in event-time order,
 so no window result is late and each window's result is the plain GROUP BY.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import duckdb
 import pandas as pd
@@ -20,6 +24,8 @@ import pytest
 import wire
 from wire.compiler.plan_compiler import chain_of, outputs_of
 from wire.runtime.checkpoint import list_epochs, source_count
+from wire.sources.base import ALL_CAPABILITIES, Capability
+from wire.sources.file_source import FileSource
 
 pytestmark = pytest.mark.spark
 
@@ -48,9 +54,19 @@ def ms(col: pd.Series) -> pd.Series:
     return (pd.to_datetime(col, utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
 
 
-def build(glob: str, out) -> wire.Flow:
+@dataclass(frozen=True)
+class FilesReadOnce(FileSource):
+    """The file source as a source that cannot replay an epoch (no ``"replay"`` capability)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES
+
+
+def build(glob: str, out, *, replay: bool = True) -> wire.Flow:
     flow = wire.Flow("branches")
-    events = flow.source(wire.sources.files(glob, format="csv", schema=SCHEMA), event_time="ts",
+    files = wire.sources.files(glob, format="csv", schema=SCHEMA)
+    if not replay:
+        files = FilesReadOnce(**{f.name: getattr(files, f.name) for f in fields(files)})
+    events = flow.source(files, event_time="ts",
                          key="user", watermark=wire.BoundedOutOfOrderness(0), max_events_per_epoch=150,
                          name="events")
     events.sink(wire.sinks.parquet(out / "raw"), name="raw")
@@ -71,16 +87,17 @@ def test_outputs_of_names_the_branches(tmp_path):
     assert others == [("events", True), ("big", True), ("windows", True)]
 
 
-def test_branching_flow_equals_duckdb(spark, tmp_path):
+@pytest.mark.parametrize("replay", [True, False])
+def test_branching_flow_equals_duckdb(spark, tmp_path, replay):
     glob, df = write_input(tmp_path)
     out = tmp_path / "out"
-    summary = build(glob, out).run(str(tmp_path / "ck"), spark=spark)
+    summary = build(glob, out, replay=replay).run(str(tmp_path / "ck"), spark=spark)
     check_outputs(out, df)
     assert summary.input_events == len(df)
     assert summary.total("malformed") == len(BAD)
     # window results are counted in every branch, not only the main one
     assert summary.emitted["final"] == len(parquet(out / "windows")) + len(parquet(out / "big_windows"))
-    assert summary.source_scans == 1  # four branches, one scan per epoch
+    assert summary.source_scans == (4 if replay else 1)  # four branches: a scan each, or one shared
 
 
 def test_each_epoch_reads_the_source_once(spark, tmp_path):
@@ -90,7 +107,7 @@ def test_each_epoch_reads_the_source_once(spark, tmp_path):
     source scanned once per branch (4), Spark would count at least 4x the lines.
     """
     glob, df = write_input(tmp_path)
-    flow = build(glob, tmp_path / "out")
+    flow = build(glob, tmp_path / "out", replay=False)
     running = flow.start(str(tmp_path / "ck"), spark=spark)
     running.query.awaitTermination()
     progress = [p for p in running.query.recentProgress if p["numInputRows"]]

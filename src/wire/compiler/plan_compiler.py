@@ -297,8 +297,8 @@ def _compile(
             # watermark rows travel on the source's channel
             df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step))
                                .otherwise(F.col(PORT)))
-            if reads[node.step] > 1:  # several branches: one scan, shared (branches.read_once)
-                df = read_once(df, node.step)
+            if reads[node.step] > 1 and not can(node.connector, "replay"):
+                df = read_once(df, node.step)  # several branches, one scan (branches.read_once)
             done[node.step] = _Compiled(df, node.key, (node.step,), True)
             bounded = bounded and ends
             continue

@@ -32,6 +32,12 @@ computing event times and routing malformed records exactly as with every column
 compiler sets ``columns`` only for such sources, and only to the columns the flow reads
 (:mod:`wire.compiler.pruning`), always with the event-time and key columns.
 
+A source with the ``"replay"`` capability can read an epoch's planned records again,
+cheaply and identically, within the same epoch (files, Kafka, the Nexmark generator, the
+scripted test stream): a flow that branches on it scans it once per branch, each scan
+reading the same records. A source without it (HTTP ingest, Redis Streams) is scanned
+once, behind a shuffle every branch shares (:func:`wire.compiler.branches.read_once`).
+
 A source with the ``"resume"`` capability can start on a new Spark checkpoint where an
 old one stopped (:func:`resumable`, after a rescale); the compiler refuses a rescale of
 a flow with a source without it.
@@ -64,7 +70,7 @@ from wire.core.watermarks import check_max_future, future_limit, future_reason
 from wire.errors import ConfigError
 from wire.sources.conversions import array_from_values, event_times_ms
 
-Capability = Literal["columns", "target_epoch_ms", "resume"]
+Capability = Literal["columns", "target_epoch_ms", "resume", "replay"]
 """An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
 
 Offset: TypeAlias = dict[str, Any]
@@ -138,6 +144,7 @@ def can(source: object, capability: Capability) -> bool:
 
 
 ALL_CAPABILITIES: frozenset[Capability] = frozenset({"columns", "target_epoch_ms", "resume"})
+"""What a :class:`BindingSource` honours by default (not ``"replay"``: a connector claims it)."""
 
 
 def schema_to_b64(schema: pa.Schema) -> str:

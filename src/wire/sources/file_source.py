@@ -37,9 +37,11 @@ import pyarrow as pa
 from wire.core.time import NO_WATERMARK, Duration, to_millis
 from wire.errors import ConfigError, WireError
 from wire.sources.base import (
+    ALL_CAPABILITIES,
     Binding,
     BindingDataSource,
     BindingSource,
+    Capability,
     schema_from_b64,
     schema_to_b64,
     spark_row_schema,
@@ -80,6 +82,8 @@ class FileSource(BindingSource):
     Build it with :func:`files`. Immutable; part of a flow plan. Durations are held in
     ms (``idle_timeout``: None = partitions never go idle); ``max_field_bytes`` in bytes.
     """
+
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES | {"replay"}
 
     path: str
     format: str

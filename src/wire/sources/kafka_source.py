@@ -19,9 +19,11 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
+    ALL_CAPABILITIES,
     Binding,
     BindingDataSource,
     BindingSource,
+    Capability,
     SchemaDataclassDict,
     schema_from_b64,
 )
@@ -54,6 +56,8 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     value's payload columns (one ``value`` column for the ``string`` and ``bytes``
     formats); ``config`` the client settings as sorted ``(name, value)`` pairs.
     """
+
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES | {"replay"}
 
     bootstrap_servers: str
     topics: tuple[str, ...] | None

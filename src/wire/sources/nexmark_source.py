@@ -340,7 +340,8 @@ class NexmarkSource:
     one final epoch carries :data:`wire.core.envelope.MAX_WATERMARK`.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "target_epoch_ms", "resume"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {"columns", "target_epoch_ms", "resume", "replay"})
 
     events: int
     first_event_rate: int = 10_000

@@ -54,7 +54,7 @@ class TestStreamSource:
     """
 
     __test__ = False  # not a pytest test class
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "resume"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "resume", "replay"})
 
     schema: pa.Schema
     steps: tuple[tuple[bytes | None, int], ...]
