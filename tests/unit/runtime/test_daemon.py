@@ -1,14 +1,20 @@
-"""The worker daemon's preload: every connector whose extra is installed, never the HTTP servers."""
+"""The worker daemon: what it imports before forking, and where pyspark is imported from."""
 
 from __future__ import annotations
 
+import os
+
 from wire.errors import EXTRAS
+from wire.runtime.daemon import drop_spark_zips
 
 EXTRA_MODULES = sorted({m for modules in EXTRAS.values() for m in modules})
 WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source", "wire.sinks.file_sinks",
            "wire.sinks.postgres_sink", "wire.sinks.delta_sink", "wire.sources.http_source",
            "wire.sources.http_server", "wire.sources.redis_source", "wire.sinks.redis_sink", "wire.control",
-           "wire.runtime.dataplane", "wire.compiler.window_stage"]
+           "wire.sources.kafka_source", "wire.runtime.dataplane", "wire.compiler.window_stage",
+           "wire.runtime.runner", "wire.api.flow"]
+CORE = ["wire.sources.file_source", "wire.sinks.file_sinks", "wire.runtime.dataplane",
+        "wire.compiler.window_stage"]
 
 
 def preloaded(run_python, missing: tuple[str, ...] = ()) -> list[str]:
@@ -19,21 +25,46 @@ def preloaded(run_python, missing: tuple[str, ...] = ()) -> list[str]:
     """, missing=missing)
 
 
-def test_preload_loads_the_connectors_but_not_the_http_servers(run_python):
+def test_preload_loads_the_stages_and_file_connectors_but_no_extra_and_no_driver_module(run_python):
     loaded = preloaded(run_python)
-    for module in ("wire.sources.file_source", "wire.sinks.file_sinks", "wire.sinks.postgres_sink",
-                   "wire.sinks.delta_sink", "wire.sources.http_source", "wire.sources.redis_source",
-                   "wire.sinks.redis_sink", "wire.runtime.dataplane", "wire.compiler.window_stage", "psycopg",
-                   "deltalake"):
+    for module in CORE:
         assert module in loaded
-    for module in ("fastapi", "uvicorn", "starlette", "prometheus_client", "wire.control",
-                   "wire.sources.http_server"):
+    for module in [*EXTRA_MODULES, "starlette", "wire.control", "wire.sources.http_server",
+                   "wire.sinks.postgres_sink", "wire.sinks.delta_sink", "wire.sources.redis_source",
+                   "wire.sources.kafka_source", "wire.runtime.runner", "wire.api.flow"]:
         assert module not in loaded
 
 
 def test_preload_succeeds_without_any_extra(run_python):
     loaded = preloaded(run_python, tuple(EXTRA_MODULES))
-    for module in ("wire.sources.file_source", "wire.sinks.file_sinks", "wire.sources.http_source",
-                   "wire.sources.redis_source", "wire.runtime.dataplane", "wire.compiler.window_stage"):
+    for module in CORE:
         assert module in loaded
-    assert "wire.sinks.postgres_sink" not in loaded and "wire.sinks.delta_sink" not in loaded
+
+
+def test_spark_zips_inside_an_installed_pyspark_are_dropped(tmp_path):
+    site = tmp_path / "site-packages"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    for package in ("pyspark", "py4j"):
+        (site / package).mkdir(exist_ok=True)
+        (site / package / "__init__.py").write_text("")
+    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
+    other = str(tmp_path / "elsewhere.zip")
+    assert drop_spark_zips([*zips, other, str(site)]) == [other, str(site)]
+
+
+def test_spark_zips_stay_when_pyspark_is_not_installed_beside_them(tmp_path):
+    """A Spark distribution's zips (a cluster's SPARK_HOME) keep their place."""
+    home = tmp_path / "spark" / "python" / "lib"
+    home.mkdir(parents=True)
+    zips = [str(home / "pyspark.zip"), str(home / "py4j-0.10.9.9-src.zip")]
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    assert drop_spark_zips([*zips, str(site)]) == [*zips, str(site)]
+    # pip-installed layout but py4j missing from the site directory: only pyspark.zip goes
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    inside = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
+    assert drop_spark_zips([*inside, str(site)]) == [inside[1], str(site)]
+    assert os.path.isdir(site)
