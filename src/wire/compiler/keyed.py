@@ -46,6 +46,7 @@ from wire.core.envelope import (
     side_batch,
 )
 from wire.core.time import NO_WATERMARK
+from wire.state.packed_chunks import PackedChunks
 
 OPERATOR_STATE = StructType(
     [
@@ -359,7 +360,8 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables (called by Spark once per task)."""
         self.state = handle.getValueState("operator", OPERATOR_STATE)
-        self.chunks = MapStateChunks(handle.getMapState("segments", SEGMENT_KEY, SEGMENT_VALUE))
+        self.raw_chunks = MapStateChunks(handle.getMapState("segments", SEGMENT_KEY, SEGMENT_VALUE))
+        self.chunks = PackedChunks(self.raw_chunks)
 
     def handleInputRows(
         self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timerValues: object
@@ -372,6 +374,7 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
         wm_in = op.wm_in
         new_in = op.advance_input(group.marks, self.channels)
         frame = self.process(int(key[0]), group, op, wm_in, new_in)
+        self.chunks.flush()
         self.state.update(op.dump())
         yield frame
 
@@ -388,8 +391,8 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
             if int(row.seed_kind) == SEED_OPERATOR:
                 self.state.update((int(row.wm_in), int(row.wm_out), str(row.channels), bytes(row.tables)))
             else:
-                self.chunks.state.updateValue((int(row.bucket), int(row.chunk)),  # type: ignore[attr-defined]
-                                              (bytes(row.rows),))
+                self.raw_chunks.state.updateValue(  # type: ignore[attr-defined]
+                    (int(row.bucket), int(row.chunk)), (bytes(row.rows),))
 
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int

@@ -88,6 +88,7 @@ from wire.core.time import NO_WATERMARK
 from wire.errors import CheckpointError
 from wire.plan.nodes import Plan, SourceNode
 from wire.runtime.checkpoint import log_batches, read_spark_log
+from wire.state.packed_chunks import PACK, unpack
 from wire.state.rekey import INDEX_TABLE, GroupState, merge_channels, rekey
 from wire.state.segments import INDEX_SCHEMA
 
@@ -218,7 +219,11 @@ def _read_groups(
     ).toArrow()
     for kg, b, c, rows in zip(*(chunks.column(n).to_pylist() for n in ("kg", "bucket", "chunk", "rows")),
                               strict=True):
-        groups.setdefault(int(kg), GroupState()).chunks[(int(b), int(c))] = decode_table(rows)
+        held = groups.setdefault(int(kg), GroupState()).chunks
+        if (int(b), int(c)) == PACK:  # the key group's small chunks, kept together
+            held.update(unpack(decode_table(rows)))
+        else:
+            held[(int(b), int(c))] = decode_table(rows)
     return groups
 
 
