@@ -85,7 +85,34 @@ def spark_session(
         builder = builder.config(k, v)
     spark = builder.getOrCreate() if log_file is None else _with_stderr_to(log_file, builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
+    skip_data_source_lookup(spark)
     return spark
+
+
+def skip_data_source_lookup(spark: SparkSession) -> bool:
+    """Tell Spark that no installed package declares a Python data source; True if it took.
+
+    The first time a session resolves a data source, Spark starts a Python process that
+    imports pyspark and scans the installed packages for Python data sources to register
+    by name (``pyspark.sql.worker.lookup_data_sources``): 1.5 s on the critical path of
+    a flow's start on the 2-core development machine. Wire registers its own sources by
+    name (``spark.dataSource.register``), so in a session Wire creates the lookup is set
+    to "none found" (``DataSourceManager.dataSourceBuilders``, a public setter of Spark's
+    JVM object), unless it already ran. A third-party Python data source is then used by
+    registering it, not by its entry point. Any failure leaves Spark's lookup as it is.
+    """
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        forname = jvm.java.lang.Class.forName
+        manager = forname("org.apache.spark.sql.execution.datasources.DataSourceManager$").getField(
+            "MODULE$").get(None)
+        if manager.dataSourceBuilders().isEmpty():
+            empty = forname("scala.collection.immutable.Map$").getField("MODULE$").get(None).empty()
+            getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
+        return True
+    except Exception:
+        return False
 
 
 def local_spark_home(cache: str | None = None) -> str | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -210,8 +210,9 @@ class KafkaBatch:
 
     def records(self) -> list[KafkaRecord]:
         """The records one by one (tests, small batches)."""
-        return [KafkaRecord(int(o), k, v, self.timestamp(i))
-                for i, (o, k, v) in enumerate(zip(self.offsets.tolist(), self.keys, self.values, strict=True))]
+        offsets = self.offsets.tolist()
+        return [KafkaRecord(o, k, v, self.timestamp(i))
+                for i, (o, k, v) in enumerate(zip(offsets, self.keys, self.values, strict=True))]
 
 
 def _one_line_objects(values: Sequence[bytes]) -> bytes | None:
@@ -230,7 +231,7 @@ def _one_line_objects(values: Sequence[bytes]) -> bytes | None:
 
 
 def _json_fast(values: Sequence[bytes], payload_schema: pa.Schema) -> pa.Table | None:
-    """``values`` (no None) parsed at once by Arrow's JSON reader; None when they do not all fit (:func:`json_table`)."""
+    """``values`` (none null) parsed at once by Arrow's JSON reader; None unless all fit."""
     from pyarrow import json as pa_json
 
     data = _one_line_objects(values)
@@ -281,7 +282,9 @@ def _objects_payload(
     return columns
 
 
-def _json_rows(values: Sequence[bytes | None], payload_schema: pa.Schema, bad: dict[int, str]) -> list[pa.Array]:
+def _json_rows(
+    values: Sequence[bytes | None], payload_schema: pa.Schema, bad: dict[int, str]
+) -> list[pa.Array]:
     """JSON values parsed one by one: the payload columns, a reason in ``bad`` per rejected record."""
     rows: list[object | None] = [None] * len(values)
     for i, v in enumerate(values):
@@ -318,7 +321,7 @@ def _json_values(values: Sequence[bytes], payload_schema: pa.Schema, bad: dict[i
 def _json_payload(
     values: Sequence[bytes | None], payload_schema: pa.Schema, bad: dict[int, str], vectorized: bool
 ) -> list[pa.Array]:
-    """The payload columns of JSON values; tombstones and the records that do not fit get a reason in ``bad``."""
+    """The payload columns of JSON values; tombstones and records that do not fit get a reason in ``bad``."""
     if not vectorized or not all(_plain_type(f.type) for f in payload_schema) or not values:
         return _json_rows(values, payload_schema, bad)
     if None not in values:
@@ -328,7 +331,7 @@ def _json_payload(
     for i in np.flatnonzero(~present):
         bad[int(i)] = "null value (tombstone)"
     found: dict[int, str] = {}
-    columns = _json_values([values[i] for i in kept.tolist()], payload_schema, found)  # type: ignore[misc]
+    columns = _json_values([values[i] for i in kept.tolist()], payload_schema, found)
     bad.update((int(kept[j]), reason) for j, reason in found.items())
     row_of = np.full(len(values), -1, np.int64)
     row_of[kept] = np.arange(len(kept))
@@ -430,8 +433,8 @@ def decode_batch(
     if key_format == "string" or wanted is None or "kafka_key" in wanted:
         keys = pa.array(batch.keys, pa.binary())
         out["kafka_key"] = keys if key_format == "bytes" else _text_keys(batch.keys, keys, bad, vectorized)
-    make = {
-        "kafka_topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+    make: dict[str, Callable[[], pa.Array]] = {
+        "kafka_topic": lambda: pa.array([topic] * n, pa.string()),
         "kafka_partition": lambda: pa.array(np.full(n, partition, np.int32)),
         "kafka_offset": lambda: pa.array(batch.offsets, pa.int64()),
         TIMESTAMP_COLUMN: lambda: _timestamps(batch),
@@ -473,6 +476,6 @@ def decode_records(
     vectorized: bool = True,
 ) -> Decoded:
     """:func:`decode_batch` of records given one by one (every column)."""
-    return decode_batch(KafkaBatch.of(records), topic=topic, partition=partition, value_format=value_format,
-                        key_format=key_format, payload_schema=payload_schema, event_time=event_time, avro=avro,
-                        vectorized=vectorized)
+    return decode_batch(KafkaBatch.of(records), topic=topic, partition=partition,
+                        value_format=value_format, key_format=key_format, payload_schema=payload_schema,
+                        event_time=event_time, avro=avro, vectorized=vectorized)
