@@ -330,7 +330,21 @@ def output_frame(
         )
     )
     batches.append(side_batch(out, METRICS_PORT, metrics_table(step, stats)))
-    return pa.Table.from_batches(batches, schema=out).to_pandas(integer_object_nulls=True)
+    return pa.Table.from_batches(batches, schema=out).to_pandas(types_mapper=_nullable_ints)
+
+
+_NULLABLE_INTS = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                  pa.int64(): pd.Int64Dtype()}
+
+
+def _nullable_ints(t: pa.DataType) -> pd.api.extensions.ExtensionDtype | None:
+    """Integer columns become pandas' nullable integers (``Int64``): exact with nulls.
+
+    A numpy column would be float64 (inexact near ±2**63) or, with ``integer_object_nulls``,
+    one Python object per value that PySpark converted back one by one. A nullable column
+    is two numpy arrays, and PySpark hands it to Arrow through ``__arrow_array__``.
+    """
+    return _NULLABLE_INTS.get(t)
 
 
 class Stage(Protocol):
