@@ -21,8 +21,12 @@ results of both designs are checked against pandas. Figures: wall time from ``fl
 its return (the SparkSession is shared and started before), and the median epoch from the
 second on (``RunSummary.epoch_wall_seconds``).
 
+With ``--fresh`` each run is a new process (its own SparkSession: start-up included, as a
+user waits); without it one session serves every run, so the first run of a design pays
+the session's warm-up and later ones do not (rounds rotate the order).
+
 Usage: .venv/bin/python bench/ingest_designs.py [--input flights|synth] [--rounds 2]
-       [--designs python,jvm,plain] [--synth-events N]
+       [--designs python,jvm,plain] [--synth-events N] [--fresh]
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).parent))
 
 HOUR = 3_600_000
+JVM_SCHEMA = "ts LONG, origin STRING, dep_delay DOUBLE, __kind INT, __wm LONG, __seq LONG"
 
 
 def flights_frame() -> tuple[pd.DataFrame, int, int]:
@@ -112,7 +117,7 @@ class JvmCsvPrototype:
 
         from wire.core import envelope as E
 
-        df = (spark.readStream.schema("ts LONG, origin STRING, dep_delay DOUBLE, __kind INT, __wm LONG, __seq LONG")
+        df = (spark.readStream.schema(JVM_SCHEMA)
               .option("header", True).option("maxFilesPerTrigger", 1).csv(self.directory))
         return df.select(
             "ts", "origin", "dep_delay",
@@ -145,7 +150,7 @@ def wire_flow(source, delay: int, per_file: int, out: Path):
 def run_plain(spark, directory: Path, delay: int, out: Path) -> tuple[float, list[float]]:
     from pyspark.sql import functions as F
 
-    df = (spark.readStream.schema("ts LONG, origin STRING, dep_delay DOUBLE, __kind INT, __wm LONG, __seq LONG")
+    df = (spark.readStream.schema(JVM_SCHEMA)
           .option("header", True).option("maxFilesPerTrigger", 1).csv(str(directory)))
     # the watermark lines (ts null) stand in for an end marker: the last one is far ahead
     df = df.withColumn("t", F.timestamp_millis(F.coalesce("ts", F.lit(4_000_000_000_000))))
@@ -192,17 +197,27 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--designs", default="python,jvm,plain")
     p.add_argument("--synth-events", type=int, default=2_000_000)
+    p.add_argument("--fresh", action="store_true", help="each run in a new process")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one design here
+    p.add_argument("--root", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.fresh:
+        fresh(a)
+        return
     import wire
 
     df, delay, per_file = flights_frame() if a.input == "flights" else synth_frame(a.synth_events)
-    root = Path(tempfile.mkdtemp(prefix="wire-ingest-"))
-    plain_dir, jvm_dir = write_inputs(df, delay, per_file, root / "in")
+    root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="wire-ingest-"))
+    if not (root / "in").exists():
+        write_inputs(df, delay, per_file, root / "in")
+    plain_dir, jvm_dir = root / "in" / "csv", root / "in" / "csv_wm"
     want = oracle(df)
     schema = pa.schema([("ts", pa.int64()), ("origin", pa.string()), ("dep_delay", pa.float64())])
     spark = wire.spark("local[2]")
     print(f"input {a.input}: {len(df):,} events, {per_file:,} per epoch; load {os.getloadavg()[0]:.2f}")
     rows: dict[str, list[tuple[float, float]]] = {}
+    if a.one:
+        a.rounds, a.designs = 1, a.one
     for r in range(a.rounds):
         designs = a.designs.split(",")
         for design in designs[r % len(designs):] + designs[:r % len(designs)]:  # rotate the order
@@ -221,13 +236,40 @@ def main() -> None:
             steady = statistics.median(epochs[1:]) if len(epochs) > 1 else float("nan")
             rows.setdefault(design, []).append((wall, steady))
             print(f"round {r} {design:6s} wall {wall:6.1f} s  epochs {len(epochs)}  "
-                  f"steady epoch {steady * 1000:6.0f} ms  {verdict}  load {os.getloadavg()[0]:.2f}", flush=True)
+                  f"steady epoch {steady * 1000:6.0f} ms  {verdict}  load {os.getloadavg()[0]:.2f}",
+                  flush=True)
             shutil.rmtree(out, ignore_errors=True)
     print("\n| design | wall s (median) | steady epoch ms (median) |\n|---|---:|---:|")
     for design, v in rows.items():
         print(f"| {design} | {statistics.median(w for w, _ in v):.1f} | "
               f"{statistics.median(s for _, s in v) * 1000:.0f} |")
     spark.stop()
+    if not a.root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh(a: argparse.Namespace) -> None:
+    """Each design, round after round, in its own process; wall time of the whole process."""
+    import subprocess
+
+    root = Path(tempfile.mkdtemp(prefix="wire-ingest-"))
+    designs = a.designs.split(",")
+    walls: dict[str, list[float]] = {d: [] for d in designs}
+    print(f"fresh processes; input {a.input}; load {os.getloadavg()[0]:.2f}")
+    for r in range(a.rounds):
+        for design in designs[r % len(designs):] + designs[:r % len(designs)]:
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, __file__, "--input", a.input, "--synth-events",
+                                  str(a.synth_events), "--one", design, "--root", str(root)],
+                                 capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            line = [x for x in out.stdout.splitlines() if x.startswith("round")]
+            walls[design].append(wall)
+            detail = line[0] if line else out.stderr[-300:]
+            print(f"round {r} {design:6s} process wall {wall:6.1f} s | {detail}", flush=True)
+    print("\n| design | process wall s (median) |\n|---|---:|")
+    for d, v in walls.items():
+        print(f"| {d} | {statistics.median(v):.1f} |")
     shutil.rmtree(root, ignore_errors=True)
 
 
