@@ -5,8 +5,10 @@ other (Wire first, then plain PySpark), over the same events: ``--events`` Nexma
 (10,000 events/s of event time, up to 1 s out of order), epochs of ``--epoch-size`` events
 and a 5 s watermark delay.
 
-* Wire reads the events from its ``nexmark`` generator source, so its figures include the
-  generation of the events (inside the Spark source tasks). The flow is
+* Wire reads the same Parquet files as plain PySpark (``wire.sources.files``, one file per
+  epoch; its bounded source ends with a maximal watermark, so it reads no end marker);
+  with ``--wire-source generator`` it reads its ``nexmark`` generator source instead, and
+  its figures include generating the events inside the Spark source tasks. The flow is
   ``wire.examples.nexmark_queries.build(...)``, started with ``flow.start(...)``; it
   writes to ``wire.sinks.parquet``.
 * Plain PySpark reads the same events, generated once beforehand and written to Parquet,
@@ -102,7 +104,7 @@ def write_input(n: int, epoch: int) -> Path:
     marker = {f.name: pa.array([-1 if pa.types.is_integer(f.type) else None], f.type) for f in SCHEMA}
     marker["kind"] = pa.array(["end"], pa.string())
     marker["date_time"] = pa.array([last + END_MARKER_AFTER_MS], pa.int64())
-    pq.write_table(pa.Table.from_pydict(marker, schema=SCHEMA), d / f"part-{k + 1:06d}.parquet")
+    pq.write_table(pa.Table.from_pydict(marker, schema=SCHEMA), d / "zz-end-marker.parquet")
     return d
 
 
@@ -247,19 +249,30 @@ class Result:
         return pct([ms / 1000 for ms in self.epoch_ms], q)
 
 
-def source_rows(progress: dict[str, Any]) -> int:
-    """Input rows of the query's first source in one progress (one pass over the input)."""
+def source_rows(progress: dict[str, Any], scans: int = 1) -> int:
+    """Input rows of the query's first source in one progress (one pass over the input).
+
+    ``scans``: how many times an epoch scans that source. Spark reports one entry per
+    source however many branches scan it, with the rows of every scan added up: Wire
+    scans a source that can replay once per branch (q3 and q4 join two branches of one
+    source), so its rows are divided by its scans.
+    """
     sources = progress.get("sources") or []
-    return int(sources[0]["numInputRows"]) if sources else int(progress["numInputRows"])
+    rows = int(sources[0]["numInputRows"]) if sources else int(progress["numInputRows"])
+    return rows // max(1, scans)
 
 
-def fill_from_progress(r: Result, progress: list[dict[str, Any]], epoch: int) -> None:
+def fill_from_progress(r: Result, progress: list[dict[str, Any]], epoch: int, scans: int = 1) -> None:
     """Steady epochs: all but the first one and the tiny ones (fewer than TINY x epoch rows)."""
     batches = [p for p in progress if "triggerExecution" in p.get("durationMs", {})]
+
+    def rows(p: dict[str, Any]) -> int:
+        return source_rows(p, scans)
+
     r.epochs = len(batches)
-    r.input_rows = sum(source_rows(p) for p in batches)
-    steady = [p for p in batches[1:] if source_rows(p) >= TINY * epoch]
-    r.steady_rows = sum(source_rows(p) for p in steady)
+    r.input_rows = sum(rows(p) for p in batches)
+    steady = [p for p in batches[1:] if rows(p) >= TINY * epoch]
+    r.steady_rows = sum(rows(p) for p in steady)
     r.epoch_ms = [float(p["durationMs"]["triggerExecution"]) for p in steady]
     r.steady_ms = sum(r.epoch_ms)
 
@@ -301,7 +314,10 @@ def count_rows(d: Path) -> int:
     return ds.dataset(str(d), format="parquet").count_rows()
 
 
-def run_wire(spark: SparkSession, query: str, n: int, epoch: int) -> Result:
+def run_wire(spark: SparkSession, query: str, n: int, epoch: int, src: Path | None = None) -> Result:
+    """Wire's run of ``query``: over the Parquet files in ``src`` (the plain engine's input, without
+    its end marker: Wire's bounded file source ends with a maximal watermark), or, when ``src`` is
+    None, over its generator source (the events made inside the source tasks)."""
     out = OUT / f"wire_{query}"
     shutil.rmtree(out, ignore_errors=True)
     r = Result()
@@ -309,15 +325,16 @@ def run_wire(spark: SparkSession, query: str, n: int, epoch: int) -> Result:
     t0 = time.perf_counter()
     with PeakRss() as mem:
         try:
+            files = None if src is None else wire.sources.files(str(src / "part-*.parquet"), format="parquet")
             flow = nexmark_queries.build(
                 query, wire.sinks.parquet(out / "out"), events=n, first_event_rate=RATE,
-                out_of_order_ms=DISORDER_MS, max_delay="5s", max_events_per_epoch=epoch)
+                out_of_order_ms=DISORDER_MS, max_delay="5s", max_events_per_epoch=epoch, connector=files)
             running = flow.start(checkpoint=str(out / "ck"), spark=spark)
             summary = running.await_termination()
             expected = n  # one source, also for the join queries (a branching flow)
             if summary.input_events != expected:
                 print(f"note: Wire {query} read {summary.input_events:,} events, not {expected:,}")
-            fill_from_progress(r, running.query.recentProgress, epoch)
+            fill_from_progress(r, running.query.recentProgress, epoch, running.source_scans or 1)
         except Exception as e:  # report and go on with the next query
             r.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     r.wall_s = time.perf_counter() - t0
@@ -420,9 +437,10 @@ How each figure is measured (both engines in the same SparkSession, `{master}`, 
   the input rows of the steady epochs / the sum of their `durationMs.triggerExecution`. Steady
   epochs exclude the first epoch (Python worker start-up, first compilation) and the tiny
   epochs at the end (Wire's final watermark-only epoch; plain PySpark's end-marker file and its
-  no-data epoch). Wire's figure **includes generating the events** (its `nexmark` source makes
-  them inside the Spark tasks); plain PySpark reads the same events pre-generated to Parquet
-  (one file per epoch, `maxFilesPerTrigger=1`, `availableNow`). Both write Parquet (Wire:
+  no-data epoch). Both read the same events pre-generated to Parquet, one file per epoch
+  (Wire: `wire.sources.files`, `max_events_per_epoch` = the file size; plain:
+  `maxFilesPerTrigger=1`, `availableNow`); with `--wire-source generator` Wire's figure
+  includes generating the events in its source tasks. Both write Parquet (Wire:
   `wire.sinks.parquet`; plain: `foreachBatch` + `batch.write.parquet`).
 - **Wire/plain**: ratio of the two steady rates (above 1x: Wire is faster).
 - **Wire events/s per core**: Wire events/s / {cores} (the cores of `{master}`).
@@ -460,6 +478,9 @@ def main() -> None:
     p.add_argument("--epoch-size", type=int, default=500_000)
     p.add_argument("--queries", default=",".join(ORDER))
     p.add_argument("--out", type=Path, default=Path("bench/results/nexmark.md"))
+    p.add_argument("--wire-source", choices=["files", "generator"], default="files",
+                   help="files: Wire reads the same Parquet files as plain PySpark (default); "
+                        "generator: Wire generates the events in its source tasks")
     args = p.parse_args()
     LOAD_AT_START[0] = os.getloadavg()[0]
     n, epoch = args.events, args.epoch_size
@@ -471,7 +492,10 @@ def main() -> None:
     src = write_input(n, epoch)
     print(f"Nexmark, {n:,} events, epochs of {epoch:,}, {MASTER}; input Parquet written in "
           f"{time.perf_counter() - t0:.1f} s (not counted)")
-    print("Wire's events/s include generating the events; plain PySpark reads them from Parquet")
+    if args.wire_source == "generator":
+        print("Wire's events/s include generating the events; plain PySpark reads them from Parquet")
+    else:
+        print("Both engines read the same Parquet files, one per epoch")
     widths = [5, 12, 12, 7, 11, 9, 13, 13, 13, 13, 21]
     print("  ".join(h[:w].rjust(w) for h, w in zip(
         ["query", "wire ev/s", "plain ev/s", "ratio", "wire/core", "flink/c", "wire p50/99",
@@ -488,7 +512,7 @@ def main() -> None:
             print(f"{query}: skipped, no native version in this benchmark", flush=True)
             notes.append(f"{query}: skipped, no native version")
             continue
-        w = run_wire(spark, query, n, epoch)
+        w = run_wire(spark, query, n, epoch, src if args.wire_source == "files" else None)
         s = run_native(spark, query, src, epoch)
         cells = row(query, w, s)
         lines.append(cells)

@@ -186,16 +186,23 @@ TWO_INPUTS = frozenset({"q3", "q4"})
 def build(
     query: str, sink: Any, *, events: int, first_event_rate: int = 10_000, seed: int = 1,
     out_of_order_ms: int = 0, max_delay: Any = "5s", max_events_per_epoch: int = 100_000,
-    late_sink: Any = None, partitions: int = 1,
+    late_sink: Any = None, partitions: int = 1, connector: Any = None,
 ) -> wire.Flow:
-    """A flow running ``query`` over a Nexmark source and writing to ``sink``."""
+    """A flow running ``query`` over a Nexmark source and writing to ``sink``.
+
+    ``connector``: another source of the same events (e.g. ``wire.sources.files`` over the
+    generated events written as Parquet, as ``bench/nexmark.py`` compares engines on the
+    same files); None: the generator with ``events``, ``seed``, ``first_event_rate``,
+    ``out_of_order_ms`` and ``partitions``.
+    """
     if query not in QUERIES:
         raise wire.ConfigError("query", query, f"one of {sorted(QUERIES)}")
     flow = wire.Flow(f"nexmark-{query}")
 
     def source(name: str) -> wire.Stream:
-        gen = nexmark(events=events, first_event_rate=first_event_rate, seed=seed,
-                      out_of_order_ms=out_of_order_ms, partitions=partitions)
+        gen = connector if connector is not None else nexmark(
+            events=events, first_event_rate=first_event_rate, seed=seed,
+            out_of_order_ms=out_of_order_ms, partitions=partitions)
         return flow.source(gen, event_time="date_time", watermark=wire.BoundedOutOfOrderness(max_delay),
                            max_events_per_epoch=max_events_per_epoch, name=name)
 
