@@ -29,7 +29,7 @@ window's state); they are rewritten each epoch, as measured in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -152,11 +152,15 @@ def advance_segments(
         raise ValueError(f"wm_out={wm_out} is below wm_in={wm_in}; watermarks never decrease")
     if not bucketed(spec):
         raise ValueError("advance_segments() takes tumbling or sliding windows without callbacks")
-    new = _by_end(partials)
     empty = partials.slice(0, 0)
+    new_ends = partials.column(WINDOW_END).to_numpy() if partials.num_rows else np.empty(0, np.int64)
+
+    def partials_of(ends: np.ndarray) -> pa.Table:
+        """The epoch's partials of windows ending at ``ends`` (one vectorized filter)."""
+        return partials.filter(pa.array(np.isin(new_ends, ends))) if len(ends) else empty
+
     stored = np.asarray(segments.buckets(), dtype=np.int64)
-    ends = np.union1d(np.fromiter(new, np.int64, len(new)),
-                      stored[le_bound(stored, wm_out) & ~le_bound(stored, wm_in)])
+    ends = np.union1d(np.unique(new_ends), stored[le_bound(stored, wm_out) & ~le_bound(stored, wm_in)])
     ended_in, ended_out = le_bound(ends, wm_in), le_bound(ends, wm_out)
     firing = ended_out & ~ended_in  # every window of the bucket emits final
     touched = firing | ended_in | (spec.emit == "update")  # buckets advance() must see
@@ -167,22 +171,23 @@ def advance_segments(
         rows = segments.rows(end)
         if fires and rows > slice_rows:  # a big bucket alone, slice by slice
             kept_parts = []
-            for chunks, part in _slices(list(segments.read(end)), new.get(end, empty), spec.key, slice_rows):
+            part_of_end = partials_of(np.asarray([end], np.int64))
+            for chunks, part in _slices(list(segments.read(end)), part_of_end, spec.key, slice_rows):
                 kept, out = advance(_state(chunks, False, spec), part, wm_in, wm_out, spec)
                 kept_parts.append(kept)
                 results.append(out)
             segments.replace(end, kept_parts)
             continue
         if batch and batch_rows + rows > slice_rows:
-            results.append(_advance_batch(segments, batch, new, empty, wm_in, wm_out, spec))
+            results.append(_advance_batch(segments, batch, partials_of, wm_in, wm_out, spec))
             batch, batch_rows = [], 0
         batch.append((end, fires))
         batch_rows += rows
     if batch:
-        results.append(_advance_batch(segments, batch, new, empty, wm_in, wm_out, spec))
-    staying = [new[e] for e in ends[~firing].tolist()]  # partials of buckets that stay open
-    if staying:
-        for end, chunk in _by_end(compact(staying, spec)).items():
+        results.append(_advance_batch(segments, batch, partials_of, wm_in, wm_out, spec))
+    staying = partials_of(ends[~firing])  # partials of buckets that stay open
+    if staying.num_rows:
+        for end, chunk in _by_end(compact([staying], spec)).items():
             segments.append(end, chunk)
     buckets = np.asarray(segments.buckets(), dtype=np.int64)
     for end in buckets[closed_by(buckets, wm_out, spec)].tolist():
@@ -194,7 +199,7 @@ def advance_segments(
 
 
 def _advance_batch(
-    segments: Segments, batch: list[tuple[int, bool]], new: dict[int, pa.Table], empty: pa.Table,
+    segments: Segments, batch: list[tuple[int, bool]], partials_of: Callable[[np.ndarray], pa.Table],
     wm_in: int, wm_out: int, spec: WindowSpec,
 ) -> pa.Table:
     """One :func:`advance` over several buckets; the results. Firing buckets are rewritten.
@@ -207,8 +212,8 @@ def _advance_batch(
     for end, fires in batch:
         if fires:
             chunks.extend(segments.read(end))
-        elif end in new:
-            keys = pc.unique(new[end].column(spec.key))
+        else:
+            keys = pc.unique(partials_of(np.asarray([end], np.int64)).column(spec.key))
             chunks.extend(c.filter(pc.is_in(c.column(spec.key), value_set=keys)) for c in segments.read(end))
     chunks = [c for c in chunks if c.num_rows]
     state = None
@@ -216,8 +221,7 @@ def _advance_batch(
         state = compact(chunks, spec)
         fired = le_bound(state.column(WINDOW_END).to_numpy(), wm_in)
         state = state.set_column(state.schema.get_field_index(FIRED), FIRED, pa.array(fired))
-    parts = [new[end] for end, _ in batch if end in new]
-    kept, out = advance(state, pa.concat_tables(parts) if parts else empty, wm_in, wm_out, spec)
+    kept, out = advance(state, partials_of(np.asarray([e for e, _ in batch], np.int64)), wm_in, wm_out, spec)
     kept_by_end = _by_end(kept)
     for end, fires in batch:
         if fires:

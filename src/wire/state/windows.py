@@ -443,10 +443,15 @@ def compact(chunks: list[pa.Table], spec: WindowSpec) -> pa.Table:
         In :func:`state_schema`: one row per window, sorted by (key, ``__ws``);
         ``__fired`` is True when any merged row had it.
     """
-    tables = [c if FIRED in c.column_names else
-              c.append_column(FIRED, pa.array(np.zeros(c.num_rows, bool))) for c in chunks]
-    schema = tables[0].schema
-    rows = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
+    first = chunks[0].schema
+    if FIRED in first.names and all(c.schema.equals(first) for c in chunks[1:]):
+        rows = pa.concat_tables(chunks)  # stored chunks: one schema, concatenated as they are
+        schema = first
+    else:
+        tables = [c if FIRED in c.column_names else
+                  c.append_column(FIRED, pa.array(np.zeros(c.num_rows, bool))) for c in chunks]
+        schema = tables[0].schema
+        rows = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
     # Always sorted here: one table may be several tasks' partials concatenated (unsorted as
     # a whole); a window's rows must be adjacent for _windows to merge them.
     rows = rows.sort_by([(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END)])
