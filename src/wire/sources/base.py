@@ -33,9 +33,9 @@ compiler sets ``columns`` only for such sources, and only to the columns the flo
 (:mod:`wire.compiler.pruning`), always with the event-time and key columns.
 
 A source with the ``"replay"`` capability can read an epoch's planned records again,
-cheaply and identically, within the same epoch (files, Kafka, the Nexmark generator, the
-scripted test stream): a flow that branches on it scans it once per branch, each scan
-reading the same records. A source without it (HTTP ingest, Redis Streams) is scanned
+cheaply and identically, within the same epoch (files, the Nexmark generator, the scripted
+test stream): a flow that branches on it scans it once per branch, each scan
+reading the same records. A source without it (Kafka, HTTP ingest, Redis Streams) is scanned
 once, behind a shuffle every branch shares (:func:`wire.compiler.branches.read_once`).
 
 A source with the ``"resume"`` capability can start on a new Spark checkpoint where an

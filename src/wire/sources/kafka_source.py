@@ -57,7 +57,10 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     formats); ``config`` the client settings as sorted ``(name, value)`` pairs.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES | {"replay"}
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES
+    """Not ``"replay"``: a branched flow reads Kafka once per epoch, behind the shared shuffle
+    (``wire.compiler.branches.read_once``); two scans of one epoch's offset ranges stalled the
+    executors' cached consumers (the flights-from-Kafka run did not finish, issue 25)."""
 
     bootstrap_servers: str
     topics: tuple[str, ...] | None
