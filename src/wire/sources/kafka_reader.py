@@ -10,24 +10,17 @@ offset range, so a replayed epoch reads the same records.
 
 from __future__ import annotations
 
-import itertools
-import json
-import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
-
-import numpy as np
 
 from wire.errors import WireError
 from wire.sources.kafka_decode import (
-    TIMESTAMP_COLUMN,
     AvroDecoder,
-    KafkaBatch,
-    decode_batch,
+    KafkaRecord,
+    decode_records,
     partition_name,
     record_text,
     split_name,
@@ -40,17 +33,12 @@ if TYPE_CHECKING:
 
     from wire.sources.kafka_source import KafkaBinding
 
-_BATCH = 50_000
-"""At most this many messages per ``consume`` call."""
+_BATCH = 10_000
 _GAP_S = 0.2
 """The planner stops waiting for records when none came for this long."""
 _MAX_WAIT_S = 10.0
 _READ_TIMEOUT_S = 60.0
 """An executor fails its task when the broker gives no record of its range for this long."""
-_CACHED_CONSUMERS = 8
-"""An executor process keeps at most this many consumers between tasks (:class:`_ConsumerCache`)."""
-_CACHED_IDLE_S = 120.0
-"""A kept consumer unused for this long is closed (when the process next reads)."""
 
 
 def consumer_config(binding: KafkaBinding, *, role: str) -> dict[str, Any]:
@@ -76,81 +64,9 @@ def consumer_config(binding: KafkaBinding, *, role: str) -> dict[str, Any]:
     return conf
 
 
-def _batch(msgs: Sequence[confluent_kafka.Message], timestamps: bool) -> KafkaBatch:
-    """Consumed records (no error events) column by column: one pass per column, no object per record."""
-    n = len(msgs)
-    offsets = np.fromiter((m.offset() for m in msgs), np.int64, n)
-    stamps = np.fromiter((m.timestamp()[1] for m in msgs), np.int64, n) if timestamps else None
-    return KafkaBatch(offsets, [m.key() for m in msgs], [m.value() for m in msgs], stamps)
-
-
-def _records_only(
-    msgs: list[confluent_kafka.Message], event: Callable[[confluent_kafka.Message], bool]
-) -> tuple[list[confluent_kafka.Message], bool]:
-    """The records among ``msgs`` before the first error event for which ``event`` returns True.
-
-    ``event(msg)`` handles each error event (partition EOF, transient errors) and says
-    whether to stop there. Returns the records and whether it stopped.
-    """
-    errors = [m.error() for m in msgs]
-    if errors.count(None) == len(msgs):
-        return msgs, False
-    records = []
-    for m, err in zip(msgs, errors, strict=True):
-        if err is None:
-            records.append(m)
-        elif event(m):
-            return records, True
-    return records, False
-
-
-@dataclass
-class _Kept:
-    consumer: confluent_kafka.Consumer
-    resume_at: int | None
-    """The offset the consumer's next record has (None: unknown, assign it again)."""
-    used: float
-
-
-class _ConsumerCache:
-    """The consumers an executor process keeps between tasks, one per (client settings, partition).
-
-    A task that reads a partition's next range (the planner's ranges follow each other)
-    takes the consumer the previous task of that partition left in the process, with the
-    records it already fetched, instead of connecting and fetching again; Spark's own Kafka
-    source keeps its executor consumers the same way. Python workers run one task at a
-    time; a consumer in use is out of the cache. At most :data:`_CACHED_CONSUMERS` are kept,
-    each for at most :data:`_CACHED_IDLE_S` unused; a process that forked gets none of its
-    parent's.
-    """
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.kept: dict[tuple[str, str], _Kept] = {}
-
-    def take(self, key: tuple[str, str]) -> _Kept | None:
-        """The kept consumer of ``key`` (now out of the cache), or None."""
-        if self.pid != os.getpid():
-            self.pid, self.kept = os.getpid(), {}
-        self._expire(time.monotonic())
-        return self.kept.pop(key, None)
-
-    def give(self, key: tuple[str, str], kept: _Kept) -> None:
-        """Keep ``kept`` for the next task of ``key``; the least recently used go beyond the limit."""
-        kept.used = time.monotonic()
-        old = self.kept.pop(key, None)
-        if old is not None:
-            old.consumer.close()
-        self.kept[key] = kept
-        while len(self.kept) > _CACHED_CONSUMERS:
-            self.kept.pop(min(self.kept, key=lambda k: self.kept[k].used)).consumer.close()
-
-    def _expire(self, now: float) -> None:
-        for key in [k for k, v in self.kept.items() if now - v.used > _CACHED_IDLE_S]:
-            self.kept.pop(key).consumer.close()
-
-
-_CONSUMERS = _ConsumerCache()
+def _timestamp(msg: confluent_kafka.Message) -> int | None:
+    kind, ts = msg.timestamp()
+    return None if kind == 0 or ts < 0 else int(ts)
 
 
 def _name(msg: confluent_kafka.Message) -> str:
@@ -199,7 +115,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
     }
     """The planner's per-process caches: their start values, also after pickling."""
     _pos: dict[str, int]
-    _stash: dict[str, deque[KafkaBatch]]
+    _stash: dict[str, deque[KafkaRecord]]
     _eof: dict[str, int]
     _highs: dict[str, int]
     _known: list[str] | None
@@ -260,7 +176,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
     def read_many(self, positions: Mapping[str, Position], budgets: Mapping[str, int]) -> dict[str, Admitted]:
         """The next records of the partitions with a budget, consumed together by the planner's consumer."""
         got = self._fetch({n: int(p) for n, p in positions.items()}, dict(budgets))
-        return {n: self._read(n, batch, int(positions[n]), ()).admitted() for n, batch in got.items()}
+        return {n: self._read(n, recs, int(positions[n])).admitted() for n, recs in got.items()}
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
         """Commit the consumer group's offsets at ``positions``."""
@@ -323,13 +239,12 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
                                                         timeout=self._timeout_s, cached=False)
         return int(low), int(high)
 
-    def _fetch(self, positions: dict[str, int], counts: dict[str, int]) -> dict[str, KafkaBatch]:
+    def _fetch(self, positions: dict[str, int], counts: dict[str, int]) -> dict[str, list[KafkaRecord]]:
         """Up to ``counts[n]`` records of each partition ``n`` from ``positions[n]`` on.
 
         Records consumed beyond a partition's count are kept for the next epoch; the
         consumer is reassigned (all partitions at ``positions``) when the planner's
-        positions differ (a restart, a replay, a new partition). Records are taken column
-        by column, a ``consume`` call's run of one partition's records at a time.
+        positions differ (a restart, a replay, a new partition).
         """
         from confluent_kafka import KafkaError, TopicPartition
 
@@ -338,86 +253,66 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
             self._pos = dict(positions)
             self._stash = {n: deque() for n in positions}
             self._eof = {}
-        stamps = self._binding.event_time == TIMESTAMP_COLUMN
-        out: dict[str, list[KafkaBatch]] = {n: [] for n in counts}
-        have = dict.fromkeys(counts, 0)
-
-        def add(n: str, batch: KafkaBatch) -> None:
-            """Give partition ``n`` the records of ``batch`` it still wants; stash the rest."""
-            take = max(0, min(len(batch), counts[n] - have[n])) if n in counts and not self._stash[n] else 0
-            if take:
-                out[n].append(batch.slice(0, take))
-                have[n] += take
-            if take < len(batch):
-                self._stash.setdefault(n, deque()).append(batch.slice(take))
-
-        for n in counts:
+        wanted = {n: (positions[n], c) for n, c in counts.items()}
+        out: dict[str, list[KafkaRecord]] = {n: [] for n in wanted}
+        for n, (_, count) in wanted.items():
             stash = self._stash.setdefault(n, deque())
-            while stash and have[n] < counts[n]:
-                add(n, stash.popleft())
+            while stash and len(out[n]) < count:
+                out[n].append(stash.popleft())
 
         def waiting(n: str) -> bool:
             at_end = self._eof.get(n, -1) >= self._highs.get(n, -1) and not self._stash[n]
-            return have[n] < counts[n] and not at_end
+            return len(out[n]) < wanted[n][1] and not at_end
 
-        def event(msg: confluent_kafka.Message) -> bool:
-            err = msg.error()
-            assert err is not None
-            n = _name(msg)
-            if err.code() == KafkaError._PARTITION_EOF and n:
-                self._eof[n] = _offset(msg)
-            else:
-                _raise_fatal(err, f"kafka source {self._binding.step!r}")
-            return False
-
-        need = {n for n in counts if waiting(n)}
+        need = {n for n in wanted if waiting(n)}
         t0 = last = time.monotonic()
         while need and time.monotonic() - last < _GAP_S and time.monotonic() - t0 < _MAX_WAIT_S:
-            left = sum(counts[n] - have[n] for n in need)
-            msgs, _ = _records_only(self.client.consume(num_messages=max(1, min(_BATCH, left)),
-                                                        timeout=_GAP_S / 2), event)
-            if msgs:
+            left = sum(wanted[n][1] - len(out[n]) for n in need)
+            for msg in self.client.consume(num_messages=max(1, min(_BATCH, left)), timeout=_GAP_S / 2):
+                err = msg.error()
+                n = _name(msg)
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and n:
+                        self._eof[n] = _offset(msg)
+                    else:
+                        _raise_fatal(err, f"kafka source {self._binding.step!r}")
+                    continue
                 last = time.monotonic()
-                for n, batch in _runs(msgs, stamps):
-                    self._eof.pop(n, None)
-                    add(n, batch)
+                self._eof.pop(n, None)
+                rec = KafkaRecord(_offset(msg), msg.key(), msg.value(), _timestamp(msg))
+                if n in out and len(out[n]) < wanted[n][1] and not self._stash[n]:
+                    out[n].append(rec)
+                else:
+                    self._stash.setdefault(n, deque()).append(rec)
             need = {n for n in need if waiting(n)}
-        got = {n: KafkaBatch.concat(b) if b else KafkaBatch.empty(stamps) for n, b in out.items()}
-        for n, batch in got.items():
-            if len(batch):
-                self._pos[n] = int(batch.offsets[-1]) + 1
-        return got
+        for n, recs in out.items():
+            if recs:
+                self._pos[n] = recs[-1].offset + 1
+        return out
 
-    def _read(self, name: str, batch: KafkaBatch, position: int, columns: Sequence[str] | None) -> Read:
-        """The records of ``batch`` (partition ``name``, read from ``position``), decoded.
-
-        ``columns``: the columns the rows keep besides the event time (None: all); every
-        record is checked whatever they are.
-        """
+    def _read(self, name: str, records: list[KafkaRecord], position: int) -> Read:
+        """``records`` of partition ``name``, read from ``position``, decoded."""
         b, src = self._binding, self._binding.source
         if src.value_format == "avro" and self._avro is None:
             self._avro = AvroDecoder(src.avro_schema or "", src.avro_framing)
         topic, part = split_name(name)
-        decoded = decode_batch(
-            batch, topic=topic, partition=part, value_format=src.value_format, key_format=src.key_format,
-            payload_schema=b.payload_value_schema, event_time=b.event_time, avro=self._avro, columns=columns,
+        decoded = decode_records(
+            records, topic=topic, partition=part, value_format=src.value_format, key_format=src.key_format,
+            payload_schema=b.payload_value_schema, event_time=b.event_time, avro=self._avro,
         )
 
         def record(positions: list[int]) -> list[tuple[str, str]]:
-            return [(f"{name}:{int(batch.offsets[i])}", record_text(batch.values[i])) for i in positions]
+            return [(f"{name}:{records[i].offset}", record_text(records[i].value)) for i in positions]
 
-        nxt = int(batch.offsets[-1]) + 1 if len(batch) else position
-        return Read(decoded, len(batch), nxt, record)
+        return Read(decoded, len(records), records[-1].offset + 1 if records else position, record)
 
     # -- executor ------------------------------------------------------------------------
 
-    def fetch_range(self, name: str, first: int, nxt: int, taken: int) -> KafkaBatch:
+    def fetch_range(self, name: str, first: int, nxt: int, taken: int) -> list[KafkaRecord]:
         """The records of partition ``name`` with offsets in ``[first, nxt)``, at most ``taken``.
 
         Stops at the range's end or at the partition's end (records deleted by retention
-        or compaction are then missing: the caller reports them). The consumer comes from
-        this process's cache (:class:`_ConsumerCache`) when the previous task of the
-        partition stopped where this range starts, and goes back to it.
+        or compaction are then missing: the caller reports them).
 
         Raises
         ------
@@ -427,74 +322,32 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         topic, part = split_name(name)
-        tp = TopicPartition(topic, part)
-        conf = consumer_config(self._binding, role="executor")
-        key = (json.dumps(sorted(conf.items())), name)
-        kept = _CONSUMERS.take(key)
-        if kept is None:
-            kept = _Kept(Consumer(conf), None, 0.0)
-        consumer = kept.consumer
-        out: list[KafkaBatch] = []
-        got, resume_at, closed = 0, None, False
-        b = self._binding
-        stamps = b.event_time == TIMESTAMP_COLUMN or TIMESTAMP_COLUMN in b.output_schema.names
+        consumer = Consumer(consumer_config(self._binding, role="executor"))
         try:
-            if kept.resume_at != first:
-                low = self._low_offset(consumer, tp)
-                consumer.assign([TopicPartition(topic, part, max(first, int(low)))])
-
-            def event(msg: confluent_kafka.Message) -> bool:
-                err = msg.error()
-                assert err is not None
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return self._partition_ended(consumer, tp, _offset(msg), nxt)
-                _raise_fatal(err, f"kafka source {self._binding.step!r}")
-                return False
-
+            low = self._low_offset(consumer, TopicPartition(topic, part))
+            consumer.assign([TopicPartition(topic, part, max(first, int(low)))])
+            out: list[KafkaRecord] = []
             last = time.monotonic()
-            while got < taken:
+            while len(out) < taken:
                 if time.monotonic() - last > _READ_TIMEOUT_S:
                     raise WireError(f"kafka source {self._binding.step!r}: no record of {name} "
                                     f"[{first}, {nxt}) for {_READ_TIMEOUT_S:.0f} s; is the broker down?")
-                consumed = consumer.consume(num_messages=min(_BATCH, taken - got), timeout=0.5)
-                msgs, ended = _records_only(consumed, event)
-                if msgs:
+                msgs = consumer.consume(num_messages=min(_BATCH, taken - len(out)), timeout=0.5)
+                for msg in msgs:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return out
+                        _raise_fatal(err, f"kafka source {self._binding.step!r}")
+                        continue
                     last = time.monotonic()
-                    batch = _batch(msgs, stamps)
-                    lo, hi = np.searchsorted(batch.offsets, [first, nxt])
-                    out.append(batch.slice(int(lo), int(hi)))
-                    got += int(hi - lo)
-                    if hi < len(batch):  # past the range: records of it are gone
-                        break
-                if ended:
-                    break
-            else:
-                resume_at = nxt  # every record of the range: the next record is the next range's
-            return KafkaBatch.concat(out) if out else KafkaBatch.empty(stamps)
-        except BaseException:
-            closed = True
-            consumer.close()
-            raise
+                    offset = _offset(msg)
+                    if offset >= nxt:
+                        return out
+                    out.append(KafkaRecord(offset, msg.key(), msg.value(), _timestamp(msg)))
+            return out
         finally:
-            if not closed:
-                kept.resume_at = resume_at
-                _CONSUMERS.give(key, kept)
-
-    def _partition_ended(
-        self, consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition, at: int, nxt: int
-    ) -> bool:
-        """Whether a partition-EOF event at offset ``at`` ends a read that wants records up to ``nxt``.
-
-        A kept consumer may hand over an EOF it queued for an earlier task (the partition
-        grew since): the read ends only when the partition's end offset really is at most ``at``.
-        """
-        if at >= nxt:
-            return True
-        for cached in (True, False):
-            marks = consumer.get_watermark_offsets(tp, timeout=self._timeout_s, cached=cached)
-            if marks is not None and marks[1] > at:
-                return False
-        return marks is not None and marks[1] >= 0
+            consumer.close()
 
     def _low_offset(self, consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition) -> int:
         """The partition's first offset (an executor's read).
@@ -517,17 +370,4 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
 
     def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
         """Partition ``name``'s records with offsets in ``[first, next)``, at most ``taken`` (executor)."""
-        batch = self.fetch_range(name, int(first), int(next), taken)
-        return self._read(name, batch, int(first), self._binding.output_schema.names)
-
-
-def _runs(msgs: list[confluent_kafka.Message], stamps: bool) -> list[tuple[str, KafkaBatch]]:
-    """Consumed records (no error events) as runs of one partition's records, in order."""
-    batch = _batch(msgs, stamps)
-    parts = np.fromiter((m.partition() for m in msgs), np.int64, len(msgs))
-    topics = [m.topic() for m in msgs]
-    if topics.count(topics[0]) != len(topics):
-        codes = {t: i for i, t in enumerate(dict.fromkeys(topics))}
-        parts = parts + np.fromiter((codes[t] for t in topics), np.int64, len(msgs)) * (1 << 32)
-    cuts = [0, *(np.flatnonzero(parts[1:] != parts[:-1]) + 1).tolist(), len(msgs)]
-    return [(_name(msgs[a]), batch.slice(a, b)) for a, b in itertools.pairwise(cuts)]
+        return self._read(name, self.fetch_range(name, int(first), int(next), taken), int(first))

@@ -19,11 +19,9 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
-    ALL_CAPABILITIES,
     Binding,
     BindingDataSource,
     BindingSource,
-    Capability,
     SchemaDataclassDict,
     schema_from_b64,
 )
@@ -56,11 +54,6 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     value's payload columns (one ``value`` column for the ``string`` and ``bytes``
     formats); ``config`` the client settings as sorted ``(name, value)`` pairs.
     """
-
-    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES
-    """Not ``"replay"``: a branched flow reads Kafka once per epoch, behind the shared shuffle
-    (``wire.compiler.branches.read_once``); two scans of one epoch's offset ranges stalled the
-    executors' cached consumers (the flights-from-Kafka run did not finish, issue 25)."""
 
     bootstrap_servers: str
     topics: tuple[str, ...] | None
