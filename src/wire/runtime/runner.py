@@ -41,7 +41,7 @@ from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
 from wire.runtime.progress import ProgressReporter
 from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.samples import SampleBuffer
-from wire.runtime.session import SPARK_LOG, spark_session
+from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
 
 
 @dataclass
@@ -478,6 +478,7 @@ def start_plan(
     )
     write_control(control, {})  # a run starts running: no pause, no stop in progress
     spark = session()
+    warm_up_workers(spark)  # the Python workers start while the flow compiles
     compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 
 from pyspark.sql import SparkSession
@@ -159,6 +161,37 @@ def local_spark_home(cache: str | None = None) -> str | None:
     except OSError:  # another process made it first
         shutil.rmtree(building, ignore_errors=True)
     return home
+
+
+def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
+    """Start the executors' Python worker daemon now, in the background; once per SparkContext.
+
+    Spark starts an executor's Python daemon (:mod:`wire.runtime.daemon`, which imports
+    pyarrow, pandas and Wire's stages before it forks) at the first Python task, i.e.
+    inside a flow's first epoch, after the driver compiled the flow and the source's planner
+    started. A tiny job of one no-op Python task per core, started when a run begins, makes
+    the daemon and a worker per core while the driver compiles; the first epoch then forks
+    from a loaded daemon or reuses those workers. Returns the thread running the job (None:
+    done before in this SparkContext). A failure of the job changes nothing but the speed.
+    """
+    sc = spark.sparkContext
+    if getattr(sc, "_wire_warmed", False):
+        return None
+    sc._wire_warmed = True  # type: ignore[attr-defined]
+    cores = max(1, sc.defaultParallelism)
+
+    def job() -> None:
+        with contextlib.suppress(Exception):
+            sc.setJobDescription("wire: start the Python workers")
+            sc.parallelize(range(cores), cores).foreach(_nothing)
+
+    thread = threading.Thread(target=job, name="wire-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _nothing(_: object) -> None:
+    """The warm-up job's task body."""
 
 
 def _with_stderr_to(log_file: str | os.PathLike[str], start: Callable[[], SparkSession]) -> SparkSession:
