@@ -181,6 +181,37 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         files = FileSet({rel: read[rel] for rel, _, _ in position["segments"]})
         return _position(position["file"], position["record"], files, position["segments"])
 
+    def split_range(
+        self, first: Position, next: Position, taken: int, pieces: int
+    ) -> list[tuple[Position, Position, int]] | None:
+        """Cut the epoch's segments into ``pieces`` runs of (almost) equal record counts.
+
+        Each part keeps the stamps of its own files. A task parses a whole file (the
+        executor's parse cache holds it), and reads only its part's records.
+        """
+        segments = [(rel, int(lo), int(hi)) for rel, lo, hi in next["segments"]]
+        if sum(hi - lo for _, lo, hi in segments) != taken:
+            return None
+        read = FileSet.from_json(next["files"]).read
+        bounds = [taken * i // pieces for i in range(pieces + 1)]
+        parts: list[tuple[Position, Position, int]] = []
+        seg, pos, at = 0, segments[0][1], 0  # current segment, its next record, records before it
+        for k in range(pieces):
+            cut: list[list[Any]] = []
+            while at < bounds[k + 1]:
+                rel, _, hi = segments[seg]
+                end = min(hi, pos + bounds[k + 1] - at)
+                cut.append([rel, pos, end])
+                at += end - pos
+                pos = end
+                if pos == hi and seg + 1 < len(segments):
+                    seg += 1
+                    pos = segments[seg][1]
+            files = FileSet({rel: read[rel] for rel, _, _ in cut})
+            part = _position(next["file"], next["record"], files, cut)
+            parts.append((first, part, bounds[k + 1] - bounds[k]))
+        return parts
+
     def range_start(self, position: Position) -> Position:
         """The file and record an epoch's read started at (the file set is in ``next``)."""
         return {"file": position["file"], "record": position["record"]}

@@ -36,7 +36,9 @@ interprets. The base owns everything else, the same for every connector:
 * **offsets** (:mod:`wire.sources.offsets`), which record every partition's range and
   watermark inputs, so a replayed epoch reads the same records and sees the same watermark;
 * **the epoch's tasks and rows** (:mod:`wire.core.envelope`): one task per partition
-  that admitted records; data rows, dead letters (malformed, future-dated, found while
+  that admitted records, or several when the connector can split a range
+  (:meth:`~PartitionedReader.split_range`) and the range holds more than
+  :data:`SPLIT_RECORDS` records per task; data rows, dead letters (malformed, future-dated, found while
   planning, and one for admitted records that are gone when read again), counters (per
   task; they add up) and gauges (once per epoch), and one watermark row per key group;
 * **acknowledgement**: :meth:`commit` acknowledges the epoch's end; the first planning
@@ -57,6 +59,7 @@ Offsets: :mod:`wire.sources.offsets`.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -131,6 +134,18 @@ class Admitted:
     count: int
     next: Position
     event_times: np.ndarray
+
+
+SPLIT_RECORDS = 50_000
+"""A planned range of more records than this is read by several tasks (when the connector
+can split it, :meth:`PartitionedReader.split_range`): as many as the range has multiples
+of this, at most :func:`read_tasks`. One file per epoch would otherwise be one task, and
+the epoch's first stage would run on one core."""
+
+
+def read_tasks() -> int:
+    """The most tasks one planned range is split into: the planner host's cores (at least 1)."""
+    return max(1, os.cpu_count() or 1)
 
 
 @dataclass
@@ -437,13 +452,40 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             if p.lag is not None:
                 control[f"gauge:offset_lag:{n}"] = p.lag
         ctl = tuple(sorted(control.items()))
-        tasks = [PartitionTask(r.name, r.first, self.for_read(r.next), r.taken, r.first_seq, w0, w1, at)
-                 for r in reads]
+        tasks = []
+        for r in reads:
+            seq = r.first_seq
+            for first, next_, taken in self._pieces(r.first, self.for_read(r.next), r.taken):
+                tasks.append(PartitionTask(r.name, first, next_, taken, seq, w0, w1, at))
+                seq += taken
         if not tasks:  # nothing admitted: the control task also says so
             ctl = tuple(sorted({**control, "records": 0, "events": 0, "malformed": 0}.items()))
             return [PartitionTask("", None, None, 0, start["admitted"], w0, w1, at, ctl, dead)]
         tasks[0].control, tasks[0].dead = ctl, dead
         return list(tasks)
+
+    def _pieces(self, first: Position, next: Position, taken: int) -> list[tuple[Position, Position, int]]:
+        """The tasks' parts of one planned range: the range whole, or split (:data:`SPLIT_RECORDS`)."""
+        pieces = min(read_tasks(), taken // SPLIT_RECORDS)
+        parts = self.split_range(first, next, taken, pieces) if pieces > 1 else None
+        if parts is None:
+            return [(first, next, taken)]
+        if sum(t for _, _, t in parts) != taken:
+            raise WireError(f"{self.kind} {self._binding.step!r}: split_range split {taken} records "
+                            f"into parts of {[t for _, _, t in parts]}")
+        return parts
+
+    def split_range(
+        self, first: Position, next: Position, taken: int, pieces: int
+    ) -> list[tuple[Position, Position, int]] | None:
+        """Split a planned range into ``pieces`` consecutive parts read by separate tasks.
+
+        ``next`` is what :meth:`for_read` kept of the range's end. Returns ``(first, next,
+        taken)`` per part, in record order, each readable by :meth:`read_range`, their
+        ``taken`` adding up to ``taken`` (``__seq`` continues from part to part); None: the
+        range is read whole (the default: a connector whose reads cannot be cut).
+        """
+        return None
 
     def commit(self, end: Offset) -> None:
         """Acknowledge everything up to ``end``; Spark calls it after the epoch committed.

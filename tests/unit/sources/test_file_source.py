@@ -10,11 +10,14 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import wire.sources.file_readers as file_readers
 import wire.sources.file_source as files_mod
 import wire.sources.file_stream as file_stream
+import wire.sources.partitioned as partitioned
 from wire.core import envelope
 from wire.errors import ConfigError, WireError
 from wire.sources.file_source import (
@@ -404,3 +407,65 @@ def test_empty_source_ends_at_once(tmp_path):
     epochs = run(reader)
     assert len(epochs) == 1 and epochs[0][1]["ended"]
     assert FileSource.from_dict(files("x", format="csv").to_dict()) == files("x", format="csv")
+
+
+# ------------------------------------------------------------------------------ split reads
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+    per_epoch=st.integers(1, 30),
+    split=st.integers(1, 6),
+    cores=st.integers(1, 4),
+    bad=st.sets(st.integers(0, 47), max_size=5),
+)
+def test_split_ranges_read_what_one_task_reads(tmp_path_factory, sizes, per_epoch, split, cores, bad):
+    """An epoch's range split over tasks (``SPLIT_RECORDS``, ``read_tasks``) yields the same
+    records with the same ``__seq`` numbers, the same dead letters, counters that add up to the
+    same, and the same watermark rows as one task, for any files, epoch size and split; and
+    as many tasks as the rule says."""
+    root = tmp_path_factory.mktemp("split")
+    seq = 0
+    for f, n in enumerate(sizes):
+        rows = []
+        for _ in range(n):
+            rows.append((seq, 1000 * seq, "x" if seq in bad else 1.5))
+            seq += 1
+        write(root / f"f{f}.csv", csv_rows(rows))
+    src = files(str(root / "*.csv"), format="csv", schema=SCHEMA)
+
+    def epochs(split_records, tasks):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(partitioned, "SPLIT_RECORDS", split_records)
+            patch.setattr(partitioned, "read_tasks", lambda: tasks)
+            patch.setattr(file_stream, "_EXECUTOR_CACHE", file_readers.ParseCache(4))
+            reader = WireFileStreamReader(binding(src, per_epoch=per_epoch))
+            out = []
+            for start, end, got in run(reader):
+                parts = reader.partitions(start, end)
+                taken = end["admitted"] - start["admitted"]
+                out.append((len(parts), taken, got))
+            return out
+
+    whole, cut = epochs(10**9, 1), epochs(split, cores)
+    assert len(whole) == len(cut)
+    for (n1, taken, one), (n2, taken2, many) in zip(whole, cut, strict=True):
+        assert taken == taken2 and n1 == 1
+        assert n2 == (max(1, min(cores, taken // split)) if taken else 1)
+        assert sorted(one["data"], key=lambda r: r["__seq"]) == sorted(many["data"], key=lambda r: r["__seq"])
+        dead = "src.dead_letter"
+        assert sorted(map(str, one["sides"].get(dead, []))) == sorted(map(str, many["sides"].get(dead, [])))
+        assert one["marks"] == many["marks"]
+        if taken:
+            assert counters(one) == counters(many)
+            assert gauges(one) == gauges(many)
+
+
+def counters(out):
+    """The epoch's counters summed over its tasks (gauges left out)."""
+    total: dict[str, int] = {}
+    for r in out["sides"][envelope.METRICS_PORT]:
+        if not r["name"].startswith("gauge:"):
+            total[r["name"]] = total.get(r["name"], 0) + r["value"]
+    return total
