@@ -353,6 +353,10 @@ class ParseCache:
         """Grow the cache to hold at least ``capacity`` files (e.g. one per source partition)."""
         self._capacity = max(self._capacity, capacity)
 
+    def holds(self, stamp: FileStamp, spec: ParseSpec) -> bool:
+        """True when the file's parse is cached (no parsing, no change to the LRU order)."""
+        return (stamp, spec) in self._entries
+
     def get(self, stamp: FileStamp, spec: ParseSpec, *, index_only: bool = False) -> ParsedFile:
         """Return the parsed file, parsing it on a miss (``index_only``: keep no payload)."""
         key = (stamp, spec)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -110,7 +111,22 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         self._root = os.path.abspath(self._base)
         """The base directory as the driver sees it: executors may run in their own work dirs."""
         self._index_cache = ParseCache(capacity=64)
+        self._index_lock = threading.Lock()
+        """Held while the index cache is read or a file indexed (the read-ahead thread too)."""
+        self._read_ahead: threading.Thread | None = None
         self._snapshot: dict[str, list[str]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The picklable state: a new lock and no read-ahead thread in the other process."""
+        state = super().__getstate__()
+        state.pop("_index_lock", None)
+        state["_read_ahead"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore the state with a lock of this process's own."""
+        self.__dict__.update(state)
+        self._index_lock = threading.Lock()
 
     # -- planner (driver) --------------------------------------------------------------
 
@@ -173,7 +189,33 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
             segments.append([rel, lo, hi])
             file, record, left = stamp.path, hi, left - (hi - lo)
         ets = np.concatenate(times) if times else np.zeros(0, np.int64)
+        if segments:
+            self._index_next(name, segments[-1][0])
         return Admitted(budget - left, _position(file, record, FileSet(read, open_), segments), ets)
+
+    def _index_next(self, name: str, last: str) -> None:
+        """Index the file after ``last`` in reading order in a background thread (read-ahead).
+
+        The next epoch's planning would parse it on the critical path between two epochs; the
+        thread parses it while this epoch runs. Planning that needs a file waits for the thread
+        rather than parse it twice (:attr:`_index_lock`). A failure is left for the planning
+        that needs the file to raise.
+        """
+        order = self._order.get(name, [])
+        at = order.index(last) if last in order else -1
+        stamp = self._listed.get(name, {}).get(order[at + 1]) if 0 <= at < len(order) - 1 else None
+        busy = self._read_ahead is not None and self._read_ahead.is_alive()
+        if stamp is None or busy or self._index_cache.holds(stamp, self._spec):
+            return
+
+        def index() -> None:
+            try:
+                self._index(stamp)
+            except Exception:  # raised again by the planning that needs the file
+                return
+
+        self._read_ahead = threading.Thread(target=index, name="wire-file-read-ahead", daemon=True)
+        self._read_ahead.start()
 
     def for_read(self, position: Position) -> Position:
         """The epoch's ranges and the stamps of their files only (not the whole file set)."""
@@ -303,7 +345,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         return out
 
     def _index(self, stamp: FileStamp) -> ParsedFile:
-        return self._index_cache.get(stamp, self._spec, index_only=True)
+        with self._index_lock:
+            return self._index_cache.get(stamp, self._spec, index_only=True)
 
     def _available(
         self,

@@ -469,3 +469,31 @@ def counters(out):
         if not r["name"].startswith("gauge:"):
             total[r["name"]] = total.get(r["name"], 0) + r["value"]
     return total
+
+
+def test_planner_indexes_the_next_file_ahead_once_and_pickles(tmp_path, monkeypatch):
+    """After planning an epoch in file a, the next file in reading order is indexed in the
+    background; planning it later parses nothing again; the reader still pickles."""
+    import pickle
+
+    write(tmp_path / "a.csv", csv_rows([(i, i, 1) for i in range(5)]))
+    write(tmp_path / "b.csv", csv_rows([(i, 10 + i, 1) for i in range(5)]))
+    calls = []
+    real = file_readers.parse_file
+
+    def counting(path, spec):
+        calls.append(os.path.basename(path))
+        return real(path, spec)
+
+    monkeypatch.setattr(file_readers, "parse_file", counting)
+    reader = WireFileStreamReader(binding(files(str(tmp_path / "*.csv"), format="csv")))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(3))
+    assert end["admitted"] == 3
+    reader._read_ahead.join(10)
+    assert calls == ["a.csv", "b.csv"]  # b indexed ahead, while epoch 1 would run
+    again = pickle.loads(pickle.dumps(reader))
+    assert again._read_ahead is None and again._index_lock is not reader._index_lock
+    for _ in range(4):
+        end = reader.latestOffset(end, ReadMaxRows(3))
+    assert end["admitted"] == 10 and calls == ["a.csv", "b.csv"]
