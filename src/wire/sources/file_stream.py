@@ -190,7 +190,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
             file, record, left = stamp.path, hi, left - (hi - lo)
         ets = np.concatenate(times) if times else np.zeros(0, np.int64)
         if segments:
-            self._index_next(name, segments[-1][0])
+            self._index_next(name, str(segments[-1][0]))
         return Admitted(budget - left, _position(file, record, FileSet(read, open_), segments), ets)
 
     def _index_next(self, name: str, last: str) -> None:
