@@ -196,6 +196,7 @@ class Flow:
         max_restarts: int = 0,
         restart_backoff_s: float = 1.0,
         dashboard: bool = False,
+        fresh: bool = False,
     ) -> RunSummary:
         """Compile the flow to one Spark streaming query and run it.
 
@@ -245,6 +246,32 @@ class Flow:
             token that pause / resume need. For a fixed port or another interface, use
             :meth:`start` and a ``ControlPlane`` of your own. Needs the ``control`` extra
             (``MissingExtraError`` without it).
+        fresh:
+            Start the flow over (``wire run --fresh``): the way out when a changed flow
+            cannot resume its checkpoint (``CheckpointError: step ... changed``). The
+            sources are read from their start, as by a new checkpoint, and each sink's
+            output becomes the new run's: in order,
+
+            1. the checkpoint is moved to ``<checkpoint>.superseded`` (nothing deleted);
+            2. a new checkpoint (new checkpoint id) is opened and the flow compiled on
+               Spark; if this fails, the old checkpoint is moved back and the error raised;
+            3. each sink is handed to the new checkpoint
+               (:meth:`wire.delivery.sink.Sink.supersede`): an exactly-once sink sets
+               aside what this flow's sink wrote under any other checkpoint, with the
+               epoch bookkeeping that would make it skip the new epochs as replays
+               (Parquet / JSON Lines: ``<path>/_superseded/<old id>/``; Delta: one commit
+               removing its files, kept by time travel until a ``VACUUM``; PostgreSQL
+               append: the rows moved to ``<table>_superseded_<old id>``); other sinks
+               are unchanged (a Kafka sink's earlier messages stay in the topic);
+            4. the old checkpoint is deleted, and the run starts.
+
+            A run stopped during step 3 finishes the hand-over when run again, with or
+            without ``fresh``. Only an explicit ``fresh=True`` hands a sink to another
+            checkpoint: a run that resumes keeps its exactly-once bookkeeping. A source
+            that starts from outside the checkpoint (a Kafka consumer group's committed
+            offsets) is not read again from its start. Also the way to take over sinks
+            whose old checkpoint directory is gone. Only the first attempt starts over;
+            the restarts of ``max_restarts`` resume.
 
         Returns
         -------
@@ -255,12 +282,16 @@ class Flow:
         ------
         PlanError, ConfigError, CheckpointError, FlowFailed
             ``ConfigError`` (parameter ``progress``) before anything starts, for a
-            ``progress`` that is none of the values above.
+            ``progress`` that is none of the values above; (parameter ``fresh``) for a
+            ``fresh`` that is not a bool. ``CheckpointError`` with ``fresh=True`` when the
+            checkpoint path exists and is not a Wire checkpoint (it is left as it is).
         """
         from wire.runtime.progress import has_completed_epochs, resolve_progress
         from wire.runtime.supervisor import RestartPolicy, supervise
 
-        reporter = resolve_progress(progress, self.plan(), resumed=has_completed_epochs(checkpoint))
+        _check_fresh(fresh)
+        resumed = not fresh and has_completed_epochs(checkpoint)
+        reporter = resolve_progress(progress, self.plan(), resumed=resumed)
         plane = None
         if dashboard:
             from wire.control import ControlPlane
@@ -284,6 +315,7 @@ class Flow:
                 max_epochs=max_epochs,
                 progress=reporter,
                 own_progress=False,
+                fresh=fresh and attempts == 1,  # a restart resumes what the first attempt started
             )
             if plane is not None:  # a restart replaces the failed run, its history stays
                 plane.add(running, flow_id=self.flow_id, replace=True)
@@ -310,6 +342,7 @@ class Flow:
         key_groups: int | None = None,
         max_epochs: int | None = None,
         progress: bool | str | Console = False,
+        fresh: bool = False,
     ) -> RunningFlow:
         """Like :meth:`run`, but return at once with a handle on the running flow.
 
@@ -318,19 +351,23 @@ class Flow:
         ``await_termination()`` waits for the end.
 
         ``progress`` takes the values of :meth:`run` (default ``False`` here: nothing is
-        drawn while the caller's code runs); a bar stops when the run ends.
+        drawn while the caller's code runs); a bar stops when the run ends. ``fresh``
+        starts the flow over, as in :meth:`run`.
 
         Raises
         ------
         ConfigError
-            (parameter ``progress``) before anything starts, for an invalid ``progress``.
+            (parameter ``progress``) before anything starts, for an invalid ``progress``;
+            (parameter ``fresh``) for a ``fresh`` that is not a bool.
         """
         from wire.runtime.progress import has_completed_epochs, resolve_progress
 
-        reporter = resolve_progress(progress, self.plan(), resumed=has_completed_epochs(checkpoint))
+        _check_fresh(fresh)
+        resumed = not fresh and has_completed_epochs(checkpoint)
+        reporter = resolve_progress(progress, self.plan(), resumed=resumed)
         return self._start(checkpoint, master=master, spark_conf=spark_conf, spark=spark,
                            key_groups=key_groups, max_epochs=max_epochs, progress=reporter,
-                           own_progress=True)
+                           own_progress=True, fresh=fresh)
 
     def _start(
         self,
@@ -343,6 +380,7 @@ class Flow:
         max_epochs: int | None,
         progress: ProgressReporter | None,
         own_progress: bool,
+        fresh: bool = False,
     ) -> RunningFlow:
         from wire.runtime.runner import start_plan
 
@@ -356,7 +394,13 @@ class Flow:
             max_epochs=max_epochs,
             progress=progress,
             own_progress=own_progress,
+            fresh=fresh,
         )
+
+
+def _check_fresh(fresh: object) -> None:
+    if not isinstance(fresh, bool):
+        raise ConfigError("fresh", fresh, "True (start the flow over) or False (resume the checkpoint)")
 
 
 __all__ = ["Flow", "Stream", "WindowedStream"]

@@ -27,7 +27,6 @@ file of the checkpoint directory directly; a path that is not a Wire checkpoint 
 from __future__ import annotations
 
 import importlib
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -81,7 +80,11 @@ def _fmt_wm(wm: int | None) -> str:
 def run(
     target: Annotated[str, typer.Argument(help="MODULE:ATTR naming a wire.Flow")],
     checkpoint: Annotated[str, typer.Option(help="the flow's checkpoint directory")],
-    fresh: Annotated[bool, typer.Option(help="delete the checkpoint and start over")] = False,
+    fresh: Annotated[bool, typer.Option(
+        help="start the flow over: a new checkpoint, and each sink's earlier output replaced by the "
+             "new run's (see Flow.run's fresh); the old checkpoint is deleted once every sink accepted "
+             "the new one",
+    )] = False,
     master: Annotated[str, typer.Option(help="Spark master URL")] = "local[*]",
     max_restarts: Annotated[int, typer.Option(help="restarts after a failure")] = 3,
     dashboard: Annotated[bool, typer.Option(
@@ -97,13 +100,12 @@ def run(
     path = Path(checkpoint)
     if fresh and path.exists():
         if not (is_checkpoint(path) or (path.is_dir() and not any(path.iterdir()))):
-            # never delete what Wire did not create: a typo must not remove a user's data
+            # never touch what Wire did not create: a typo must not move a user's data
             console.print(f"[red]error:[/red] --fresh: {escape(checkpoint)} is not a Wire checkpoint "
-                          f"(no {META_FILE}); not deleting it. Remove it yourself or pick another path.")
+                          f"(no {META_FILE}); left as it is. Remove it yourself or pick another path.")
             raise typer.Exit(1)
-        shutil.rmtree(path)
-        console.print(f"started fresh: removed {checkpoint}")
-    elif Path(checkpoint).exists():
+        console.print(f"starting over: {checkpoint} is set aside, and deleted once the new run can start")
+    elif path.exists():
         state = "finished" if finished(checkpoint) else "unfinished"
         console.print(f"resuming from the {state} checkpoint {checkpoint}")
     missing = missing_extra("control", "the dashboard") if dashboard else None
@@ -114,7 +116,7 @@ def run(
     console.print(f"running flow {flow.flow_id} ...")
     try:
         summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard,
-                           progress=shown)
+                           progress=shown, fresh=fresh)
     except WireError as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e

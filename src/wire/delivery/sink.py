@@ -22,7 +22,8 @@ So no data row of an executor sink passes through the driver: only receipts do.
 wrappers ``guarded`` and ``round_robin``) receive the epoch's rows on the driver:
 
 1. :meth:`Sink.open` once at run start, before the first epoch (after a restart
-   too, before the replayed epoch).
+   too, before the replayed epoch); when the flow starts over (``fresh=True``),
+   :meth:`Sink.supersede` just before it.
 2. :meth:`Sink.write_epoch` once per epoch (Spark micro-batch id) with all of the
    epoch's rows for the sink's port as one ``pyarrow.Table``.
    All sinks of a flow are written inside the epoch, **before** Spark marks the epoch
@@ -70,6 +71,27 @@ class Sink(ABC):
 
         Also called at a restart, before the replay of the last incomplete epoch.
         The default does nothing.
+        """
+
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:  # noqa: B027
+        """Starting over: hand this sink to checkpoint ``checkpoint_id``; called before :meth:`open`.
+
+        Called on the driver only when a flow starts over (``flow.run(..., fresh=True)``,
+        ``wire run --fresh``; again by the next run if that one stopped before every
+        sink was handed over), never on a run that merely resumes. A sink that keeps
+        epoch bookkeeping bound to a checkpoint (an exactly-once sink's epoch markers:
+        a new checkpoint restarts epoch ids at 0, which the old markers would skip as
+        replays) sets aside what this flow's sink ``sink_id`` wrote under any *other*
+        checkpoint, with its bookkeeping, and records ``checkpoint_id`` as the owner,
+        so that the new run's output replaces the old. Must be idempotent: a sink
+        already owned by ``checkpoint_id`` is left as it is. Output of other flows or
+        sink ids is never touched. The default does nothing (a sink whose bookkeeping
+        does not depend on the checkpoint).
+
+        Raises
+        ------
+        CheckpointError
+            When the target belongs to another flow or sink.
         """
 
     @abstractmethod
