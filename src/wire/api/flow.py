@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from wire.api.stream import Stream, WindowedStream
 from wire.core.time import Duration, to_millis
 from wire.core.windowing import BoundedOutOfOrderness
+from wire.delivery.sink import overlapping
 from wire.errors import ConfigError, PlanError
 from wire.plan.nodes import (
     ALL_STEPS,
@@ -36,6 +37,7 @@ from wire.plan.nodes import (
     Node,
     Plan,
     PortRef,
+    SinkNode,
     SourceNode,
 )
 
@@ -77,7 +79,32 @@ class Flow:
     def _add(self, node: Node) -> None:
         if any(n.step == node.step for n in self._nodes):
             raise PlanError(f"flow {self.flow_id!r}: step id {node.step!r} is used twice")
+        if isinstance(node, SinkNode):
+            self._check_target(node)
         self._nodes.append(node)
+
+    def _check_target(self, node: SinkNode) -> None:
+        """Refuse a sink whose path or table another sink of the flow writes (or contains)."""
+        for other in self._nodes:
+            if not isinstance(other, SinkNode):
+                continue
+            pair = overlapping(other.sink, node.sink)
+            if pair is None:
+                continue
+            theirs, mine = pair
+            kind = "table" if mine.kind == "table" else "path"
+            if theirs == mine:
+                where = f"both write to the {kind} {mine.name!r}"
+            elif mine.name.startswith(theirs.name.rstrip("/") + "/"):
+                where = f"write to {theirs.name!r} and {mine.name!r}, which is inside it"
+            else:
+                where = f"write to {theirs.name!r} and {mine.name!r}, which contains it"
+            raise PlanError(
+                f"flow {self.flow_id!r}: sinks {other.step!r} and {node.step!r} {where}. Each sink "
+                "needs a path or table of its own: their epoch ids would collide, and a reader (or a "
+                f"cleanup) of one would take the other's files. Give sink {node.step!r} another "
+                f"{kind}; to write streams with the same columns to one place, .union() them into one sink"
+            )
 
     def _step_id(self, given: str | None, kind: str) -> str:
         if given is not None:

@@ -46,6 +46,7 @@ Each sink declares its ``guarantee`` for such a replay:
 
 from __future__ import annotations
 
+import os
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, is_dataclass
@@ -134,6 +135,82 @@ class Sink(ABC):
             elif f.name in self.target_fields:
                 fp[f.name] = _no_password(value) if f.name in ("dsn", "url") else value
         return fp
+
+
+    def targets(self) -> tuple[SinkTarget, ...]:
+        """Where the sink writes, for the flow's check that no two sinks share a target.
+
+        Called when the flow is built (:meth:`wire.Flow.plan` checks every pair of
+        sinks, :func:`overlapping`). The default reads the dataclass fields: ``dsn``
+        with ``table`` (and ``schema``, default ``public``) is a PostgreSQL table, by
+        host, port and database; ``path`` with ``table`` a table in a database file;
+        ``path`` alone a directory or table location that the sink owns with all that
+        is below it; a field holding sinks (a wrapper) their targets. A sink with none
+        of these (webhook, console, Kafka, Redis) returns ``()``: not checked.
+        """
+        found: list[SinkTarget] = []
+        values: dict[str, Any] = (
+            {f.name: getattr(self, f.name) for f in fields(self)} if is_dataclass(self) else {})
+        for value in values.values():
+            if isinstance(value, Sink):
+                found.extend(value.targets())
+            elif isinstance(value, tuple) and value and all(isinstance(v, Sink) for v in value):
+                found.extend(t for v in value for t in v.targets())
+        table, path, dsn = values.get("table"), values.get("path"), values.get("dsn")
+        if isinstance(table, str) and isinstance(dsn, str):
+            schema = values.get("schema") if isinstance(values.get("schema"), str) else "public"
+            found.append(SinkTarget("table", f"postgres {_database(dsn)} {schema}.{table}"))
+        elif isinstance(table, str) and isinstance(path, str):
+            found.append(SinkTarget("table", f"{_location(path)} table {table}"))
+        elif isinstance(path, str):
+            found.append(SinkTarget("path", _location(path)))
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """One place a sink writes, for :func:`overlapping`.
+
+    ``kind`` is ``"path"`` (a directory or table location, with all below it) or
+    ``"table"`` (a table in a database, ``name`` naming the database too).
+    """
+
+    kind: str
+    name: str
+
+    def overlaps(self, other: SinkTarget) -> bool:
+        """The same target, or (paths) one inside the other."""
+        if self.kind == "path" and other.kind == "path":
+            a, b = self.name.rstrip("/") + "/", other.name.rstrip("/") + "/"
+            return a.startswith(b) or b.startswith(a)
+        return self == other
+
+
+def overlapping(a: Sink, b: Sink) -> tuple[SinkTarget, SinkTarget] | None:
+    """The first pair of targets of ``a`` and ``b`` that overlap (:meth:`SinkTarget.overlaps`)."""
+    for x in a.targets():
+        for y in b.targets():
+            if x.overlaps(y):
+                return x, y
+    return None
+
+
+def _location(path: str) -> str:
+    """A local path made absolute and normalised; a URI (``s3://...``) as it is."""
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+
+
+def _database(dsn: str) -> str:
+    """``host:port/dbname`` of a libpq connection string (without credentials)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # the postgres extra is missing: compare the text, password removed
+        return str(_no_password(dsn))
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:  # a malformed dsn fails when the sink connects
+        return str(_no_password(dsn))
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
 
 def _no_password(text: Any) -> Any:
