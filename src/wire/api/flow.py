@@ -29,7 +29,7 @@ from wire.api.stream import Stream, WindowedStream
 from wire.core.time import Duration, to_millis
 from wire.core.windowing import BoundedOutOfOrderness
 from wire.delivery.sink import overlapping
-from wire.errors import ConfigError, PlanError
+from wire.errors import ConfigError, PlanError, WireError
 from wire.plan.nodes import (
     ALL_STEPS,
     DEAD_LETTER,
@@ -165,7 +165,10 @@ class Flow:
         Raises
         ------
         ConfigError
-            On an invalid parameter.
+            On an invalid parameter; when the connector's schema is given (files with
+            ``schema=``, Kafka, HTTP ingest, Redis Streams, ``TestStream``), an
+            ``event_time`` or ``key`` that is not one of its columns (the message lists
+            them). Without a given schema, that check runs when the flow compiles.
         """
         if not all(callable(getattr(connector, m, None)) for m in ("read_stream", "resolve_schema")):
             raise ConfigError("connector", connector,
@@ -189,6 +192,7 @@ class Flow:
             target_ms = to_millis(target_epoch_duration, parameter="target_epoch_duration",
                                   allow_zero=False)
         step = self._step_id(name, "source")
+        _check_columns_known(connector, step, event_time, key)
         self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch,
                              target_ms))
         return Stream(self, PortRef(step, OUT))
@@ -422,6 +426,42 @@ class Flow:
             progress=progress,
             own_progress=own_progress,
             fresh=fresh,
+        )
+
+
+def _check_columns_known(connector: Source, step: str, event_time: str, key: str | None) -> None:
+    """Check ``event_time`` and ``key`` against the source's schema when it is known at build time.
+
+    Known: the connector holds an Arrow ``schema`` given by the user (files with
+    ``schema=``, Kafka, HTTP ingest, Redis Streams, ``TestStream``), from which its
+    ``resolve_schema()`` derives the columns without reading input. Otherwise (a file
+    source inferring its schema from the first file) the same check runs when the flow
+    compiles.
+
+    Raises
+    ------
+    ConfigError
+        Naming the parameter, the column, the source's columns and the closest name.
+    """
+    import difflib
+
+    import pyarrow as pa
+
+    if not isinstance(getattr(connector, "schema", None), pa.Schema):
+        return
+    try:
+        names = list(connector.resolve_schema().names)
+    except (WireError, OSError):  # not known after all: checked when the flow compiles
+        return
+    for parameter, column in (("event_time", event_time), ("key", key)):
+        if column is None or column in names:
+            continue
+        close = difflib.get_close_matches(column, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            parameter, column,
+            f"the name of one of the source's columns {names}{hint}; pass it as "
+            f"flow.source(..., {parameter}=<column>)", step=step,
         )
 
 
