@@ -21,12 +21,15 @@ file of the checkpoint directory directly; a path that is not a Wire checkpoint 
 ``wire.json``: the flow never started there) exits 1 and nothing is created.
 
 ``MODULE:ATTR`` names a :class:`wire.Flow` or a function returning one, e.g.
-``wire.examples.flights_job:default_flow``.
+``wire.examples.flights_job:default_flow``; MODULE is imported as ``python -m`` does, from
+the current directory first.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -50,6 +53,9 @@ console = Console()
 def load_flow(target: str) -> Flow:
     """Import ``module:attr`` and return the Flow it names (calling it if it is a function).
 
+    The module is found as ``python -m`` finds it: the current directory comes first on
+    ``sys.path``, so ``wire run mymod:flow`` imports ``./mymod.py``.
+
     Raises
     ------
     typer.BadParameter
@@ -58,8 +64,19 @@ def load_flow(target: str) -> Flow:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise typer.BadParameter(f"{target!r}: expected MODULE:ATTR, e.g. mypkg.flows:orders")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:  # as `python -m` does: the current directory first
+        sys.path.insert(0, cwd)
     try:
         obj = getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as e:
+        if e.name is None or (module_name != e.name and not module_name.startswith(e.name + ".")):
+            raise typer.BadParameter(f"{target!r}: {e}") from e  # the module imports something missing
+        raise typer.BadParameter(
+            f"{target!r}: {e}. MODULE is imported as `python -m` would: from the current directory "
+            f"({cwd}), then PYTHONPATH and the installed packages; run `wire run` from the directory "
+            f"that holds {module_name.split('.')[0]}(.py), or add that directory to PYTHONPATH"
+        ) from e
     except (ImportError, AttributeError) as e:
         raise typer.BadParameter(f"{target!r}: {e}") from e
     flow = obj() if callable(obj) and not isinstance(obj, Flow) else obj
