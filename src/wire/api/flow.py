@@ -293,7 +293,8 @@ class Flow:
                (Parquet / JSON Lines: ``<path>/_superseded/<old id>/``; Delta: one commit
                removing its files, kept by time travel until a ``VACUUM``; PostgreSQL
                append: the rows moved to ``<table>_superseded_<old id>``); other sinks
-               are unchanged (a Kafka sink's earlier messages stay in the topic);
+               are unchanged (upsert sinks keep the rows the new run does not overwrite,
+               a Kafka sink's earlier messages stay in the topic);
             4. the old checkpoint is deleted, and the run starts.
 
             A run stopped during step 3 finishes the hand-over when run again, with or

@@ -317,7 +317,7 @@ def begin_start_over(checkpoint: str | os.PathLike[str]) -> StartOver:
         or when it cannot be moved (naming the error).
     """
     root = Path(checkpoint)
-    aside = root.with_name(root.name + SET_ASIDE_SUFFIX)
+    aside = _set_aside_path(root)
     if not root.exists() or (root.is_dir() and not any(root.iterdir())):
         return StartOver(root, aside if aside.exists() else None, created=False)
     if not is_checkpoint(root):
@@ -340,6 +340,11 @@ def begin_start_over(checkpoint: str | os.PathLike[str]) -> StartOver:
     return StartOver(root, aside, created=True)
 
 
+def _set_aside_path(root: Path) -> Path:
+    """``<checkpoint>.superseded``, next to the checkpoint (absolute)."""
+    return Path(os.path.abspath(root) + SET_ASIDE_SUFFIX)
+
+
 def finish_start_over(checkpoint: str | os.PathLike[str]) -> None:
     """Every sink accepted the new checkpoint: clear :data:`START_OVER`, delete the set-aside one.
 
@@ -350,7 +355,7 @@ def finish_start_over(checkpoint: str | os.PathLike[str]) -> None:
     doc = _read_meta(root)
     if doc.get(START_OVER) is not None:
         _write_meta(root, {k: v for k, v in doc.items() if k != START_OVER})
-    aside = root.with_name(root.name + SET_ASIDE_SUFFIX)
+    aside = _set_aside_path(root)
     if aside.is_dir() and is_checkpoint(aside):
         shutil.rmtree(aside)
 
