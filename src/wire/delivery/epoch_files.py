@@ -235,9 +235,10 @@ class EpochFiles:
                 "another directory"
             )
         return (
-            f"{where} belongs to flow {recorded.get('flow')!r} sink {recorded.get('sink')!r}, not to "
-            f"flow {owner.flow!r} sink {owner.sink!r}: their epoch ids would collide. Write to "
-            "another directory"
+            f"{where} belongs to flow {recorded.get('flow')!r} sink {recorded.get('sink')!r} "
+            f"(checkpoint {recorded.get('checkpoint')!r}), not to flow {owner.flow!r} sink "
+            f"{owner.sink!r} (checkpoint {owner.checkpoint!r}): their epoch ids would collide. "
+            "Write to another directory"
         )
 
     def path_of(self, epoch: int) -> Path:

@@ -160,8 +160,8 @@ def test_ownership_mismatch_raises_naming_directory_and_both_owners(tmp_path, ot
     message = str(info.value)
     assert str(tmp_path / "out") in message
     if other.checkpoint == "ckpt-1":  # another flow or sink: not this sink's output
-        assert "belongs to flow 'flow-a' sink 'out'" in message
-        assert f"not to flow '{other.flow}' sink '{other.sink}'" in message
+        assert "belongs to flow 'flow-a' sink 'out' (checkpoint 'ckpt-1')" in message
+        assert f"not to flow '{other.flow}' sink '{other.sink}' (checkpoint 'ckpt-1')" in message
         assert "Write to another directory" in message
     else:  # this flow's sink under another checkpoint: starting over is the way
         assert "holds epochs of flow 'flow-a' sink 'out' written under checkpoint 'ckpt-1'" in message
