@@ -146,3 +146,37 @@ def wire_cli():
     from wire.cli.main import app
 
     return app
+
+
+def test_a_start_over_that_cannot_start_keeps_the_old_checkpoint(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVENTS))
+
+    def flow(size: str, predicate: str = "x >= 0") -> wire.Flow:
+        f = wire.Flow("access-log")
+        events = f.source(wire.sources.files(str(tmp_path / "in"), format="jsonl"), event_time="t",
+                          key="k", max_events_per_epoch=30, name="events")
+        (events.filter(predicate, name="keep").window(wire.Tumbling(size))
+         .aggregate(n=wire.count(), total=wire.sum("x"), name="sessions")
+         .sink(wire.sinks.parquet(str(tmp_path / "parquet")), name="to_parquet"))
+        return f
+
+    def parquet() -> list[tuple]:
+        files = sorted((tmp_path / "parquet").glob("epoch-*/*.parquet"))
+        return rows(pa.concat_tables([pq.read_table(f) for f in files]))
+
+    ck = tmp_path / "ck"
+    flow("10s").run(str(ck), spark=spark, key_groups=2)
+    before = sorted(str(p.relative_to(ck)) for p in ck.rglob("*") if p.name != "spark.log")
+    old_id = json.loads((ck / "wire.json").read_text())["checkpoint_id"]
+
+    with pytest.raises(Exception, match="no_such_column"):  # the changed flow does not compile
+        flow("7s", predicate="no_such_column > 0").run(str(ck), spark=spark, key_groups=2, fresh=True)
+    # nothing was deleted: the old checkpoint is back as it was, the sink untouched
+    assert json.loads((ck / "wire.json").read_text())["checkpoint_id"] == old_id
+    assert sorted(str(p.relative_to(ck)) for p in ck.rglob("*") if p.name != "spark.log") == before
+    assert not (tmp_path / "ck.superseded").exists()
+    assert parquet() == oracle(10_000) and not (tmp_path / "parquet" / "_superseded").exists()
+
+    flow("7s").run(str(ck), spark=spark, key_groups=2, fresh=True)
+    assert parquet() == oracle(7_000)
