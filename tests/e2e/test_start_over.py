@@ -180,3 +180,43 @@ def test_a_start_over_that_cannot_start_keeps_the_old_checkpoint(spark, tmp_path
 
     flow("7s").run(str(ck), spark=spark, key_groups=2, fresh=True)
     assert parquet() == oracle(7_000)
+
+
+def test_a_start_over_stopped_while_handing_over_the_sinks_is_finished_by_the_next_run(
+        spark, tmp_path, pg_server):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in EVENTS))
+    table = "handover"
+    unreachable = "host=127.0.0.1 port=1 dbname=postgres user=wire connect_timeout=2"
+
+    def flow(size: str, dsn: str) -> wire.Flow:
+        f = wire.Flow("access-log")
+        windows = (f.source(wire.sources.files(str(tmp_path / "in"), format="jsonl"), event_time="t",
+                            key="k", max_events_per_epoch=30, name="events")
+                   .window(wire.Tumbling(size)).aggregate(n=wire.count(), total=wire.sum("x"),
+                                                          name="sessions"))
+        windows.sink(wire.sinks.parquet(str(tmp_path / "parquet")), name="to_parquet")
+        windows.sink(wire.sinks.postgres(dsn, table=table), name="to_postgres")
+        return f
+
+    def outputs() -> tuple[list[tuple], list[tuple]]:
+        files = sorted((tmp_path / "parquet").glob("epoch-*/*.parquet"))
+        parquet = rows(pa.concat_tables([pq.read_table(f) for f in files])) if files else []
+        with psycopg.connect(pg_server.dsn) as conn:
+            cur = conn.execute(f"SELECT k, window_start, window_end, n, total FROM {table}")
+            return parquet, sorted((k, ms(s), ms(e), n, t) for k, s, e, n, t in cur.fetchall())
+
+    ck = tmp_path / "ck"
+    flow("10s", pg_server.dsn).run(str(ck), spark=spark, key_groups=2)
+    assert outputs() == (oracle(10_000), oracle(10_000))
+
+    with pytest.raises(wire.WireError, match="cannot start over"):  # the database is out of reach
+        flow("7s", unreachable).run(str(ck), spark=spark, key_groups=2, fresh=True)
+    assert json.loads((ck / "wire.json").read_text())["start_over"] is True  # the hand-over is pending
+    assert (tmp_path / "ck.superseded" / "wire.json").exists()  # the old checkpoint is kept meanwhile
+    assert outputs() == ([], oracle(10_000))  # parquet handed over (old epochs aside), PostgreSQL not
+
+    flow("7s", pg_server.dsn).run(str(ck), spark=spark, key_groups=2)  # no fresh: it finishes the hand-over
+    assert outputs() == (oracle(7_000), oracle(7_000))
+    assert not (tmp_path / "ck.superseded").exists()
+    assert "start_over" not in json.loads((ck / "wire.json").read_text())
