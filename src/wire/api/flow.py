@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 from wire.api.stream import Stream, WindowedStream
 from wire.core.time import Duration, to_millis
 from wire.core.windowing import BoundedOutOfOrderness
-from wire.errors import ConfigError, PlanError
+from wire.delivery.sink import overlapping
+from wire.errors import ConfigError, PlanError, WireError
 from wire.plan.nodes import (
     ALL_STEPS,
     DEAD_LETTER,
@@ -36,6 +37,7 @@ from wire.plan.nodes import (
     Node,
     Plan,
     PortRef,
+    SinkNode,
     SourceNode,
 )
 
@@ -77,7 +79,32 @@ class Flow:
     def _add(self, node: Node) -> None:
         if any(n.step == node.step for n in self._nodes):
             raise PlanError(f"flow {self.flow_id!r}: step id {node.step!r} is used twice")
+        if isinstance(node, SinkNode):
+            self._check_target(node)
         self._nodes.append(node)
+
+    def _check_target(self, node: SinkNode) -> None:
+        """Refuse a sink whose path or table another sink of the flow writes (or contains)."""
+        for other in self._nodes:
+            if not isinstance(other, SinkNode):
+                continue
+            pair = overlapping(other.sink, node.sink)
+            if pair is None:
+                continue
+            theirs, mine = pair
+            kind = "table" if mine.kind == "table" else "path"
+            if theirs == mine:
+                where = f"both write to the {kind} {mine.name!r}"
+            elif mine.name.startswith(theirs.name.rstrip("/") + "/"):
+                where = f"write to {theirs.name!r} and {mine.name!r}, which is inside it"
+            else:
+                where = f"write to {theirs.name!r} and {mine.name!r}, which contains it"
+            raise PlanError(
+                f"flow {self.flow_id!r}: sinks {other.step!r} and {node.step!r} {where}. Each sink "
+                "needs a path or table of its own: their epoch ids would collide, and a reader (or a "
+                f"cleanup) of one would take the other's files. Give sink {node.step!r} another "
+                f"{kind}; to write streams with the same columns to one place, .union() them into one sink"
+            )
 
     def _step_id(self, given: str | None, kind: str) -> str:
         if given is not None:
@@ -138,7 +165,10 @@ class Flow:
         Raises
         ------
         ConfigError
-            On an invalid parameter.
+            On an invalid parameter; when the connector's schema is given (files with
+            ``schema=``, Kafka, HTTP ingest, Redis Streams, ``TestStream``), an
+            ``event_time`` or ``key`` that is not one of its columns (the message lists
+            them). Without a given schema, that check runs when the flow compiles.
         """
         if not all(callable(getattr(connector, m, None)) for m in ("read_stream", "resolve_schema")):
             raise ConfigError("connector", connector,
@@ -162,6 +192,7 @@ class Flow:
             target_ms = to_millis(target_epoch_duration, parameter="target_epoch_duration",
                                   allow_zero=False)
         step = self._step_id(name, "source")
+        _check_columns_known(connector, step, event_time, key)
         self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch,
                              target_ms))
         return Stream(self, PortRef(step, OUT))
@@ -196,6 +227,7 @@ class Flow:
         max_restarts: int = 0,
         restart_backoff_s: float = 1.0,
         dashboard: bool = False,
+        fresh: bool = False,
     ) -> RunSummary:
         """Compile the flow to one Spark streaming query and run it.
 
@@ -245,6 +277,33 @@ class Flow:
             token that pause / resume need. For a fixed port or another interface, use
             :meth:`start` and a ``ControlPlane`` of your own. Needs the ``control`` extra
             (``MissingExtraError`` without it).
+        fresh:
+            Start the flow over (``wire run --fresh``): the way out when a changed flow
+            cannot resume its checkpoint (``CheckpointError: step ... changed``). The
+            sources are read from their start, as by a new checkpoint, and each sink's
+            output becomes the new run's: in order,
+
+            1. the checkpoint is moved to ``<checkpoint>.superseded`` (nothing deleted);
+            2. a new checkpoint (new checkpoint id) is opened and the flow compiled on
+               Spark; if this fails, the old checkpoint is moved back and the error raised;
+            3. each sink is handed to the new checkpoint
+               (:meth:`wire.delivery.sink.Sink.supersede`): an exactly-once sink sets
+               aside what this flow's sink wrote under any other checkpoint, with the
+               epoch bookkeeping that would make it skip the new epochs as replays
+               (Parquet / JSON Lines: ``<path>/_superseded/<old id>/``; Delta: one commit
+               removing its files, kept by time travel until a ``VACUUM``; PostgreSQL
+               append: the rows moved to ``<table>_superseded_<old id>``); other sinks
+               are unchanged (upsert sinks keep the rows the new run does not overwrite,
+               a Kafka sink's earlier messages stay in the topic);
+            4. the old checkpoint is deleted, and the run starts.
+
+            A run stopped during step 3 finishes the hand-over when run again, with or
+            without ``fresh``. Only an explicit ``fresh=True`` hands a sink to another
+            checkpoint: a run that resumes keeps its exactly-once bookkeeping. A source
+            that starts from outside the checkpoint (a Kafka consumer group's committed
+            offsets) is not read again from its start. Also the way to take over sinks
+            whose old checkpoint directory is gone. Only the first attempt starts over;
+            the restarts of ``max_restarts`` resume.
 
         Returns
         -------
@@ -255,12 +314,16 @@ class Flow:
         ------
         PlanError, ConfigError, CheckpointError, FlowFailed
             ``ConfigError`` (parameter ``progress``) before anything starts, for a
-            ``progress`` that is none of the values above.
+            ``progress`` that is none of the values above; (parameter ``fresh``) for a
+            ``fresh`` that is not a bool. ``CheckpointError`` with ``fresh=True`` when the
+            checkpoint path exists and is not a Wire checkpoint (it is left as it is).
         """
         from wire.runtime.progress import has_completed_epochs, resolve_progress
         from wire.runtime.supervisor import RestartPolicy, supervise
 
-        reporter = resolve_progress(progress, self.plan(), resumed=has_completed_epochs(checkpoint))
+        _check_fresh(fresh)
+        resumed = not fresh and has_completed_epochs(checkpoint)
+        reporter = resolve_progress(progress, self.plan(), resumed=resumed)
         plane = None
         if dashboard:
             from wire.control import ControlPlane
@@ -284,6 +347,7 @@ class Flow:
                 max_epochs=max_epochs,
                 progress=reporter,
                 own_progress=False,
+                fresh=fresh and attempts == 1,  # a restart resumes what the first attempt started
             )
             if plane is not None:  # a restart replaces the failed run, its history stays
                 plane.add(running, flow_id=self.flow_id, replace=True)
@@ -310,6 +374,7 @@ class Flow:
         key_groups: int | None = None,
         max_epochs: int | None = None,
         progress: bool | str | Console = False,
+        fresh: bool = False,
     ) -> RunningFlow:
         """Like :meth:`run`, but return at once with a handle on the running flow.
 
@@ -318,19 +383,23 @@ class Flow:
         ``await_termination()`` waits for the end.
 
         ``progress`` takes the values of :meth:`run` (default ``False`` here: nothing is
-        drawn while the caller's code runs); a bar stops when the run ends.
+        drawn while the caller's code runs); a bar stops when the run ends. ``fresh``
+        starts the flow over, as in :meth:`run`.
 
         Raises
         ------
         ConfigError
-            (parameter ``progress``) before anything starts, for an invalid ``progress``.
+            (parameter ``progress``) before anything starts, for an invalid ``progress``;
+            (parameter ``fresh``) for a ``fresh`` that is not a bool.
         """
         from wire.runtime.progress import has_completed_epochs, resolve_progress
 
-        reporter = resolve_progress(progress, self.plan(), resumed=has_completed_epochs(checkpoint))
+        _check_fresh(fresh)
+        resumed = not fresh and has_completed_epochs(checkpoint)
+        reporter = resolve_progress(progress, self.plan(), resumed=resumed)
         return self._start(checkpoint, master=master, spark_conf=spark_conf, spark=spark,
                            key_groups=key_groups, max_epochs=max_epochs, progress=reporter,
-                           own_progress=True)
+                           own_progress=True, fresh=fresh)
 
     def _start(
         self,
@@ -343,6 +412,7 @@ class Flow:
         max_epochs: int | None,
         progress: ProgressReporter | None,
         own_progress: bool,
+        fresh: bool = False,
     ) -> RunningFlow:
         from wire.runtime.runner import start_plan
 
@@ -356,7 +426,49 @@ class Flow:
             max_epochs=max_epochs,
             progress=progress,
             own_progress=own_progress,
+            fresh=fresh,
         )
+
+
+def _check_columns_known(connector: Source, step: str, event_time: str, key: str | None) -> None:
+    """Check ``event_time`` and ``key`` against the source's schema when it is known at build time.
+
+    Known: the connector holds an Arrow ``schema`` given by the user (files with
+    ``schema=``, Kafka, HTTP ingest, Redis Streams, ``TestStream``), from which its
+    ``resolve_schema()`` derives the columns without reading input. Otherwise (a file
+    source inferring its schema from the first file) the same check runs when the flow
+    compiles.
+
+    Raises
+    ------
+    ConfigError
+        Naming the parameter, the column, the source's columns and the closest name.
+    """
+    import difflib
+
+    import pyarrow as pa
+
+    if not isinstance(getattr(connector, "schema", None), pa.Schema):
+        return
+    try:
+        names = list(connector.resolve_schema().names)
+    except (WireError, OSError):  # not known after all: checked when the flow compiles
+        return
+    for parameter, column in (("event_time", event_time), ("key", key)):
+        if column is None or column in names:
+            continue
+        close = difflib.get_close_matches(column, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            parameter, column,
+            f"the name of one of the source's columns {names}{hint}; pass it as "
+            f"flow.source(..., {parameter}=<column>)", step=step,
+        )
+
+
+def _check_fresh(fresh: object) -> None:
+    if not isinstance(fresh, bool):
+        raise ConfigError("fresh", fresh, "True (start the flow over) or False (resume the checkpoint)")
 
 
 __all__ = ["Flow", "Stream", "WindowedStream"]

@@ -21,13 +21,15 @@ file of the checkpoint directory directly; a path that is not a Wire checkpoint 
 ``wire.json``: the flow never started there) exits 1 and nothing is created.
 
 ``MODULE:ATTR`` names a :class:`wire.Flow` or a function returning one, e.g.
-``wire.examples.flights_job:default_flow``.
+``wire.examples.flights_job:default_flow``; MODULE is imported as ``python -m`` does, from
+the current directory first.
 """
 
 from __future__ import annotations
 
 import importlib
-import shutil
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -51,6 +53,9 @@ console = Console()
 def load_flow(target: str) -> Flow:
     """Import ``module:attr`` and return the Flow it names (calling it if it is a function).
 
+    The module is found as ``python -m`` finds it: the current directory comes first on
+    ``sys.path``, so ``wire run mymod:flow`` imports ``./mymod.py``.
+
     Raises
     ------
     typer.BadParameter
@@ -59,8 +64,19 @@ def load_flow(target: str) -> Flow:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise typer.BadParameter(f"{target!r}: expected MODULE:ATTR, e.g. mypkg.flows:orders")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:  # as `python -m` does: the current directory first
+        sys.path.insert(0, cwd)
     try:
         obj = getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as e:
+        if e.name is None or (module_name != e.name and not module_name.startswith(e.name + ".")):
+            raise typer.BadParameter(f"{target!r}: {e}") from e  # the module imports something missing
+        raise typer.BadParameter(
+            f"{target!r}: {e}. MODULE is imported as `python -m` would: from the current directory "
+            f"({cwd}), then PYTHONPATH and the installed packages; run `wire run` from the directory "
+            f"that holds {module_name.split('.')[0]}(.py), or add that directory to PYTHONPATH"
+        ) from e
     except (ImportError, AttributeError) as e:
         raise typer.BadParameter(f"{target!r}: {e}") from e
     flow = obj() if callable(obj) and not isinstance(obj, Flow) else obj
@@ -81,7 +97,11 @@ def _fmt_wm(wm: int | None) -> str:
 def run(
     target: Annotated[str, typer.Argument(help="MODULE:ATTR naming a wire.Flow")],
     checkpoint: Annotated[str, typer.Option(help="the flow's checkpoint directory")],
-    fresh: Annotated[bool, typer.Option(help="delete the checkpoint and start over")] = False,
+    fresh: Annotated[bool, typer.Option(
+        help="start the flow over: a new checkpoint, and each sink's earlier output replaced by the "
+             "new run's (see Flow.run's fresh); the old checkpoint is deleted once every sink accepted "
+             "the new one",
+    )] = False,
     master: Annotated[str, typer.Option(help="Spark master URL")] = "local[*]",
     max_restarts: Annotated[int, typer.Option(help="restarts after a failure")] = 3,
     dashboard: Annotated[bool, typer.Option(
@@ -97,13 +117,12 @@ def run(
     path = Path(checkpoint)
     if fresh and path.exists():
         if not (is_checkpoint(path) or (path.is_dir() and not any(path.iterdir()))):
-            # never delete what Wire did not create: a typo must not remove a user's data
+            # never touch what Wire did not create: a typo must not move a user's data
             console.print(f"[red]error:[/red] --fresh: {escape(checkpoint)} is not a Wire checkpoint "
-                          f"(no {META_FILE}); not deleting it. Remove it yourself or pick another path.")
+                          f"(no {META_FILE}); left as it is. Remove it yourself or pick another path.")
             raise typer.Exit(1)
-        shutil.rmtree(path)
-        console.print(f"started fresh: removed {checkpoint}")
-    elif Path(checkpoint).exists():
+        console.print(f"starting over: {checkpoint} is set aside, and deleted once the new run can start")
+    elif path.exists():
         state = "finished" if finished(checkpoint) else "unfinished"
         console.print(f"resuming from the {state} checkpoint {checkpoint}")
     missing = missing_extra("control", "the dashboard") if dashboard else None
@@ -114,7 +133,7 @@ def run(
     console.print(f"running flow {flow.flow_id} ...")
     try:
         summary = flow.run(checkpoint, master=master, max_restarts=max_restarts, dashboard=dashboard,
-                           progress=shown)
+                           progress=shown, fresh=fresh)
     except WireError as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e

@@ -37,9 +37,13 @@ at the same path (a local disk in local mode; a shared mount such as NFS on a
 cluster): the rename is what makes the epoch visible.
 
 The ownership marker binds the directory to one (flow, sink, checkpoint): a second
-flow, another sink or a fresh checkpoint would restart epoch ids at 0 and skip or
+flow, another sink or a new checkpoint would restart epoch ids at 0 and skip or
 overwrite the epochs already there, so :meth:`EpochFiles.open` refuses with a
-:class:`~wire.errors.CheckpointError`.
+:class:`~wire.errors.CheckpointError`. Starting the flow over (``fresh=True``) hands
+the directory to the new checkpoint first (:meth:`EpochFiles.supersede`): the epochs
+published under the old one are moved to ``<dir>/_superseded/<old checkpoint id>/``
+(never read as output; delete it when no longer needed), then the marker names the
+new checkpoint.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ from wire.errors import CheckpointError, ConfigError, WireError
 
 MARKER_NAME = "_wire_sink.json"
 STAGING_NAME = "_staging"
+SUPERSEDED_NAME = "_superseded"
+"""Where :meth:`EpochFiles.supersede` moves the epochs of a checkpoint that a start-over replaced."""
 MAX_EPOCH = 10**10 - 1
 """Largest epoch id that fits the 10-digit file name (file names must sort in epoch order)."""
 
@@ -161,11 +167,7 @@ class EpochFiles:
         if marker.exists():
             recorded = self._read_marker(marker)
             if recorded != owner.to_json():
-                raise CheckpointError(
-                    f"sink directory {str(self.directory)!r} belongs to {recorded}, not to "
-                    f"{owner.to_json()}; epoch ids of different flows or checkpoints would "
-                    "collide; use another directory, or delete it to start over"
-                )
+                raise CheckpointError(self._refusal(recorded, owner))
         else:
             self._write_atomic(
                 MARKER_NAME, lambda p: p.write_text(json.dumps(owner.to_json(), indent=1) + "\n")
@@ -174,6 +176,70 @@ class EpochFiles:
             _remove_tree(leftover)
         fsync_dir(self.staging)
         self.owner = owner
+
+    def supersede(self, owner: SinkOwner) -> list[int]:
+        """Starting over: give the directory to ``owner``, setting aside another checkpoint's epochs.
+
+        Called on the driver before :meth:`open`, only when the flow starts over. When
+        the marker names ``owner``'s flow and sink under another checkpoint, every
+        published epoch is moved to ``_superseded/<that checkpoint id>/`` and the
+        marker is rewritten (atomically) to name ``owner``. A crash in between leaves
+        the old marker, and the next call moves the rest. No marker, or ``owner``'s
+        already: nothing changes.
+
+        Returns
+        -------
+        list[int]
+            The epoch ids moved aside.
+
+        Raises
+        ------
+        CheckpointError
+            When the marker names another flow or sink (not this sink's output), or is
+            unreadable.
+        """
+        marker = self.directory / MARKER_NAME
+        if not marker.exists():
+            return []
+        recorded = self._read_marker(marker)
+        mine = owner.to_json()
+        if recorded == mine:
+            return []
+        if recorded.get("flow") != owner.flow or recorded.get("sink") != owner.sink:
+            raise CheckpointError(self._refusal(recorded, owner))
+        old = str(recorded.get("checkpoint"))
+        aside = self.directory / SUPERSEDED_NAME / (old if _EXT.match(old) else "unknown")
+        aside.mkdir(parents=True, exist_ok=True)
+        moved = published_epochs(self.directory)
+        for epoch in moved:
+            target = aside / epoch_dir_name(epoch)
+            if target.exists():  # set aside by an earlier start-over from the same checkpoint
+                target = aside / f"{epoch_dir_name(epoch)}.{secrets.token_hex(4)}"
+            os.replace(self.path_of(epoch), target)
+        fsync_dir(aside)
+        fsync_dir(self.directory)
+        self.staging.mkdir(exist_ok=True)
+        self._write_atomic(MARKER_NAME, lambda p: p.write_text(json.dumps(mine, indent=1) + "\n"))
+        return moved
+
+    def _refusal(self, recorded: dict[str, str], owner: SinkOwner) -> str:
+        """Why :meth:`open` refuses the directory, and what works instead."""
+        where = f"sink directory {str(self.directory)!r}"
+        if recorded.get("flow") == owner.flow and recorded.get("sink") == owner.sink:
+            return (
+                f"{where} holds epochs of flow {owner.flow!r} sink {owner.sink!r} written under "
+                f"checkpoint {recorded.get('checkpoint')!r}, not this run's {owner.checkpoint!r}: a "
+                "new checkpoint restarts epoch ids, which would be skipped as replays. To start the "
+                "flow over, run it with fresh=True (`wire run --fresh`), which moves those epochs to "
+                f"{SUPERSEDED_NAME}/ and hands the directory to the new checkpoint; or write to "
+                "another directory"
+            )
+        return (
+            f"{where} belongs to flow {recorded.get('flow')!r} sink {recorded.get('sink')!r} "
+            f"(checkpoint {recorded.get('checkpoint')!r}), not to flow {owner.flow!r} sink "
+            f"{owner.sink!r} (checkpoint {owner.checkpoint!r}): their epoch ids would collide. "
+            "Write to another directory"
+        )
 
     def path_of(self, epoch: int) -> Path:
         """Return the published directory of ``epoch``."""

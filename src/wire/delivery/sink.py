@@ -22,7 +22,8 @@ So no data row of an executor sink passes through the driver: only receipts do.
 wrappers ``guarded`` and ``round_robin``) receive the epoch's rows on the driver:
 
 1. :meth:`Sink.open` once at run start, before the first epoch (after a restart
-   too, before the replayed epoch).
+   too, before the replayed epoch); when the flow starts over (``fresh=True``),
+   :meth:`Sink.supersede` just before it.
 2. :meth:`Sink.write_epoch` once per epoch (Spark micro-batch id) with all of the
    epoch's rows for the sink's port as one ``pyarrow.Table``.
    All sinks of a flow are written inside the epoch, **before** Spark marks the epoch
@@ -45,6 +46,7 @@ Each sink declares its ``guarantee`` for such a replay:
 
 from __future__ import annotations
 
+import os
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, is_dataclass
@@ -70,6 +72,27 @@ class Sink(ABC):
 
         Also called at a restart, before the replay of the last incomplete epoch.
         The default does nothing.
+        """
+
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:  # noqa: B027
+        """Starting over: hand this sink to checkpoint ``checkpoint_id``; called before :meth:`open`.
+
+        Called on the driver only when a flow starts over (``flow.run(..., fresh=True)``,
+        ``wire run --fresh``; again by the next run if that one stopped before every
+        sink was handed over), never on a run that merely resumes. A sink that keeps
+        epoch bookkeeping bound to a checkpoint (an exactly-once sink's epoch markers:
+        a new checkpoint restarts epoch ids at 0, which the old markers would skip as
+        replays) sets aside what this flow's sink ``sink_id`` wrote under any *other*
+        checkpoint, with its bookkeeping, and records ``checkpoint_id`` as the owner,
+        so that the new run's output replaces the old. Must be idempotent: a sink
+        already owned by ``checkpoint_id`` is left as it is. Output of other flows or
+        sink ids is never touched. The default does nothing (a sink whose bookkeeping
+        does not depend on the checkpoint).
+
+        Raises
+        ------
+        CheckpointError
+            When the target belongs to another flow or sink.
         """
 
     @abstractmethod
@@ -112,6 +135,82 @@ class Sink(ABC):
             elif f.name in self.target_fields:
                 fp[f.name] = _no_password(value) if f.name in ("dsn", "url") else value
         return fp
+
+
+    def targets(self) -> tuple[SinkTarget, ...]:
+        """Where the sink writes, for the flow's check that no two sinks share a target.
+
+        Called when the flow is built (:meth:`wire.Flow.plan` checks every pair of
+        sinks, :func:`overlapping`). The default reads the dataclass fields: ``dsn``
+        with ``table`` (and ``schema``, default ``public``) is a PostgreSQL table, by
+        host, port and database; ``path`` with ``table`` a table in a database file;
+        ``path`` alone a directory or table location that the sink owns with all that
+        is below it; a field holding sinks (a wrapper) their targets. A sink with none
+        of these (webhook, console, Kafka, Redis) returns ``()``: not checked.
+        """
+        found: list[SinkTarget] = []
+        values: dict[str, Any] = (
+            {f.name: getattr(self, f.name) for f in fields(self)} if is_dataclass(self) else {})
+        for value in values.values():
+            if isinstance(value, Sink):
+                found.extend(value.targets())
+            elif isinstance(value, tuple) and value and all(isinstance(v, Sink) for v in value):
+                found.extend(t for v in value for t in v.targets())
+        table, path, dsn = values.get("table"), values.get("path"), values.get("dsn")
+        if isinstance(table, str) and isinstance(dsn, str):
+            schema = values.get("schema") if isinstance(values.get("schema"), str) else "public"
+            found.append(SinkTarget("table", f"postgres {_database(dsn)} {schema}.{table}"))
+        elif isinstance(table, str) and isinstance(path, str):
+            found.append(SinkTarget("table", f"{_location(path)} table {table}"))
+        elif isinstance(path, str):
+            found.append(SinkTarget("path", _location(path)))
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """One place a sink writes, for :func:`overlapping`.
+
+    ``kind`` is ``"path"`` (a directory or table location, with all below it) or
+    ``"table"`` (a table in a database, ``name`` naming the database too).
+    """
+
+    kind: str
+    name: str
+
+    def overlaps(self, other: SinkTarget) -> bool:
+        """The same target, or (paths) one inside the other."""
+        if self.kind == "path" and other.kind == "path":
+            a, b = self.name.rstrip("/") + "/", other.name.rstrip("/") + "/"
+            return a.startswith(b) or b.startswith(a)
+        return self == other
+
+
+def overlapping(a: Sink, b: Sink) -> tuple[SinkTarget, SinkTarget] | None:
+    """The first pair of targets of ``a`` and ``b`` that overlap (:meth:`SinkTarget.overlaps`)."""
+    for x in a.targets():
+        for y in b.targets():
+            if x.overlaps(y):
+                return x, y
+    return None
+
+
+def _location(path: str) -> str:
+    """A local path made absolute and normalised; a URI (``s3://...``) as it is."""
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+
+
+def _database(dsn: str) -> str:
+    """``host:port/dbname`` of a libpq connection string (without credentials)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # the postgres extra is missing: compare the text, password removed
+        return str(_no_password(dsn))
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:  # a malformed dsn fails when the sink connects
+        return str(_no_password(dsn))
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
 
 def _no_password(text: Any) -> Any:

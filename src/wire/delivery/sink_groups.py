@@ -77,6 +77,10 @@ class GuardedSink(Sink):
         """The inner sink's guarantee: every retry repeats the same epoch id and rows."""
         return self.inner.guarantee
 
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Starting over: hand the inner sink to the new checkpoint (:meth:`Sink.supersede`)."""
+        self.inner.supersede(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
+
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Open the inner sink (run start, driver, before the first or replayed epoch)."""
         self._interrupted.clear()
@@ -184,6 +188,11 @@ class RoundRobinSink(Sink):
         )
         object.__setattr__(self, "breaker", CircuitBreaker(1, self.reset_timeout_s, clock=self.clock))
         object.__setattr__(self, "_interrupted", threading.Event())
+
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Starting over: hand every member ``<sink_id>.<i>`` to the new checkpoint."""
+        for i, member in enumerate(self.members):
+            member.supersede(flow_id=flow_id, sink_id=f"{sink_id}.{i}", checkpoint_id=checkpoint_id)
 
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Open every member as ``<sink_id>.<i>`` (run start, driver); undo on failure."""

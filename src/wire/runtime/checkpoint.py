@@ -53,6 +53,9 @@ class CheckpointMeta:
     """Per stateful step, the Parquet of its initial state (absolute; after a rescale)."""
     resume: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source step, where its reads resume (after a rescale, :func:`wire.sources.base.resumable`)."""
+    start_over: bool = False
+    """A start-over is not finished: the sinks must still be handed to this checkpoint
+    (:data:`START_OVER`)."""
 
 
 META_FILE = "wire.json"
@@ -113,10 +116,20 @@ def default_key_groups(parallelism: int) -> int:
 
 
 WAY_OUT = (
-    "Start over with `wire run --fresh` (it deletes the checkpoint) or use a new checkpoint "
-    "directory."
+    "To start the flow over, run it with `flow.run(checkpoint, fresh=True)` or "
+    "`wire run --fresh` on this checkpoint: the checkpoint is set aside, its sinks' earlier "
+    "output is replaced by the new run's, and the old checkpoint is deleted only once every "
+    "sink has accepted the new one."
 )
-"""How every refusal to open a checkpoint ends: the ways out."""
+"""How every refusal to open a checkpoint ends: the way out (see :func:`begin_start_over`)."""
+
+START_OVER = "start_over"
+"""Key of ``wire.json`` set while a start-over (``fresh=True``) is not finished: the
+runner then hands every sink to the new checkpoint (:meth:`wire.delivery.sink.Sink.supersede`)
+before the first epoch, and :func:`finish_start_over` removes it."""
+
+SET_ASIDE_SUFFIX = ".superseded"
+"""``<checkpoint>.superseded``: where :func:`begin_start_over` moves the previous checkpoint."""
 
 
 def open_checkpoint(
@@ -127,6 +140,7 @@ def open_checkpoint(
     plan: Plan | None = None,
     new_key_groups: Callable[[], int] | None = None,
     rescale: Rescale | None = None,
+    start_over: bool = False,
 ) -> CheckpointMeta:
     """Create or verify ``<checkpoint>/wire.json``; called at run start, before Spark runs.
 
@@ -158,6 +172,12 @@ def open_checkpoint(
       (path, schema, watermark, admission: it resumes from its recorded offsets);
     * a checkpoint with no epoch yet (nothing in ``spark/offsets``) takes any plan;
     * a checkpoint written before fingerprints existed opens and records them.
+
+    ``start_over`` (set by ``fresh=True``, after :func:`begin_start_over` moved the
+    previous checkpoint aside): a new checkpoint records :data:`START_OVER`, and the
+    returned meta says so until :func:`finish_start_over`; a checkpoint that still
+    records it (a start-over interrupted before its sinks were handed over) returns it
+    too, so that the run finishes the hand-over.
 
     Another number of key groups with ``rescale`` (the runner passes
     :func:`wire.runtime.rescale.rescale_checkpoint`): after the plan checks,
@@ -199,8 +219,8 @@ def open_checkpoint(
             )
         if key_groups is None:
             key_groups = new_key_groups() if new_key_groups is not None else DEFAULT_KEY_GROUPS
-        meta = CheckpointMeta(flow_id, key_groups, uuid.uuid4().hex)
-        _write_meta(root, _document(meta, current))
+        meta = CheckpointMeta(flow_id, key_groups, uuid.uuid4().hex, start_over=start_over)
+        _write_meta(root, {**_document(meta, current), **({START_OVER: True} if start_over else {})})
         return meta
     doc = _read_meta(root)
     if doc["flow_id"] != flow_id:
@@ -239,11 +259,105 @@ def open_checkpoint(
         flow_id, key_groups, doc["checkpoint_id"], spark_dir=doc.get("spark_dir", "spark"),
         epoch_base=int(doc.get("epoch_base", 0)),
         seeds={step: str(root / p) for step, p in doc.get("seeds", {}).items()},
-        resume=dict(doc.get("resume", {})),
+        resume=dict(doc.get("resume", {})), start_over=doc.get(START_OVER) is True,
     )
     if current is not None and recorded != current:
         _write_meta(root, {**doc, "steps": current})
     return meta
+
+
+@dataclass(frozen=True)
+class StartOver:
+    """A start-over in progress (``fresh=True``), from :func:`begin_start_over`.
+
+    ``set_aside`` is where the previous checkpoint now is (``<checkpoint>.superseded``),
+    or None when there was none. Until the sinks are handed to the new checkpoint,
+    :meth:`undo` puts everything back as it was.
+    """
+
+    root: Path
+    set_aside: Path | None
+    created: bool
+    """True when :func:`begin_start_over` moved a checkpoint aside (so :meth:`undo` moves it back)."""
+
+    def undo(self) -> None:
+        """The new run could not start (before any sink was touched): restore the old checkpoint.
+
+        Deletes the new checkpoint (it has no epoch: its query never started) and moves
+        the set-aside one back.
+        """
+        if not self.created or self.set_aside is None or not self.set_aside.exists():
+            return
+        if self.root.exists():
+            if log_batches(Path(spark_checkpoint(self.root)) / "offsets"):
+                return  # never delete epochs (cannot happen: the query had not started)
+            shutil.rmtree(self.root)
+        os.replace(self.set_aside, self.root)
+
+
+def begin_start_over(checkpoint: str | os.PathLike[str]) -> StartOver:
+    """``fresh=True``, first step: set the previous checkpoint aside, deleting nothing.
+
+    * No checkpoint (or an empty directory): nothing to set aside.
+    * A Wire checkpoint: renamed to ``<checkpoint>.superseded`` (a leftover of that
+      name from an earlier, finished start-over is deleted first). The run then opens
+      a new checkpoint with :data:`START_OVER` set (:func:`open_checkpoint`); if the
+      run cannot start before its sinks are touched (the plan does not compile, Spark
+      fails), :meth:`StartOver.undo` restores it. Once every sink has accepted the new
+      checkpoint, :func:`finish_start_over` deletes the set-aside one.
+    * A checkpoint of an unfinished start-over (:data:`START_OVER` still set; it has no
+      epoch, the query never started): deleted, and the start-over continues with the
+      set-aside checkpoint kept where it is.
+
+    Raises
+    ------
+    CheckpointError
+        When ``checkpoint`` exists but is not a Wire checkpoint (no ``wire.json``) and
+        is not an empty directory: Wire never moves or deletes what it did not create;
+        or when it cannot be moved (naming the error).
+    """
+    root = Path(checkpoint)
+    aside = _set_aside_path(root)
+    if not root.exists() or (root.is_dir() and not any(root.iterdir())):
+        return StartOver(root, aside if aside.exists() else None, created=False)
+    if not is_checkpoint(root):
+        raise CheckpointError(
+            f"fresh=True: {str(root)!r} is not a Wire checkpoint (no {META_FILE}); it is left as "
+            "it is. Remove it yourself or give another checkpoint directory."
+        )
+    doc = _read_meta(root)
+    if doc.get(START_OVER) is True and not log_batches(Path(spark_checkpoint(root)) / "offsets"):
+        shutil.rmtree(root)  # an unfinished start-over's new checkpoint: holds no epoch
+        return StartOver(root, aside if aside.exists() else None, created=False)
+    try:
+        if aside.exists():  # left by a finished start-over (its sinks moved to the checkpoint)
+            shutil.rmtree(aside)
+        os.replace(root, aside)
+    except OSError as e:
+        raise CheckpointError(
+            f"fresh=True: cannot set the checkpoint {str(root)!r} aside as {str(aside)!r}: {e}"
+        ) from e
+    return StartOver(root, aside, created=True)
+
+
+def _set_aside_path(root: Path) -> Path:
+    """``<checkpoint>.superseded``, next to the checkpoint (absolute)."""
+    return Path(os.path.abspath(root) + SET_ASIDE_SUFFIX)
+
+
+def finish_start_over(checkpoint: str | os.PathLike[str]) -> None:
+    """Every sink accepted the new checkpoint: clear :data:`START_OVER`, delete the set-aside one.
+
+    Called by the runner after :meth:`wire.delivery.sink.Sink.supersede` and ``open``
+    succeeded for every sink, before the first epoch.
+    """
+    root = Path(checkpoint)
+    doc = _read_meta(root)
+    if doc.get(START_OVER) is not None:
+        _write_meta(root, {k: v for k, v in doc.items() if k != START_OVER})
+    aside = _set_aside_path(root)
+    if aside.is_dir() and is_checkpoint(aside):
+        shutil.rmtree(aside)
 
 
 def source_count(plan: Plan) -> int:

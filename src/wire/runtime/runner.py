@@ -34,7 +34,14 @@ from wire.core.envelope import metrics_table
 from wire.delivery.sink import ExecutorSink, Sink
 from wire.errors import ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
-from wire.runtime.checkpoint import default_key_groups, epochs_settled, open_checkpoint, spark_checkpoint
+from wire.runtime.checkpoint import (
+    begin_start_over,
+    default_key_groups,
+    epochs_settled,
+    finish_start_over,
+    open_checkpoint,
+    spark_checkpoint,
+)
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
@@ -445,8 +452,14 @@ def start_plan(
     max_epochs: int | None,
     progress: ProgressReporter | None,
     own_progress: bool = False,
+    fresh: bool = False,
 ) -> RunningFlow:
     """Compile ``plan`` and start its query; see :meth:`wire.Flow.start`.
+
+    ``fresh``: start over (:func:`wire.runtime.checkpoint.begin_start_over`): the old
+    checkpoint is set aside, a new one opened, the plan compiled (on failure the old
+    checkpoint is restored), every sink handed to the new checkpoint
+    (:meth:`wire.delivery.sink.Sink.supersede`), then the old checkpoint deleted.
 
     ``progress`` is told of every committed epoch (:mod:`wire.runtime.progress`); with
     ``own_progress`` the run starts it and stops it when it ends.
@@ -471,15 +484,22 @@ def start_plan(
         return sessions[0]
 
     control = control_path(checkpoint)
-    meta = open_checkpoint(
-        checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan,
-        new_key_groups=lambda: default_key_groups(session().sparkContext.defaultParallelism),
-        rescale=lambda root, doc, groups: rescale_checkpoint(session(), plan, root, doc, groups),
-    )
-    write_control(control, {})  # a run starts running: no pause, no stop in progress
-    spark = session()
-    warm_up_workers(spark)  # the Python workers start while the flow compiles
-    compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
+    start_over = begin_start_over(checkpoint) if fresh else None  # sets the old one aside
+    try:
+        meta = open_checkpoint(
+            checkpoint, flow_id=plan.flow_id, key_groups=key_groups, plan=plan,
+            new_key_groups=lambda: default_key_groups(session().sparkContext.defaultParallelism),
+            rescale=lambda root, doc, groups: rescale_checkpoint(session(), plan, root, doc, groups),
+            start_over=fresh,
+        )
+        write_control(control, {})  # a run starts running: no pause, no stop in progress
+        spark = session()
+        warm_up_workers(spark)  # the Python workers start while the flow compiles
+        compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
+    except BaseException:
+        if start_over is not None:  # no sink was touched: the old checkpoint comes back
+            start_over.undo()
+        raise
     sinks = list(plan.sinks())
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
@@ -493,8 +513,12 @@ def start_plan(
             bind = getattr(node.sink, "bind_checkpoint", None)  # sinks that keep state under it
             if bind is not None:
                 bind(checkpoint)
+            if meta.start_over:  # fresh=True: the sink's earlier output gives way to the new run's
+                node.sink.supersede(flow_id=plan.flow_id, sink_id=node.step, checkpoint_id=meta.checkpoint_id)
             node.sink.open(flow_id=plan.flow_id, sink_id=node.step, checkpoint_id=meta.checkpoint_id)
             opened.append(node.sink)
+        if meta.start_over:
+            finish_start_over(checkpoint)  # every sink accepted the new checkpoint
         writer = (
             compiled.dataframe.writeStream.foreachBatch(dispatcher)
             .option("checkpointLocation", spark_checkpoint(checkpoint))

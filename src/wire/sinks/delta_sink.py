@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -59,7 +60,7 @@ with needs_extra("delta", "wire.sinks.delta"):
     from deltalake import CommitProperties, DeltaTable, Transaction
     from deltalake import Schema as DeltaSchema
     from deltalake.exceptions import DeltaError, TableNotFoundError
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 MODES = ("append", "overwrite")
 
@@ -67,6 +68,11 @@ _META_FLOW = "wire.flow_id"
 _META_SINK = "wire.sink_id"
 _META_CHECKPOINT = "wire.checkpoint_id"
 _META_EPOCH = "wire.epoch"
+_META_SUPERSEDED = "wire.superseded_checkpoint_id"
+
+NO_EPOCH = -1
+"""The app transaction version a start-over records: below every epoch id, so epoch 0 of
+the new checkpoint is not taken for a replay (:meth:`DeltaSink.supersede`)."""
 
 
 @dataclass
@@ -132,8 +138,11 @@ class DeltaSink(ExecutorSink):
             if previous is not None and previous != checkpoint_id:
                 raise CheckpointError(
                     f"{self.describe()}: the table holds epochs of flow {flow_id!r} sink {sink_id!r} "
-                    f"written under checkpoint {previous!r}, not {checkpoint_id!r}; "
-                    "write to a new table or give the sink a new id"
+                    f"written under checkpoint {previous!r}, not this run's {checkpoint_id!r}: a new "
+                    "checkpoint restarts epoch ids, which would be skipped as replays. To start the "
+                    "flow over, run it with fresh=True (`wire run --fresh`), which removes this "
+                    "sink's earlier files from the table in one commit (kept by Delta's time travel "
+                    "until a VACUUM) and hands the table to the new checkpoint; or write to another table"
                 )
         referenced = _referenced(table) if table is not None else set()
         fs, base, _ = _filesystem(root)
@@ -142,6 +151,54 @@ class DeltaSink(ExecutorSink):
             _delete(fs, base, [p for p in planned if p not in referenced])
             _delete_dir(fs, attempt_dir)
         object.__setattr__(self, "_run", run)
+
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Starting over: one Delta commit removes this sink's files and resets its epoch bookkeeping.
+
+        Called on the driver before :meth:`open`, only when the flow starts over
+        (:meth:`wire.delivery.sink.Sink.supersede`). When the table holds commits of
+        app id ``"<flow_id>/<sink_id>"`` whose newest one was made under another
+        checkpoint, one commit removes every data file this sink wrote (its tag is in
+        the file names; other writers' files stay), records the app transaction version
+        :data:`NO_EPOCH` (so the new checkpoint's epoch 0 is written, not skipped) and
+        names ``checkpoint_id`` in its metadata (so :meth:`open` accepts it). Removed
+        files stay readable by time travel until a ``VACUUM``. No table, no commit of
+        this sink, or the newest under ``checkpoint_id``: nothing is done.
+
+        Raises
+        ------
+        WireError
+            When the commit fails (nothing changed).
+        """
+        run = _Run(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id, root="")
+        table = self._load()
+        if table is None or table.transaction_version(run.app_id) is None:
+            return
+        previous = _last_checkpoint(table, run)
+        if previous == checkpoint_id:
+            return
+        adds = pa.table(table.get_add_actions())
+        mine = f"-{run.tag}-"
+        now = int(time.time() * 1000)
+        removes: list[AddAction | RemoveAction] = [
+            RemoveAction(path=path, data_change=True, deletion_timestamp=now, size=size)
+            for path, size in zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist(),
+                                  strict=True)
+            if os.path.basename(unquote(path)).startswith("part-") and mine in os.path.basename(unquote(path))
+        ]
+        properties = CommitProperties(
+            custom_metadata={_META_FLOW: flow_id, _META_SINK: sink_id, _META_CHECKPOINT: checkpoint_id,
+                             _META_SUPERSEDED: previous or "", _META_EPOCH: NO_EPOCH},
+            app_transactions=[Transaction(run.app_id, NO_EPOCH)],
+        )
+        try:
+            table.create_write_transaction(
+                removes, mode="append", schema=table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
+                commit_properties=properties,
+            )
+        except (DeltaError, OSError, ValueError) as exc:
+            raise WireError(f"{self.describe()}: starting over failed (nothing changed): {exc}") from exc
 
     def prepare_epoch(self, epoch: int) -> EpochStager:
         """Driver, before the epoch's job: a stager with the table's schema and a new attempt token.
@@ -294,7 +351,9 @@ def delta(
 
     Guarantee: ``exactly_once``, two-phase (SPEC §6). ``open`` (driver, run start)
     remembers the app id ``"<flow_id>/<sink_id>"``, refuses a table this sink wrote
-    under another checkpoint, and deletes data files a crashed run wrote but never
+    under another checkpoint (unless the flow starts over, ``fresh=True``: then one
+    commit first removes this sink's files and resets its transaction version,
+    :meth:`DeltaSink.supersede`), and deletes data files a crashed run wrote but never
     committed. Per epoch, ``prepare_epoch`` (driver) reads the table's schema and
     transaction version; **each executor task** conforms its rows to the schema and
     writes them as Parquet data files into the table directory (Hive-style

@@ -75,6 +75,19 @@ class _EpochFileSink(ExecutorSink):
         """Validate the path at flow-build time."""
         object.__setattr__(self, "path", _check_path(self.path))
 
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Starting over: move this sink's epochs of another checkpoint to ``_superseded/<id>/``.
+
+        See :meth:`wire.delivery.epoch_files.EpochFiles.supersede`.
+
+        Raises
+        ------
+        CheckpointError
+            When the directory belongs to another flow or sink.
+        """
+        files = EpochFiles(os.path.abspath(self.path), self.ext)
+        files.supersede(SinkOwner(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id))
+
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Claim the directory (ownership marker) and delete what a crashed run staged.
 
@@ -177,7 +190,9 @@ def parquet(path: str | os.PathLike[str]) -> Sink:
 
     Guarantee: ``exactly_once``, two-phase (SPEC §6). ``open`` (run start, driver)
     claims the directory for the flow, sink and checkpoint and deletes what a
-    crashed run staged. Per epoch, each executor task writes and fsyncs its file
+    crashed run staged; when the flow starts over (``fresh=True``), the epochs of
+    the old checkpoint are first moved to ``<path>/_superseded/<checkpoint id>/``
+    (which those readers skip). Per epoch, each executor task writes and fsyncs its file
     under ``_staging/``; after the epoch's Spark job the driver renames the
     epoch's staging directory to ``epoch-<epoch>`` (atomic: readers see all of an
     epoch or none of it), or, if an earlier attempt already published the epoch,

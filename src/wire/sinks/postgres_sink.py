@@ -57,7 +57,7 @@ from wire.delivery.sink import EpochStager, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
 from wire.sinks.postgres_driver import _PostgresSink, _Run
 from wire.sinks.postgres_executors import _AppendStager, _schema_from_json, _UpsertStager
-from wire.sinks.postgres_target import _check_dsn, _check_key, _check_name, _move
+from wire.sinks.postgres_target import _check_dsn, _check_key, _check_name, _connect, _move
 
 with needs_extra("postgres", "wire.sinks.postgres"):
     import psycopg
@@ -100,10 +100,67 @@ class PostgresAppendSink(_PostgresSink):
         if other is not None:
             raise CheckpointError(
                 f"{self.describe()}: {self.schema}.{MARKER_TABLE} holds epochs of flow {run.flow!r} sink "
-                f"{run.sink!r} written under checkpoint {other[0]!r}, not {run.checkpoint!r}; a new "
-                "checkpoint restarts epoch ids, whose rows would be skipped as replays. To start over, "
-                f"delete those marker rows (and the rows they wrote), or use another sink id or table"
+                f"{run.sink!r} written under checkpoint {other[0]!r}, not this run's {run.checkpoint!r}: "
+                "a new checkpoint restarts epoch ids, whose rows would be skipped as replays. To start "
+                "the flow over, run it with fresh=True (`wire run --fresh`), which moves the table's "
+                f"rows to {self.schema}.{_aside_name(self.table, other[0])} and deletes those marker "
+                "rows in one transaction, handing the table to the new checkpoint; or write to "
+                "another table"
             )
+
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Starting over: in one transaction, move the table's rows aside and drop the old epoch markers.
+
+        Called on the driver before :meth:`open`, only when the flow starts over
+        (:meth:`wire.delivery.sink.Sink.supersede`). When the marker table records
+        epochs of this flow and sink under another checkpoint, one transaction copies
+        the table's rows into ``<table>_superseded_<first 8 characters of the newest
+        such checkpoint id>`` (created ``LIKE`` the table), deletes them from the table
+        and deletes those marker rows; the new checkpoint's epochs then start at 0 in
+        an empty table. The table's rows are all taken to be this sink's (an
+        exactly-once append table has one writer: another flow writing the same table
+        would see its rows moved too). Nothing recorded under another checkpoint:
+        nothing is done.
+
+        Raises
+        ------
+        WireError
+            When the database cannot be reached or the transaction fails (nothing changed).
+        """
+        run = _Run(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id)
+        marker = sql.Identifier(self.schema, MARKER_TABLE)
+        target = sql.Identifier(self.schema, self.table)
+        try:
+            conn = _connect(self.dsn, self._app(run, " start over"))
+        except psycopg.Error as e:
+            raise WireError(f"{self.describe()}: cannot start over: {e}") from e
+        try:
+            with conn.transaction():
+                if not _exists(conn, marker):
+                    return
+                old = conn.execute(
+                    sql.SQL("SELECT checkpoint FROM {} WHERE flow = %s AND sink = %s AND checkpoint <> %s "
+                            "GROUP BY checkpoint ORDER BY max(committed_at) DESC").format(marker),
+                    (flow_id, sink_id, checkpoint_id),
+                ).fetchall()
+                if not old:
+                    return
+                if _exists(conn, target):
+                    aside = sql.Identifier(self.schema, _aside_name(self.table, old[0][0]))
+                    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(target))
+                    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS)")
+                                 .format(aside, target))
+                    conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(aside, target))
+                    conn.execute(sql.SQL("DELETE FROM {}").format(target))
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE flow = %s AND sink = %s AND checkpoint <> %s")
+                    .format(marker),
+                    (flow_id, sink_id, checkpoint_id),
+                )
+        except psycopg.Error as e:
+            raise WireError(f"{self.describe()}: starting over failed (rolled back): {e}") from e
+        finally:
+            conn.close()
 
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Connect as :meth:`_PostgresSink.open` does, then drop the staging tables a crashed run left.
@@ -260,6 +317,17 @@ class PostgresUpsertSink(_PostgresSink):
         self._opened()
 
 
+def _aside_name(table: str, checkpoint: str) -> str:
+    """``<table>_superseded_<8 characters of checkpoint>``, within PostgreSQL's 63 bytes."""
+    stem = table.encode()[:40].decode("utf-8", "ignore")
+    return f"{stem}_superseded_{''.join(c for c in checkpoint if c.isalnum())[:8]}"
+
+
+def _exists(conn: psycopg.Connection, name: sql.Identifier) -> bool:
+    found = conn.execute("SELECT to_regclass(%s)", (name.as_string(conn),)).fetchone()
+    return found is not None and found[0] is not None
+
+
 def postgres(
     dsn: str,
     *,
@@ -285,7 +353,9 @@ def postgres(
     nothing (``prepare_epoch`` already finds it and the executors stage nothing).
     The marker binds (flow, sink) to the flow's checkpoint: ``open`` refuses with
     :class:`~wire.errors.CheckpointError` if the marker holds epochs of the same flow
-    and sink under another checkpoint (epoch ids restart).
+    and sink under another checkpoint (epoch ids restart). Starting the flow over
+    (``fresh=True``) first moves the table's rows to ``<table>_superseded_<id>`` and
+    deletes those markers, in one transaction (:meth:`PostgresAppendSink.supersede`).
 
     ``mode="upsert"`` — guarantee ``idempotent``. ``key`` names the columns of a
     primary key (created with the table) or unique constraint (existing table).

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import csv
+import io
 import itertools
 import json
 from collections import OrderedDict
@@ -57,7 +59,15 @@ from wire.sources.conversions import (
     short_repr,
 )
 from wire.sources.file_listing import FileStamp
-from wire.sources.text_records import JsonValues, RawRecords, nullable, parse_csv, parse_jsonl
+from wire.sources.text_records import (
+    _BAD_UTF8,
+    JsonValues,
+    RawRecords,
+    _csv_field_limit,
+    nullable,
+    parse_csv,
+    parse_jsonl,
+)
 
 __all__ = [
     "DEFAULT_MAX_FIELD_BYTES",
@@ -74,6 +84,8 @@ __all__ = [
 
 _BOM = b"\xef\xbb\xbf"
 _INFER_JSON_LINES = 1000
+_INFER_CSV_BYTES = 1 << 20
+"""CSV schemas are inferred from the records in the file's first MiB (Arrow's first block)."""
 # Exception tuples spelled out once: mypy does not accept a starred tuple in an except clause.
 _INFER_ERRORS: tuple[type[Exception], ...] = (OSError, TypeError, ValueError, *ARROW_ERRORS)
 _CELL_ERRORS: tuple[type[Exception], ...] = (ValueError, OverflowError, *ARROW_ERRORS)
@@ -153,9 +165,12 @@ class ParsedFile:
 
 
 def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str, ...]) -> pa.Schema:
-    """Infer the payload schema from one file (CSV: first block; JSONL: first 1,000 lines).
+    """Infer the payload schema from one file (CSV: first 1 MiB; JSONL: first 1,000 lines).
 
-    Columns without any value are typed as strings; every field is nullable.
+    Columns without any value are typed as strings; every field is nullable. Records
+    that are dead letters when read do not take part: a CSV record with invalid UTF-8
+    (it would make its columns ``binary`` for every record), a JSON line that does not
+    parse.
 
     Raises
     ------
@@ -166,7 +181,9 @@ def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str,
         if fmt == "csv":
             parse = pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=lambda _row: "skip")
             convert = pa_csv.ConvertOptions(null_values=list(null_values), strings_can_be_null=True)
-            with pa_csv.open_csv(path, parse_options=parse, convert_options=convert) as reader:
+            read = pa_csv.ReadOptions(block_size=_INFER_CSV_BYTES)
+            with pa_csv.open_csv(_csv_sample(path, delimiter), read_options=read, parse_options=parse,
+                                 convert_options=convert) as reader:
                 schema = reader.schema
         elif fmt == "jsonl":
             objects: list[object] = []
@@ -182,6 +199,33 @@ def infer_schema(path: str, fmt: str, *, delimiter: str, null_values: tuple[str,
     if not schema.names:
         raise WireError(f"cannot infer a {fmt} schema from {path!r}: no columns; pass schema=")
     return pa.schema([pa.field(f.name, pa.string() if pa.types.is_null(f.type) else f.type) for f in schema])
+
+
+def _csv_sample(path: str, delimiter: str) -> io.BytesIO:
+    """The first :data:`_INFER_CSV_BYTES` of a CSV file, without its records of invalid UTF-8.
+
+    Such a record is a dead letter when the file is read (:func:`wire.sources.text_records.parse_csv`);
+    left in the sample, Arrow would type every column it touches as ``binary``. The
+    sample ends at the last whole line; a file whose sample is valid UTF-8 is taken as is.
+    """
+    with open(path, "rb") as f:
+        data = f.read(_INFER_CSV_BYTES)
+        more = f.read(1) != b""
+    if more and b"\n" in data:
+        data = data[: data.rindex(b"\n") + 1]
+    try:
+        data.decode("utf-8")
+        return io.BytesIO(data)
+    except UnicodeDecodeError:
+        pass
+    text = data.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+    with _csv_field_limit(len(text) + 1):
+        for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
+            if not any(_BAD_UTF8.search(field) for field in record):
+                writer.writerow(record)
+    return io.BytesIO(out.getvalue().encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------- Parquet

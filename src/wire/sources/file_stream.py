@@ -271,7 +271,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         if parts is None:
             raise WireError(
                 f"file source {self._binding.step!r}: offset {offset} predates partitioned file "
-                "sources; start the flow with a new checkpoint directory"
+                "sources; start the flow over with fresh=True (`wire run --fresh`)"
             )
         if all("next" in p for p in parts.values()) and "files" not in offset:
             return offset
@@ -279,7 +279,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
             raise WireError(
                 f"file source {self._binding.step!r}: the epoch ending at offset {offset} was planned by an "
                 "older Wire without file-set tracking and cannot be replayed; finish it with that "
-                "version or start the flow with a new checkpoint directory"
+                "version or start the flow over with fresh=True (`wire run --fresh`)"
             )
         states = {n: PartitionState.from_json(d) for n, d in parts.items()}
         sets = self._file_sets(offset, states)

@@ -7,6 +7,7 @@ import pytest
 from wire.delivery.epoch_files import (
     MARKER_NAME,
     STAGING_NAME,
+    SUPERSEDED_NAME,
     EpochFiles,
     SinkOwner,
     epoch_dir_name,
@@ -158,10 +159,14 @@ def test_ownership_mismatch_raises_naming_directory_and_both_owners(tmp_path, ot
         opened(tmp_path, other)
     message = str(info.value)
     assert str(tmp_path / "out") in message
-    assert "'flow': 'flow-a'" in message and "'checkpoint': 'ckpt-1'" in message
-    assert f"'flow': '{other.flow}'" in message
-    assert f"'sink': '{other.sink}'" in message
-    assert f"'checkpoint': '{other.checkpoint}'" in message
+    if other.checkpoint == "ckpt-1":  # another flow or sink: not this sink's output
+        assert "belongs to flow 'flow-a' sink 'out' (checkpoint 'ckpt-1')" in message
+        assert f"not to flow '{other.flow}' sink '{other.sink}' (checkpoint 'ckpt-1')" in message
+        assert "Write to another directory" in message
+    else:  # this flow's sink under another checkpoint: starting over is the way
+        assert "holds epochs of flow 'flow-a' sink 'out' written under checkpoint 'ckpt-1'" in message
+        assert "not this run's 'ckpt-2'" in message
+        assert "fresh=True (`wire run --fresh`)" in message
     # Nothing of the owner was touched.
     assert leftover.exists()
     assert json.loads((tmp_path / "out" / MARKER_NAME).read_text())["flow"] == "flow-a"
@@ -203,3 +208,51 @@ def test_bad_extension_raises_config_error(tmp_path, ext):
 
 def test_published_epochs_of_missing_directory_is_empty(tmp_path):
     assert published_epochs(tmp_path / "nope") == []
+
+
+def publish(files: EpochFiles, epoch: int, text: str) -> None:
+    attempt = files.attempt_dir(epoch)
+    assert files.publish_staged(epoch, attempt, [stage(attempt, 0, text)])
+
+
+def test_supersede_sets_another_checkpoints_epochs_aside_and_hands_the_directory_over(tmp_path):
+    files = opened(tmp_path)
+    publish(files, 0, "old 0")
+    publish(files, 1, "old 1")
+    new = SinkOwner(flow="flow-a", sink="out", checkpoint="ckpt-2")
+    with pytest.raises(CheckpointError):  # a plain run under the new checkpoint is refused
+        opened(tmp_path, new)
+
+    assert EpochFiles(tmp_path / "out", "txt").supersede(new) == [0, 1]
+
+    out = tmp_path / "out"
+    assert published_epochs(out) == []
+    aside = out / SUPERSEDED_NAME / "ckpt-1"
+    assert sorted(p.name for p in aside.iterdir()) == [epoch_dir_name(0), epoch_dir_name(1)]
+    assert json.loads((out / MARKER_NAME).read_text()) == new.to_json()
+    again = opened(tmp_path, new)  # the new checkpoint's epoch 0 is published, not skipped
+    publish(again, 0, "new 0")
+    assert published(tmp_path, 0) == ["new 0"]
+    # idempotent: the owner's own epochs stay
+    assert EpochFiles(out, "txt").supersede(new) == []
+    assert published(tmp_path, 0) == ["new 0"]
+    # the old checkpoint, resumed, is now refused: its epoch ids would collide
+    with pytest.raises(CheckpointError):
+        opened(tmp_path, OWNER)
+
+
+@pytest.mark.parametrize("other", [SinkOwner(flow="flow-b", sink="out", checkpoint="ckpt-2"),
+                                   SinkOwner(flow="flow-a", sink="other", checkpoint="ckpt-2")])
+def test_supersede_never_takes_another_flows_or_sinks_directory(tmp_path, other):
+    files = opened(tmp_path)
+    publish(files, 0, "a")
+    with pytest.raises(CheckpointError) as info:
+        EpochFiles(tmp_path / "out", "txt").supersede(other)
+    assert "Write to another directory" in str(info.value)
+    assert published(tmp_path, 0) == ["a"]
+    assert json.loads((tmp_path / "out" / MARKER_NAME).read_text()) == OWNER.to_json()
+
+
+def test_supersede_of_a_new_directory_does_nothing(tmp_path):
+    assert EpochFiles(tmp_path / "out", "txt").supersede(OWNER) == []
+    assert not (tmp_path / "out").exists()

@@ -92,7 +92,7 @@ def test_a_changed_window_is_refused_once_the_checkpoint_has_epochs(tmp_path):
     msg = str(e.value)
     assert msg.startswith(f"checkpoint {str(ck)!r}: step 'hourly' changed: window "
                           "Tumbling(size=10000 ms) -> Tumbling(size=7000 ms)")
-    assert "wire run --fresh" in msg and "new checkpoint directory" in msg
+    assert "wire run --fresh" in msg and "fresh=True" in msg
     assert (ck / "wire.json").read_text() == before  # the record still describes the state
 
 

@@ -106,7 +106,7 @@ def test_parquet_totals_come_from_the_footers_and_unknown_otherwise(tmp_path):
     flow.source(wire.sources.files(str(tmp_path / "*.parquet"), format="parquet"), event_time="t",
                 name="one").sink(wire.sinks.parquet(str(tmp_path / "o")))
     flow.source(wire.sources.files(str(tmp_path / "a.parquet"), format="parquet"), event_time="t",
-                name="two").sink(wire.sinks.parquet(str(tmp_path / "o")))
+                name="two").sink(wire.sinks.parquet(str(tmp_path / "o2")))
     assert total_records(flow.plan()) == 3 + 4 + 3
     bar = resolve_progress(Console(file=io.StringIO()), flow.plan(), resumed=True)
     assert isinstance(bar, ProgressBar) and bar.total is None  # resumed: what is left is unknown

@@ -158,9 +158,45 @@ def test_a_new_checkpoint_on_the_same_table_is_refused(tmp_path):
     sink.open(**OPEN)
     sink.write_epoch(4, epoch_rows(4))
     sink.close()
-    with pytest.raises(CheckpointError, match="ckpt-1"):
+    with pytest.raises(CheckpointError, match="ckpt-1") as info:
         delta(path).open(**{**OPEN, "checkpoint_id": "ckpt-2"})
+    assert "run it with fresh=True (`wire run --fresh`)" in str(info.value)
     delta(path).open(**OPEN)  # the same checkpoint may resume
+
+
+@pytest.mark.parametrize("partition_by", [None, "origin"])
+def test_starting_over_removes_this_sinks_files_and_takes_the_new_checkpoints_epochs(tmp_path, partition_by):
+    path = tmp_path / "t"
+    old = delta(path, partition_by=partition_by)
+    old.open(**OPEN)
+    for epoch in (0, 1, 2):
+        old.write_epoch(epoch, epoch_rows(epoch))
+    other = delta(path, partition_by=partition_by)  # another sink of the flow writes the same table
+    other.open(**{**OPEN, "sink_id": "other"})
+    other.write_epoch(0, epoch_rows(7))
+    new = {**OPEN, "checkpoint_id": "ckpt-2"}
+
+    sink = delta(path, partition_by=partition_by)
+    sink.supersede(**new)
+    sink.supersede(**new)  # idempotent: no second commit
+    assert DeltaTable(str(path)).history()[0]["wire.checkpoint_id"] == "ckpt-2"
+    assert len(DeltaTable(str(path)).history()) == 5  # 3 + 1 epochs (the first created it), start-over
+    assert read_sorted(path).equals(as_delta_types(epoch_rows(7)))  # only the other sink's rows
+    sink.open(**new)
+    sink.write_epoch(0, epoch_rows(0, n=2))  # epoch 0 of the new checkpoint: written, not skipped
+    sink.write_epoch(0, epoch_rows(0, n=2))  # its replay: skipped
+    after = read_sorted(path)
+    assert after.equals(as_delta_types(pa.concat_tables([epoch_rows(0, n=2), epoch_rows(7)])))
+    assert DeltaTable(str(path)).transaction_version(APP_ID) == 0
+    with pytest.raises(CheckpointError, match="ckpt-2"):  # the old checkpoint cannot resume now
+        delta(path).open(**OPEN)
+    old_version = DeltaTable(str(path), version=3).to_pyarrow_table()  # time travel keeps the old files
+    assert sorted(old_version["count"].to_pylist()) == [0, 1, 2, 100, 101, 102, 200, 201, 202, 700, 701, 702]
+
+
+def test_starting_over_a_missing_table_does_nothing(tmp_path):
+    delta(tmp_path / "t").supersede(**OPEN)
+    assert not (tmp_path / "t").exists()
 
 
 def test_schema_mismatch_is_a_clear_wire_error(tmp_path):

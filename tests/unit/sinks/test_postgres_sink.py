@@ -260,9 +260,45 @@ def test_epochs_of_another_checkpoint_are_refused_at_open(dsn, name):
     sink.write_epoch(0, flights(0, [1]))
     sink.close()
     fresh = postgres(dsn, table=name)
-    with pytest.raises(CheckpointError, match="'ckpt-1', not 'ckpt-2'"):
+    with pytest.raises(CheckpointError, match="'ckpt-1', not this run's 'ckpt-2'") as info:
         opened(fresh, name, checkpoint="ckpt-2")
+    assert "run it with fresh=True (`wire run --fresh`)" in str(info.value)
+    assert f"public.{name[:40]}_superseded_ckpt1" in str(info.value)  # within 63 bytes
     opened(fresh, name, sink_id="other", checkpoint="ckpt-2").close()  # another sink id is fine
+
+
+def test_starting_over_moves_the_rows_aside_and_takes_the_new_checkpoints_epochs(dsn, name):
+    sink = opened(postgres(dsn, table=name), name, checkpoint="ckpt-1")
+    sink.write_epoch(0, flights(0, [1, 2]))
+    sink.write_epoch(1, flights(1, [3]))
+    sink.close()
+    other = opened(postgres(dsn, table=f"{name}_o"), name, sink_id="other", checkpoint="ckpt-1")
+    other.write_epoch(0, flights(0, [9]))
+    other.close()
+    table, aside = sql.Identifier(name), sql.Identifier(f"{name[:40]}_superseded_ckpt1")
+
+    sink = postgres(dsn, table=name)
+    sink.supersede(flow_id=name, sink_id="out", checkpoint_id="ckpt-2")
+    sink.supersede(flow_id=name, sink_id="out", checkpoint_id="ckpt-2")  # idempotent
+
+    moved = query(dsn, sql.SQL("SELECT id, epoch FROM {} ORDER BY id").format(aside))
+    assert moved == [(1, 0), (2, 0), (3, 1)]
+    assert query(dsn, sql.SQL("SELECT count(*) FROM {}").format(table)) == [(0,)]
+    markers = f"SELECT sink, epoch, checkpoint FROM {MARKER_TABLE} WHERE flow = %s ORDER BY sink, epoch"
+    assert query(dsn, markers, (name,)) == [("other", 0, "ckpt-1")]  # the other sink keeps its own
+    opened(sink, name, checkpoint="ckpt-2")
+    sink.write_epoch(0, flights(0, [5]))  # epoch 0 of the new checkpoint: written, not skipped
+    sink.write_epoch(0, flights(0, [5]))  # its replay: skipped
+    sink.close()
+    assert query(dsn, sql.SQL("SELECT id, epoch FROM {}").format(table)) == [(5, 0)]
+    assert query(dsn, markers, (name,)) == [("other", 0, "ckpt-1"), ("out", 0, "ckpt-2")]
+    with pytest.raises(CheckpointError, match="'ckpt-2', not this run's 'ckpt-1'"):
+        opened(postgres(dsn, table=name), name, checkpoint="ckpt-1")  # the old checkpoint cannot resume
+
+
+def test_starting_over_before_any_epoch_does_nothing(dsn, name):
+    postgres(dsn, table=name).supersede(flow_id=name, sink_id="out", checkpoint_id="ckpt-1")
+    assert query(dsn, "SELECT to_regclass(%s)", (name,)) == [(None,)]
 
 
 def test_reconnects_once_after_the_connection_dropped(dsn, name):
