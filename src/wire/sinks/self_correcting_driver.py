@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from wire.core.control_file import control_path, sink_mode
 from wire.delivery.self_correcting import EpochOutcome, SelfCorrectingWriter
 from wire.delivery.self_correcting_desired import ShardedDesiredStore
+from wire.delivery.self_correcting_frontier import Frontier, epoch_offsets, frontier_of_offsets
 from wire.delivery.self_correcting_rows import shard_columns
 from wire.delivery.sink import EpochStager, ExecutorSink, StagedPart
 from wire.errors import WireError
@@ -39,6 +40,7 @@ class _Run:
     sink: str
     state_dir: Path
     control: str | None
+    checkpoint: str | None
     writer: SelfCorrectingWriter
     store: ShardedDesiredStore
     schema: pa.Schema | None = None
@@ -100,6 +102,7 @@ class SelfCorrectingSink(ExecutorSink):
         run = _Run(
             flow=flow_id, sink=sink_id, state_dir=state,
             control=control_path(checkpoint) if checkpoint is not None else None,
+            checkpoint=checkpoint,
             writer=SelfCorrectingWriter(self.key, full_check_every=self.full_check_every),
             store=ShardedDesiredStore.open(state, self.partitions or _default_partitions()),
         )
@@ -190,7 +193,8 @@ class SelfCorrectingSink(ExecutorSink):
         job = f"wire {run.flow}/{run.sink}: self-correcting parts of epoch {epoch}"
         try:
             target = self._table(run)
-            out = run.writer.write_parts(target, lambda req: _run_parts(task, req, job), epoch + 1,
+            out = run.writer.write_parts(target, lambda req: _run_parts(task, req, job),
+                                         epoch_frontier(run.checkpoint, epoch),
                                          read_only=self.mode() == "read_only")
         except WireError:
             raise
@@ -267,6 +271,20 @@ class SelfCorrectingSink(ExecutorSink):
         else:
             run.table = _DeltaTable(str(self.path), self.key, schema, writer, str(run.state_dir / "parts"))
         return run.table
+
+
+def epoch_frontier(checkpoint: str | None, epoch: int) -> Frontier:
+    """The frontier after ``epoch``: from the end offsets Spark's offset log recorded for it.
+
+    Independent of where the epochs cut the input
+    (:mod:`wire.delivery.self_correcting_frontier`). When the checkpoint records no
+    offsets for the epoch (the sink driven without Spark, e.g. :meth:`write_epoch`),
+    the epoch id + 1 (:meth:`Frontier.scalar`).
+    """
+    offsets = epoch_offsets(checkpoint, epoch) if checkpoint is not None else None
+    if not offsets:
+        return Frontier.scalar(epoch + 1)
+    return frontier_of_offsets(offsets)
 
 
 def _default_partitions() -> int:

@@ -24,9 +24,11 @@ Per epoch
        the last append recorded; Delta: the newest commit is not one of the
        sink's); compare every key instead of the touched ones when it drifted,
        when another writer appended since this one, or every ``full_check_every``
-       epochs; mint the batch description ``(lower, upper) = (table upper, epoch +
-       1)`` once (none if the table is already there: another replica, or a
-       replay);
+       epochs; mint the batch description ``(lower, upper, frontier) = (table
+       upper, table upper + 1, the epoch's frontier)`` once — the frontier is read
+       from the epoch's end offsets in Spark's offset log (per source its watermark,
+       per partition the records consumed), and none is minted when the table's
+       frontier is ahead of it or not comparable (another replica read further);
     3. **executors**, one Spark task per partition: fold the partition's rows of the
        epoch into its desired collection and save it; read the persisted rows of its
        touched keys (in a full check: every row, keeping its partition's); compute
@@ -36,10 +38,12 @@ Per epoch
        Delta: a Parquet file ``parts/<attempt>/shard-<n>.parquet``;
     4. **driver**: commit the parts with compare-and-set. PostgreSQL: one
        transaction ``LOCK TABLE ... IN EXCLUSIVE MODE`` (hand edits wait),
-       ``UPDATE wire_sc_frontiers SET upper = <upper> WHERE upper = <lower>``, check
+       ``UPDATE wire_sc_frontiers SET upper = <upper>, frontier = <frontier> WHERE
+       upper = <lower>``, check
        the table's fingerprint is the one read, delete the staged keys and insert
        the staged rows (``INSERT ... SELECT`` inside the server), record the new
-       fingerprint. Delta: one ``MERGE`` of the staged parts, committed on the
+       fingerprint. Delta: one ``MERGE`` of the staged parts (the upper an
+       application transaction, the frontier in the commit info), committed on the
        version read with no commit retries, so any commit in between (another
        replica's, a hand edit) fails it; delta-rs rewrites the touched files in the
        driver process. A failed compare-and-set is counted, the parts are
@@ -66,13 +70,23 @@ part of an appended correction); gauges ``sc_read_only`` (1 / 0),
 ``sc_table_upper``.
 
 Replicas and frontiers
-    The frontier is the epoch id, so replicas of one flow agree on what a frontier
-    means when their epochs cut the input at the same places (sources with a fixed
-    ``max_events_per_epoch`` over the same files or offsets). Whatever the cuts,
-    every append leaves the table equal to the appending replica's desired
-    collection (a full check whenever someone else wrote), and the replica with the
-    highest final epoch writes last, so replicas that both run to the end leave
-    the table equal to the result of the whole input.
+    The frontier recorded with the table is a point in input time, not an epoch id
+    (:mod:`wire.delivery.self_correcting_frontier`): per source its watermark and,
+    per partition, the records consumed (files read and the records of the open
+    file, Kafka offsets, stream ids), from the epoch's end offsets. So replicas of
+    one flow (the same sources, each its own checkpoint) agree whatever their
+    epochs, e.g. with other ``max_events_per_epoch``: at an equal frontier a
+    replica repairs (writes only what differs from its collection, which is the
+    same); with more input it advances; a replica that has not yet consumed what
+    the table reflects writes nothing until it has, so the table never goes back.
+    A replica started later therefore catches up in its own cuts, then repairs and
+    can take over. Every append leaves the table equal to the appending replica's
+    desired collection. Replicas agree only where their results are a function of
+    the input consumed and the watermark: events late by processing-time effects
+    (one replica's watermark passed them, the other's did not) can differ. A table
+    written by a Wire that recorded no frontier is taken as at the empty frontier.
+    Driven without Spark (no offsets in the checkpoint) the frontier is the epoch
+    id + 1.
 
 Limits: key columns must be of a type that compares exactly (integers, strings,
 booleans, dates, timestamps); values must be scalars
@@ -145,17 +159,18 @@ def self_correcting(
     a late event). Per epoch the sink computes the correction desired − persisted
     over the keys the epoch touched (every key when the table drifted, another
     replica wrote, or a periodic check is due) and appends it with a
-    compare-and-set on the table's recorded upper frontier (``epoch + 1``), in one
-    transaction (PostgreSQL) or one commit (Delta); on a conflict it re-reads and
-    recomputes. The executors compute and stage the correction, one Spark task
+    compare-and-set on the table's recorded upper (a version), in one
+    transaction (PostgreSQL) or one commit (Delta), recording the epoch's frontier
+    (per source its watermark and the records consumed, whatever the epochs' cuts);
+    on a conflict it re-reads and recomputes. The executors compute and stage the correction, one Spark task
     per partition of the key; the driver mints the batch description and commits.
     Several replicas of one flow (each its own checkpoint) may write one table; a
     read-only replica writes nothing and reports its distance. The table is
     written after the epoch's job, before the epoch commits. Details, costs and
     metrics: :mod:`wire.sinks.self_correcting_sink`.
 
-    Guarantee: ``idempotent`` — a replayed epoch finds the table at its upper and
-    writes nothing; the table converges to the result collection.
+    Guarantee: ``idempotent`` — a replayed epoch finds the table at its frontier
+    with its rows and writes nothing; the table converges to the result collection.
 
     Parameters
     ----------
