@@ -359,7 +359,9 @@ def test_replicas_with_other_cuts_repair_and_take_over(tmp_path, pg_server):
     make_input(indir, files=4, per_file=1000)
     glob, delta = str(indir / "*.parquet"), tmp_path / "delta"
     ck_a, ck_b = tmp_path / "ck_a", tmp_path / "ck_b"
-    a = _start(glob, ck_a, dsn, delta, "--unbounded", "--events-per-epoch", "400")
+    # no repair between epochs (item 14): the repair of the hand edits below must be B's
+    a = _start(glob, ck_a, dsn, delta, "--unbounded", "--events-per-epoch", "400",
+               "--repair-interval-ms", "0")
     procs = [a]
     try:
         _until("A writes the first files", lambda: _tables_equal(dsn, delta, oracle(indir)), procs, 300)
@@ -370,7 +372,8 @@ def test_replicas_with_other_cuts_repair_and_take_over(tmp_path, pg_server):
         old = sorted(r for r in want if r[1] < 120_000)
         hand_edit(dsn, delta, old)
         assert not _tables_equal(dsn, delta, want)
-        b = _start(glob, ck_b, dsn, delta, "--unbounded", "--events-per-epoch", "2600")
+        b = _start(glob, ck_b, dsn, delta, "--unbounded", "--events-per-epoch", "2600",
+                   "--repair-interval-ms", "0")
         procs.append(b)
         _until("B catches up in its own cuts and repairs the hand edits",
                lambda: _tables_equal(dsn, delta, want), procs, 300)
@@ -391,3 +394,33 @@ def test_replicas_with_other_cuts_repair_and_take_over(tmp_path, pg_server):
         for proc in procs:
             if proc.poll() is None:
                 _kill(proc)
+
+
+def test_quiet_flow_repairs_hand_edits_within_the_interval(spark, tmp_path, pg_server):
+    """Issue 26 item 14: an unbounded flow whose input is quiet (no epoch comes) still repairs
+    hand edits, within ``repair_interval`` (1 s here), in both tables, twice."""
+    dsn = new_db(pg_server, "sc_quiet")
+    indir = tmp_path / "in"
+    make_input(indir, files=2, per_file=1000)
+    want = oracle(indir)
+    glob, delta = str(indir / "*.parquet"), tmp_path / "delta"
+    flow = _driver_module().build(glob, dsn, str(delta), read_only=False, bounded=False, repair_interval=1000)
+    running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    try:
+        deadline = time.monotonic() + 240
+        while not _tables_equal(dsn, delta, want):
+            assert time.monotonic() < deadline and running.is_active(), "the flow did not write its input"
+            time.sleep(1)
+        epochs = running.summary.epochs
+        for rows in (sorted(want)[:2], sorted(want)[5:7]):
+            hand_edit(dsn, delta, rows)
+            assert not _tables_equal(dsn, delta, want)
+            deadline = time.monotonic() + 120
+            while not _tables_equal(dsn, delta, want):
+                assert time.monotonic() < deadline and running.is_active(), "hand edits not repaired"
+                time.sleep(0.5)
+        assert running.summary.epochs == epochs, "an epoch ran: the input was not quiet"
+        assert_equal_to_oracle(pg_rows(dsn), want, "postgres")
+        assert_equal_to_oracle(delta_rows(delta), want, "delta")
+    finally:
+        running.stop(graceful=False)

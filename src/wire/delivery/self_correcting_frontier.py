@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Frontier", "decide", "epoch_offsets", "frontier_of_offsets"]
+__all__ = ["Frontier", "decide", "epoch_offsets", "frontier_of_offsets", "last_committed_epoch"]
 
 _REDIS_ID = re.compile(r"^(\d+)-(\d+)$")
 
@@ -234,14 +234,8 @@ def decide(table: Frontier, desired: Frontier) -> Decision:
     return "behind"
 
 
-def epoch_offsets(checkpoint: str | Path, epoch: int) -> list[dict[str, Any] | None] | None:
-    """The end offsets epoch ``epoch`` recorded in Spark's offset log of a Wire checkpoint.
-
-    Reads ``<checkpoint>/wire.json`` for Spark's directory and the epoch base (a
-    rescale renumbers Spark's batches), then ``<spark dir>/offsets/<epoch - base>``:
-    a version line, a metadata line, one line per source (``-`` for none). None when
-    the file does not exist (the sink driven without Spark) or cannot be read as that.
-    """
+def _spark_dir(checkpoint: str | Path) -> tuple[Path, int] | None:
+    """Spark's checkpoint directory and the epoch base, from ``<checkpoint>/wire.json``."""
     root = Path(checkpoint)
     try:
         meta = json.loads((root / "wire.json").read_text(encoding="utf-8"))
@@ -253,8 +247,32 @@ def epoch_offsets(checkpoint: str | Path, epoch: int) -> list[dict[str, Any] | N
     base = meta.get("epoch_base", 0)
     if not isinstance(spark_dir, str) or not isinstance(base, int):
         return None
+    return root / spark_dir, base
+
+
+def last_committed_epoch(checkpoint: str | Path) -> int | None:
+    """The newest epoch Spark's commit log of a Wire checkpoint holds (None: none)."""
+    found = _spark_dir(checkpoint)
+    if found is None or not (found[0] / "commits").is_dir():
+        return None
+    batches = [int(f.name) for f in (found[0] / "commits").iterdir() if f.name.isdigit()]
+    return max(batches) + found[1] if batches else None
+
+
+def epoch_offsets(checkpoint: str | Path, epoch: int) -> list[dict[str, Any] | None] | None:
+    """The end offsets epoch ``epoch`` recorded in Spark's offset log of a Wire checkpoint.
+
+    Reads ``<checkpoint>/wire.json`` for Spark's directory and the epoch base (a
+    rescale renumbers Spark's batches), then ``<spark dir>/offsets/<epoch - base>``:
+    a version line, a metadata line, one line per source (``-`` for none). None when
+    the file does not exist (the sink driven without Spark) or cannot be read as that.
+    """
+    found = _spark_dir(checkpoint)
+    if found is None:
+        return None
+    spark, base = found
     try:
-        lines = (root / spark_dir / "offsets" / str(epoch - base)).read_text(encoding="utf-8").splitlines()
+        lines = (spark / "offsets" / str(epoch - base)).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     if len(lines) < 2 or not lines[0].startswith("v"):

@@ -56,6 +56,18 @@ Per epoch
     sink-mode``, through the flow's control file (a restart goes back to the
     build-time mode).
 
+Quiet input
+    Drift is found at epochs; with no input there are no epochs. So while no epoch
+    has come for ``repair_interval`` ms (processing time, default 60 s), a timer
+    thread on the driver runs steps 2-4 with no new rows, at the frontier of the
+    newest epoch (this run's, else the newest in Spark's commit log): at that
+    frontier the writer repairs, so a hand edit on a quiet flow is corrected within
+    about ``repair_interval`` (plus the check's own time), and again every interval
+    while no epoch comes. Such a check waits for no epoch (an epoch being written
+    skips it) and costs, without drift, one read of the table's upper and
+    fingerprint. Not in read-only mode. Its corrections count in the run's totals
+    and ``sc_quiet_checks``, not in an epoch's metrics.
+
 Cost per epoch: one file per (task, partition) with rows; one Spark job of
 ``partitions`` tasks (per attempt); the reads of the table (touched keys, or the
 whole table per partition in a full check); one transaction / commit.
@@ -104,6 +116,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from wire.core.time import Duration, to_millis
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError, needs_extra
 
@@ -147,6 +160,7 @@ def self_correcting(
     full_check_every: int = 0,
     state_dir: str | os.PathLike[str] | None = None,
     partitions: int | None = None,
+    repair_interval: Duration | None = "60s",
 ) -> Sink:
     """Keep a table equal to the flow's current results, writing only the difference (SPEC §8).
 
@@ -192,7 +206,8 @@ def self_correcting(
     read_only:
         Start as a read-only standby (switch to write over REST or ``wire sink-mode``).
     full_check_every:
-        Compare every key every N epochs (0: only on drift or another writer).
+        Compare every key every N epochs (0: only on drift or another writer). Counts
+        epochs only; for a bound in time when the input is quiet see ``repair_interval``.
     state_dir:
         Where to keep the desired collection; default under the flow's checkpoint.
         On a cluster it must be on storage every executor reaches (as a Parquet
@@ -202,6 +217,15 @@ def self_correcting(
         correction are split, one Spark task each. Default: Spark's
         ``defaultParallelism`` at the first run (at least 2). Fixed for the state
         directory's life: a later run keeps the recorded number.
+    repair_interval:
+        Bound on how long drift (a hand edit) stays when the input is quiet: when no
+        epoch has come for this long (processing time; int ms, ``timedelta`` or
+        ``"30s"``), a timer on the driver checks the table as an epoch with no rows
+        would, at the frontier of the newest epoch, and repairs what differs; again
+        every interval while no epoch comes. A check that finds no drift reads only
+        the table's metadata and fingerprint. None: check only at epochs (then an
+        edit stays until the next epoch). Not in read-only mode; counted in
+        ``sc_quiet_checks`` (:meth:`SelfCorrectingSink.totals`).
 
     Returns
     -------
@@ -214,7 +238,8 @@ def self_correcting(
         On a malformed ``key``, ``table`` missing for PostgreSQL or given for Delta,
         ``covers`` not two column names with ``start`` in ``key``, ``read_only`` not a
         bool, ``full_check_every`` not an int >= 0, ``drop`` naming a key column,
-        ``partitions`` not None or an int from 1 to 4096.
+        ``partitions`` not None or an int from 1 to 4096, ``repair_interval`` not None
+        or a positive duration.
 
     Examples
     --------
@@ -234,6 +259,8 @@ def self_correcting(
                                    or not 1 <= partitions <= 4096):
         raise ConfigError("partitions", partitions,
                           "None (Spark's default parallelism) or an int from 1 to 4096")
+    repair_ms = None if repair_interval is None else to_millis(repair_interval, parameter="repair_interval",
+                                                                  allow_zero=False)
     drops = (drop,) if isinstance(drop, str) else tuple(drop)
     if any(not isinstance(d, str) for d in drops) or set(drops) & set(keys):
         raise ConfigError("drop", drop, "column names, none of them a key column")
@@ -246,7 +273,7 @@ def self_correcting(
         key=keys, drop=drops, retract_column=retract_column,
         covers=tuple(covers) if covers is not None else None, read_only=read_only,
         full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None,
-        partitions=partitions)
+        partitions=partitions, repair_interval=repair_ms)
     if isinstance(text, str) and _is_dsn(text):
         from wire.sinks.postgres_target import _check_dsn, _check_name
 
