@@ -54,7 +54,8 @@ The CAS loop (:meth:`SelfCorrectingWriter.write_parts`), once per epoch:
    read-only, or behind);
 4. every partition reads its persisted rows (touched keys, or all of its keys),
    computes desired − persisted, and stages its part for that description;
-5. read-only: report the distance (keys differing); behind: write nothing; every
+5. read-only: report the distance (keys differing); behind: write nothing (and
+   compare only the touched keys: a replica catching up reads no more); every
    part empty: nothing to write if the table is still as read (the writer
    confirms the upper it read);
 6. commit the staged parts with the compare-and-set (:meth:`CasTable.commit`); on
@@ -338,6 +339,8 @@ class SelfCorrectingWriter:
             if not full and (snap.drifted or snap.upper != self.last_upper):
                 full = True
             desc = None if read_only else mint(snap.upper, snap.frontier, desired)
+            if desc is None and not read_only:
+                full = False  # behind: the parts fold the epoch's rows; comparing every key would be waste
             attempt = uuid.uuid4().hex
             results = parts(PartRequest(attempt, desc, full, snap.token))
             differing = sum(r.differing for r in results)
