@@ -40,6 +40,10 @@ So the table's frontier only moves forward, every append leaves the table equal 
 a collection at the frontier it records, and a replica that has consumed what the
 table reflects repairs and takes over whatever its epochs.
 
+Size: a file source's frontier names every file read (as its offsets do), and it
+is recorded with every append (PostgreSQL: one text value; Delta: the commit info),
+about the file's name plus a few bytes per file.
+
 Pure Python, no Spark; :func:`epoch_offsets` reads one file of Spark's offset log.
 """
 
