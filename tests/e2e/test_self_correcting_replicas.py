@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from wire.runtime.checkpoint import list_epochs
 
@@ -43,7 +44,10 @@ def _driver_module():
 
 
 def make_input(directory: Path, *, files: int, per_file: int, seed: int = 1, start: int = 0) -> None:
-    """``files`` Parquet files of events in near event-time order (jitter < 5 s), 4 per second."""
+    """``files`` Parquet files of events in near event-time order (jitter < 5 s), 4 per second.
+
+    Each is written under a hidden name and renamed: a running flow's file source reports a
+    file that changes after it was listed (a half-written file) as a dead letter."""
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
     for f in range(files):
@@ -52,7 +56,10 @@ def make_input(directory: Path, *, files: int, per_file: int, seed: int = 1, sta
         keys = [f"k{x % KEYS:02d}" for x in rng.integers(0, KEYS, len(i))]
         values = rng.integers(0, 100, len(i))
         table = pa.table({"k": keys, "t": pa.array(t, pa.int64()), "v": pa.array(values, pa.int64())})
-        pq.write_table(table, directory / f"part-{start // per_file + f:04d}.parquet")
+        final = directory / f"part-{start // per_file + f:04d}.parquet"
+        tmp = directory / f".{final.name}.tmp"  # complete before it is visible: a running flow lists it
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
 
 
 def oracle(directory: Path) -> set[tuple]:
@@ -94,6 +101,36 @@ def new_db(pg_server, name: str) -> str:
     return pg_server.dsn.replace("dbname=postgres", f"dbname={name}")
 
 
+def hand_edit(dsn: str, delta: Path, rows: list[tuple]) -> tuple[tuple, tuple, tuple]:
+    """In both tables: delete the row of ``rows[0]``, add 100 to ``n`` of ``rows[1]``, insert a bogus row.
+
+    PostgreSQL: three statements; Delta: one hand-made commit (overwrite). Returns
+    ``(gone, altered, bogus)``.
+    """
+    gone, altered = rows[0], rows[1]
+    bogus = ("zz", 0, 60_000, 7, 7)
+    at = "to_timestamp(%s / 1000.0)"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"DELETE FROM per_minute WHERE k = %s AND window_start = {at}", gone[:2])
+        c.execute(f"UPDATE per_minute SET n = n + 100 WHERE k = %s AND window_start = {at}", altered[:2])
+        c.execute(f"INSERT INTO per_minute ({', '.join(COLUMNS)}) VALUES (%s, {at}, {at}, %s, %s)", bogus)
+    table = DeltaTable(str(delta)).to_pyarrow_table()
+    kept = []
+    for r in table.to_pylist():
+        key = _ms(tuple(r[c] for c in COLUMNS))[:2]
+        if key == gone[:2]:
+            continue
+        if key == altered[:2]:
+            r["n"] += 100
+        kept.append(r)
+    epoch0 = table.schema.field("window_start").type
+    kept.append({**dict(zip(COLUMNS, bogus, strict=True)),
+                 "window_start": pa.scalar(0, pa.int64()).cast(epoch0).as_py(),
+                 "window_end": pa.scalar(60_000_000, pa.int64()).cast(epoch0).as_py()})
+    write_deltalake(str(delta), pa.Table.from_pylist(kept, schema=table.schema), mode="overwrite")
+    return gone, altered, bogus
+
+
 # --- drift repair (in-process, the shared SparkSession) -----------------------------------
 
 
@@ -108,28 +145,7 @@ def test_drift_repair_after_hand_edits(spark, tmp_path, pg_server):
     assert first.epochs == 3
     # windows of the first three minutes are closed (watermark past them): no later epoch touches them
     old = sorted(r for r in want if r[1] < 120_000)
-    gone, altered = old[0], old[1]
-    bogus = ("zz", 0, 60_000, 7, 7)
-    at = "to_timestamp(%s / 1000.0)"
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute(f"DELETE FROM per_minute WHERE k = %s AND window_start = {at}", gone[:2])
-        c.execute(f"UPDATE per_minute SET n = n + 100 WHERE k = %s AND window_start = {at}", altered[:2])
-        c.execute(f"INSERT INTO per_minute ({', '.join(COLUMNS)}) VALUES (%s, {at}, {at}, %s, %s)", bogus)
-    # Delta: a hand-made commit (overwrite) with the same three edits
-    table = DeltaTable(str(delta)).to_pyarrow_table()
-    rows = []
-    for r in table.to_pylist():
-        key = _ms(tuple(r[c] for c in COLUMNS))[:2]
-        if key == gone[:2]:
-            continue
-        if key == altered[:2]:
-            r["n"] += 100
-        rows.append(r)
-    epoch0 = table.schema.field("window_start").type
-    rows.append({**dict(zip(COLUMNS, bogus, strict=True)),
-                 "window_start": pa.scalar(0, pa.int64()).cast(epoch0).as_py(),
-                 "window_end": pa.scalar(60_000_000, pa.int64()).cast(epoch0).as_py()})
-    write_deltalake(str(delta), pa.Table.from_pylist(rows, schema=table.schema), mode="overwrite")
+    gone, altered, bogus = hand_edit(dsn, delta, old)
     # the next epoch repairs all three, in both tables
     nxt = build(glob, dsn, str(delta), read_only=False, bounded=True).run(ck, spark=spark, key_groups=2,
                                                                            max_epochs=1)
@@ -316,3 +332,107 @@ def test_standby_takeover_over_rest(tmp_path, pg_server):
         for proc in (standby, writer):
             if proc.poll() is None:
                 _kill(proc)
+
+
+def _until(what: str, done, procs: list[subprocess.Popen], seconds: float) -> None:
+    """Poll ``done()`` every second until it holds; fail naming ``what`` after ``seconds`` or
+    when one of ``procs`` exits."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        for proc in procs:
+            if proc.poll() is not None:
+                raise AssertionError(f"{what}: replica exited: {proc.stdout.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{what}: not within {seconds:.0f} s"
+        time.sleep(1)
+
+
+def _tables_equal(dsn: str, delta: Path, want: set[tuple]) -> bool:
+    """Both tables hold exactly ``want`` (False while a table does not exist yet)."""
+    try:
+        return set(pg_rows(dsn)) == want and set(delta_rows(delta)) == want
+    except (psycopg.errors.UndefinedTable, TableNotFoundError):
+        return False
+
+
+@pytest.mark.slow
+def test_replicas_with_other_cuts_repair_and_take_over(tmp_path, pg_server):
+    """Issue 26 item 13: two replicas whose epochs cut the same input at other places
+    (``max_events_per_epoch`` 400 and 2,600), files arriving over time, hand edits.
+
+    A writes the tables alone; files arrive; the tables are edited by hand while A's
+    input is quiet. B starts later and catches up in its own, fewer, epochs: once it
+    has read what the tables reflect it repairs the edits (with epoch ids as the
+    frontier it stayed behind A's many epochs and wrote nothing). A is killed, more
+    files arrive: B takes over. The tables equal the DuckDB oracle over the input at
+    every step."""
+    dsn = new_db(pg_server, "sc_other_cuts")
+    indir = tmp_path / "in"
+    make_input(indir, files=4, per_file=1000)
+    glob, delta = str(indir / "*.parquet"), tmp_path / "delta"
+    ck_a, ck_b = tmp_path / "ck_a", tmp_path / "ck_b"
+    # no repair between epochs (item 14): the repair of the hand edits below must be B's
+    a = _start(glob, ck_a, dsn, delta, "--unbounded", "--events-per-epoch", "400",
+               "--repair-interval-ms", "0")
+    procs = [a]
+    try:
+        _until("A writes the first files", lambda: _tables_equal(dsn, delta, oracle(indir)), procs, 300)
+        make_input(indir, files=2, per_file=1000, seed=5, start=4000)  # files arrive over time
+        want = oracle(indir)
+        _until("A writes the files that arrived", lambda: _tables_equal(dsn, delta, want), procs, 300)
+        # A's input is quiet; the tables are edited by hand
+        old = sorted(r for r in want if r[1] < 120_000)
+        hand_edit(dsn, delta, old)
+        assert not _tables_equal(dsn, delta, want)
+        b = _start(glob, ck_b, dsn, delta, "--unbounded", "--events-per-epoch", "2600",
+                   "--repair-interval-ms", "0")
+        procs.append(b)
+        _until("B catches up in its own cuts and repairs the hand edits",
+               lambda: _tables_equal(dsn, delta, want), procs, 300)
+        assert _counter(ck_b, "sc_corrections") > 0, "the repair was not B's"
+        assert _committed(ck_b) < _committed(ck_a), "B's epochs should be fewer than A's"
+        _kill(a)
+        procs.remove(a)
+        make_input(indir, files=2, per_file=1000, seed=6, start=6000)  # B takes over
+        want = oracle(indir)
+        _until("B takes over after A's kill", lambda: _tables_equal(dsn, delta, want), procs, 300)
+        hand_edit(dsn, delta, sorted(r for r in want if r[1] < 120_000)[2:])
+        make_input(indir, files=1, per_file=1000, seed=7, start=8000)
+        want = oracle(indir)
+        _until("B repairs and writes the last file", lambda: _tables_equal(dsn, delta, want), procs, 300)
+        assert_equal_to_oracle(pg_rows(dsn), want, "postgres")
+        assert_equal_to_oracle(delta_rows(delta), want, "delta")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _kill(proc)
+
+
+@pytest.mark.slow
+def test_quiet_flow_repairs_hand_edits_within_the_interval(spark, tmp_path, pg_server):
+    """Issue 26 item 14: an unbounded flow whose input is quiet (no epoch comes) still repairs
+    hand edits, within ``repair_interval`` (1 s here), in both tables, twice."""
+    dsn = new_db(pg_server, "sc_quiet")
+    indir = tmp_path / "in"
+    make_input(indir, files=2, per_file=1000)
+    want = oracle(indir)
+    glob, delta = str(indir / "*.parquet"), tmp_path / "delta"
+    flow = _driver_module().build(glob, dsn, str(delta), read_only=False, bounded=False, repair_interval=1000)
+    running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
+    try:
+        deadline = time.monotonic() + 240
+        while not _tables_equal(dsn, delta, want):
+            assert time.monotonic() < deadline and running.is_active(), "the flow did not write its input"
+            time.sleep(1)
+        epochs = running.summary.epochs
+        for rows in (sorted(want)[:2], sorted(want)[5:7]):
+            hand_edit(dsn, delta, rows)
+            assert not _tables_equal(dsn, delta, want)
+            deadline = time.monotonic() + 120
+            while not _tables_equal(dsn, delta, want):
+                assert time.monotonic() < deadline and running.is_active(), "hand edits not repaired"
+                time.sleep(0.5)
+        assert running.summary.epochs == epochs, "an epoch ran: the input was not quiet"
+        assert_equal_to_oracle(pg_rows(dsn), want, "postgres")
+        assert_equal_to_oracle(delta_rows(delta), want, "delta")
+    finally:
+        running.stop(graceful=False)

@@ -18,12 +18,18 @@ Terms
     retracts the earlier rows of the same remaining key whose ``[start, end)`` it
     covers (a session that absorbed other sessions).
     *Persisted collection* — what the target table holds now.
-    *Frontier* — an int recorded in the table next to its rows: its *upper*. A
-    writer whose epoch ``e`` is done has desired frontier ``e + 1``.
-    *Batch description* ``(lower, upper)`` — minted once per epoch on the driver
-    (:func:`mint`): ``lower`` is the table's upper as read, ``upper`` the writer's
-    desired frontier. None when the table is already at or past it (another
-    replica wrote that far): the writer writes nothing.
+    *Frontier* — how much input the table's rows reflect
+    (:class:`~wire.delivery.self_correcting_frontier.Frontier`): per source its
+    watermark and per partition the records consumed, never the epoch id, so
+    replicas whose epochs cut the input differently agree on it. Recorded in the
+    table next to its rows, with the table's *upper*: a version (int) that every
+    append increases by one.
+    *Batch description* ``(lower, upper, frontier)`` — minted once per epoch on the
+    driver (:func:`mint`): ``lower`` is the table's upper as read, ``upper =
+    lower + 1``, ``frontier`` the writer's desired frontier. None when the table's
+    frontier is ahead of the writer's or not comparable with it
+    (:func:`~wire.delivery.self_correcting_frontier.decide`): the writer writes
+    nothing. At an equal frontier the writer repairs (writes only what differs).
     *Correction* — desired − persisted over a set of keys (:func:`correction`):
     the keys to delete and the rows to insert; only differing keys appear.
     *Append* — :meth:`CasTable.commit`: the staged parts of a correction and the
@@ -44,11 +50,12 @@ The CAS loop (:meth:`SelfCorrectingWriter.write_parts`), once per epoch:
    drifted, its upper is not the one this writer last appended or confirmed
    (another replica wrote, or this writer is new / restarted / was behind), a
    periodic check is due (``full_check_every``), or the sink is read-only;
-3. mint the description ``(lower, upper)`` once (:func:`mint`; None: read-only,
-   or behind);
+3. mint the description ``(lower, upper, frontier)`` once (:func:`mint`; None:
+   read-only, or behind);
 4. every partition reads its persisted rows (touched keys, or all of its keys),
    computes desired − persisted, and stages its part for that description;
-5. read-only: report the distance (keys differing); behind: write nothing; every
+5. read-only: report the distance (keys differing); behind: write nothing (and
+   compare only the touched keys: a replica catching up reads no more); every
    part empty: nothing to write if the table is still as read (the writer
    confirms the upper it read);
 6. commit the staged parts with the compare-and-set (:meth:`CasTable.commit`); on
@@ -56,10 +63,12 @@ The CAS loop (:meth:`SelfCorrectingWriter.write_parts`), once per epoch:
    discard the parts, count the conflict and go back to 1 with a full check —
    never a blind append.
 
-Invariant (tested with randomized interleavings of two writers): after a
-successful append by a writer at epoch ``e``, the table equals that writer's
-desired collection at ``e`` (absent concurrent edits outside the protocol, which
-the next epoch's drift check finds).
+Invariants (tested with randomized interleavings of two writers and with arbitrary
+epoch splits of the same input): after a successful append by a writer at frontier
+``f``, the table equals that writer's desired collection at ``f`` (absent concurrent
+edits outside the protocol, which the next epoch's drift check finds); the table's
+frontier never moves back; replicas at the same frontier hold the same desired
+collection, whatever their epochs.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from wire.delivery.self_correcting_desired import DesiredCollection, DesiredStore, ShardedDesiredStore
+from wire.delivery.self_correcting_frontier import Frontier, decide
 from wire.delivery.self_correcting_rows import (
     Correction,
     Key,
@@ -91,12 +101,14 @@ __all__ = [
     "DesiredCollection",
     "DesiredStore",
     "EpochOutcome",
+    "Frontier",
     "MemoryTable",
     "PartRequest",
     "PartResult",
     "SelfCorrectingWriter",
     "ShardedDesiredStore",
     "Snapshot",
+    "as_frontier",
     "correct_part",
     "correction",
     "mint",
@@ -111,14 +123,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BatchDescription:
-    """Bounds ``[lower, upper)`` of one append; minted once per epoch (SPEC §8).
+    """One append, minted once per epoch (SPEC §8): versions ``[lower, upper)`` and the frontier recorded.
 
-    ``lower`` is the table's recorded upper that the append expects; ``upper`` the
-    frontier it records. ``lower < upper``.
+    ``lower`` is the table's recorded upper (version) that the append expects;
+    ``upper`` the version it records (``lower < upper``); ``frontier`` the input the
+    appended collection reflects (the writer's desired frontier). The empty
+    frontier when not given.
     """
 
     lower: int
     upper: int
+    frontier: Frontier = field(default_factory=Frontier)
 
     def __post_init__(self) -> None:
         """Refuse an empty or backwards description."""
@@ -126,15 +141,22 @@ class BatchDescription:
             raise ValueError(f"batch description needs lower < upper, got ({self.lower}, {self.upper})")
 
 
-def mint(table_upper: int, desired_upper: int) -> BatchDescription | None:
-    """The description to append up to ``desired_upper`` onto a table at ``table_upper``.
+def as_frontier(frontier: Frontier | int) -> Frontier:
+    """``frontier`` itself, or an int as :meth:`Frontier.scalar` (an epoch-id frontier)."""
+    return frontier if isinstance(frontier, Frontier) else Frontier.scalar(frontier)
 
-    None when ``desired_upper <= table_upper``: the table is already at or past the
-    writer's frontier (another replica, or this writer before a replay, wrote it).
+
+def mint(table_upper: int, table_frontier: Frontier, desired: Frontier) -> BatchDescription | None:
+    """The append of a writer at ``desired`` onto a table at ``table_upper`` and ``table_frontier``.
+
+    ``(table_upper, table_upper + 1, desired)`` when the table's frontier is before
+    or equal to ``desired`` (advance, or repair at an equal frontier); None when it
+    is ahead or not comparable: the table reflects input the writer has not consumed
+    (:func:`~wire.delivery.self_correcting_frontier.decide`).
     """
-    if desired_upper <= table_upper:
+    if decide(table_frontier, desired) == "behind":
         return None
-    return BatchDescription(table_upper, desired_upper)
+    return BatchDescription(table_upper, table_upper + 1, desired)
 
 
 
@@ -143,7 +165,7 @@ def mint(table_upper: int, desired_upper: int) -> BatchDescription | None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What :meth:`CasTable.read_meta` read: the table's upper, drift, and a token."""
+    """What :meth:`CasTable.read_meta` read: the table's upper, drift, a token, and its frontier."""
 
     upper: int
     drifted: bool
@@ -152,10 +174,12 @@ class Snapshot:
     """The table's state as read (a fingerprint, a Delta version): the parts' reads
     use it (:meth:`CasTable.read`) and :meth:`CasTable.commit` checks it, so that a
     change of any kind after this read fails the append."""
+    frontier: Frontier = field(default_factory=Frontier)
+    """The input the table's rows reflect, as the last append recorded it (empty: none)."""
 
 
 class CasTable(Protocol):
-    """A target table with a recorded upper frontier (PostgreSQL, Delta, in memory).
+    """A target table with a recorded upper (version) and frontier (PostgreSQL, Delta, in memory).
 
     The append is two-phase, as SPEC §8's batch descriptions: the parts of one
     correction are staged (by the executors, each for its shard of the keys) under
@@ -179,7 +203,7 @@ class CasTable(Protocol):
         ...
 
     def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
-        """Apply every part staged under ``attempt`` and record ``desc.upper``, atomically.
+        """Apply every part staged under ``attempt``, record ``desc.upper`` and ``desc.frontier``, atomically.
 
         Only if the upper is ``desc.lower`` and the table is still as ``token`` says.
         Returns False (and changes nothing in the table) otherwise. The parts are
@@ -197,7 +221,8 @@ class EpochOutcome:
     """What one :meth:`SelfCorrectingWriter.write_parts` did.
 
     ``status``: ``"written"`` (appended a correction), ``"unchanged"`` (nothing
-    differed), ``"behind"`` (the table is at or past this writer's frontier),
+    differed), ``"behind"`` (the table's frontier is ahead of this writer's, or not
+    comparable with it),
     ``"read_only"`` (computed, wrote nothing). ``corrections`` rows written (keys
     deleted + rows inserted); ``drift`` keys found differing that this epoch did not
     touch (hand edits, another writer's different contents); ``distance`` keys
@@ -285,9 +310,13 @@ class SelfCorrectingWriter:
     """The upper this writer last appended or confirmed; None: unknown (full check next)."""
     epochs: int = field(default=0)
 
-    def write_parts(self, table: CasTable, parts: Callable[[PartRequest], list[PartResult]], upper: int,
-                    *, read_only: bool = False) -> EpochOutcome:
-        """Make ``table`` equal the desired collection (as of frontier ``upper``) for this epoch.
+    def write_parts(self, table: CasTable, parts: Callable[[PartRequest], list[PartResult]],
+                    frontier: Frontier | int, *, read_only: bool = False, count: bool = True) -> EpochOutcome:
+        """Make ``table`` equal the desired collection (as of ``frontier``) for this epoch.
+
+        ``frontier``: the input the collection reflects (an int: an epoch-id frontier,
+        :func:`as_frontier`). ``count`` False: a check between epochs (the quiet-input
+        repair), which does not count towards ``full_check_every``.
 
         ``parts(request)`` runs :func:`correct_part` for every shard (the runtime: one
         Spark task per shard; :meth:`write`: in this process) and returns their
@@ -300,15 +329,18 @@ class SelfCorrectingWriter:
         WireError
             After ``max_conflicts`` failed compare-and-sets in one epoch.
         """
-        self.epochs += 1
-        periodic = self.full_check_every > 0 and self.epochs % self.full_check_every == 0
+        desired = as_frontier(frontier)
+        self.epochs += int(count)
+        periodic = count and self.full_check_every > 0 and self.epochs % self.full_check_every == 0
         full = read_only or periodic or self.last_upper is None
         conflicts = 0
         while True:
             snap = table.read_meta()
             if not full and (snap.drifted or snap.upper != self.last_upper):
                 full = True
-            desc = None if read_only else mint(snap.upper, upper)
+            desc = None if read_only else mint(snap.upper, snap.frontier, desired)
+            if desc is None and not read_only:
+                full = False  # behind: the parts fold the epoch's rows; comparing every key would be waste
             attempt = uuid.uuid4().hex
             results = parts(PartRequest(attempt, desc, full, snap.token))
             differing = sum(r.differing for r in results)
@@ -335,15 +367,15 @@ class SelfCorrectingWriter:
                 raise WireError(f"self-correcting sink: {conflicts} compare-and-set conflicts in one epoch")
             full = True
 
-    def write(self, table: CasTable, desired: DesiredCollection, touched: Collection[Key], upper: int,
-              *, read_only: bool = False) -> EpochOutcome:
+    def write(self, table: CasTable, desired: DesiredCollection, touched: Collection[Key],
+              frontier: Frontier | int, *, read_only: bool = False) -> EpochOutcome:
         """:meth:`write_parts` with one shard holding the whole collection, in this process."""
-        return self.write_parts(table, lambda req: [correct_part(table, desired, touched, req)], upper,
+        return self.write_parts(table, lambda req: [correct_part(table, desired, touched, req)], frontier,
                                 read_only=read_only)
 
 
 class MemoryTable:
-    """An in-memory :class:`CasTable` (rows, upper, and a fingerprint for drift), for tests.
+    """An in-memory :class:`CasTable` (rows, upper, frontier, and a fingerprint for drift), for tests.
 
     :meth:`edit` changes rows outside the protocol (drift); :attr:`appends` counts
     successful appends.
@@ -353,6 +385,7 @@ class MemoryTable:
         self.key = tuple(key)
         self.rows: list[Row] = []
         self.upper = 0
+        self.frontier = Frontier()
         self.recorded: tuple[Any, ...] = self._fingerprint()
         self.appends = 0
         self.staged: dict[str, dict[int, Correction]] = {}
@@ -363,7 +396,7 @@ class MemoryTable:
     def read_meta(self) -> Snapshot:
         """The upper, drift, and the fingerprint as token."""
         now = self._fingerprint()
-        return Snapshot(self.upper, now != self.recorded, now)
+        return Snapshot(self.upper, now != self.recorded, now, self.frontier)
 
     def read(self, keys: Collection[Key] | None, token: Any = None) -> list[Row]:
         """A copy of the rows of ``keys`` (None: all)."""
@@ -383,6 +416,7 @@ class MemoryTable:
         for corr in parts.values():
             self.rows += [dict(r) for r in corr.inserts]
         self.upper = desc.upper
+        self.frontier = desc.frontier
         self.recorded = self._fingerprint()
         self.appends += 1
         return True

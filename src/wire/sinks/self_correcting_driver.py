@@ -3,14 +3,19 @@
 Built by :func:`~wire.sinks.self_correcting_sink.self_correcting`. Opens the run
 (state directory, partitions, connection), hands the executors the stager of each
 epoch, runs the compare-and-set loop after the epoch's job
-(:meth:`SelfCorrectingSink.commit_epoch`), and reports the metrics. Protocol,
-costs and metrics: :mod:`wire.sinks.self_correcting_sink`.
+(:meth:`SelfCorrectingSink.commit_epoch`) and, while no epoch comes, every
+``repair_interval`` ms from a timer thread (:meth:`SelfCorrectingSink.quiet_check`),
+and reports the metrics. Protocol, costs and metrics:
+:mod:`wire.sinks.self_correcting_sink`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +27,12 @@ import pyarrow.parquet as pq
 from wire.core.control_file import control_path, sink_mode
 from wire.delivery.self_correcting import EpochOutcome, SelfCorrectingWriter
 from wire.delivery.self_correcting_desired import ShardedDesiredStore
+from wire.delivery.self_correcting_frontier import (
+    Frontier,
+    epoch_offsets,
+    frontier_of_offsets,
+    last_committed_epoch,
+)
 from wire.delivery.self_correcting_rows import shard_columns
 from wire.delivery.sink import EpochStager, ExecutorSink, StagedPart
 from wire.errors import WireError
@@ -29,6 +40,8 @@ from wire.sinks.self_correcting_parts import _InputStager, _PartTask, _run_parts
 from wire.sinks.self_correcting_tables import _DeltaTable, _PgTable
 
 MODES = ("write", "read_only")
+
+log = logging.getLogger("wire.sinks.self_correcting")
 
 
 @dataclass
@@ -39,6 +52,7 @@ class _Run:
     sink: str
     state_dir: Path
     control: str | None
+    checkpoint: str | None
     writer: SelfCorrectingWriter
     store: ShardedDesiredStore
     schema: pa.Schema | None = None
@@ -46,6 +60,16 @@ class _Run:
     conn: Any = None
     last: EpochOutcome | None = None
     counters: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while the table is written: by an epoch, or by a check between epochs."""
+    last_epoch: int | None = None
+    """The newest epoch this run corrected the table for."""
+    checked_ms: float = field(default_factory=lambda: time.monotonic() * 1000)
+    """When the table was last checked (an epoch or a quiet check), monotonic ms."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    timer: threading.Thread | None = None
+    quiet_error: str | None = None
+    """Why the last check between epochs failed, if it did (retried at the next interval)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +91,8 @@ class SelfCorrectingSink(ExecutorSink):
     full_check_every: int = 0
     state_dir: str | None = None
     partitions: int | None = None
+    repair_interval: int | None = 60_000
+    """ms; None: check the table only at epochs (see :func:`self_correcting`)."""
     _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
     _checkpoint: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
@@ -100,6 +126,7 @@ class SelfCorrectingSink(ExecutorSink):
         run = _Run(
             flow=flow_id, sink=sink_id, state_dir=state,
             control=control_path(checkpoint) if checkpoint is not None else None,
+            checkpoint=checkpoint,
             writer=SelfCorrectingWriter(self.key, full_check_every=self.full_check_every),
             store=ShardedDesiredStore.open(state, self.partitions or _default_partitions()),
         )
@@ -114,13 +141,24 @@ class SelfCorrectingSink(ExecutorSink):
             except Exception as e:
                 raise WireError(f"{self.describe()}: cannot open: {e}") from e
         object.__setattr__(self, "_run", run)
+        if self.repair_interval is not None:
+            run.timer = threading.Thread(target=self._quiet_loop, args=(run,), daemon=True,
+                                         name=f"wire {flow_id}/{sink_id} self-correcting repair")
+            run.timer.start()
 
     def close(self) -> None:
-        """Driver, run end: disconnect."""
+        """Driver, run end: stop the checks between epochs (waiting for a running one), disconnect."""
         run = self._run
         object.__setattr__(self, "_run", None)
-        if run is not None and run.conn is not None:
-            run.conn.close()
+        if run is None:
+            return
+        run.stop.set()
+        if run.timer is not None and run.timer is not threading.current_thread():
+            run.timer.join(timeout=120)
+        with run.lock:
+            if run.conn is not None:
+                run.conn.close()
+                run.conn, run.table = None, None
 
     def mode(self) -> str:
         """``"read_only"`` or ``"write"``: the control file's switch, else the build-time mode."""
@@ -168,6 +206,10 @@ class SelfCorrectingSink(ExecutorSink):
             The epoch then fails and is replayed.
         """
         run = self._require_run(epoch)
+        with run.lock:
+            self._commit_epoch(run, epoch, parts)
+
+    def _commit_epoch(self, run: _Run, epoch: int, parts: list[StagedPart]) -> None:
         run.last = None
         inputs: dict[int, list[str]] = {}
         for part in sorted(parts, key=lambda p: p.partition):
@@ -190,7 +232,8 @@ class SelfCorrectingSink(ExecutorSink):
         job = f"wire {run.flow}/{run.sink}: self-correcting parts of epoch {epoch}"
         try:
             target = self._table(run)
-            out = run.writer.write_parts(target, lambda req: _run_parts(task, req, job), epoch + 1,
+            out = run.writer.write_parts(target, lambda req: _run_parts(task, req, job),
+                                         epoch_frontier(run.checkpoint, epoch),
                                          read_only=self.mode() == "read_only")
         except WireError:
             raise
@@ -204,10 +247,84 @@ class SelfCorrectingSink(ExecutorSink):
             if old.name.isdigit() and int(old.name) <= epoch:
                 shutil.rmtree(old, ignore_errors=True)
         run.last = out
+        run.last_epoch = epoch
+        run.checked_ms = time.monotonic() * 1000
+        self._count(run, out)
+
+    @staticmethod
+    def _count(run: _Run, out: EpochOutcome) -> None:
         run.counters["sc_corrections"] += out.corrections
         run.counters["sc_drift_rows"] += out.drift
         run.counters["sc_cas_conflicts"] += out.conflicts
         run.counters["sc_epochs_behind"] += out.status == "behind"
+
+    def _quiet_loop(self, run: _Run) -> None:
+        """The timer thread: a :meth:`quiet_check` whenever no check ran for ``repair_interval`` ms."""
+        assert self.repair_interval is not None
+        interval = self.repair_interval
+        while not run.stop.wait(min(max(interval / 4, 50), 5_000) / 1000):
+            if time.monotonic() * 1000 - run.checked_ms < interval:
+                continue
+            try:
+                self.quiet_check(run)
+                run.quiet_error = None
+            except Exception as e:  # a database outage: retried at the next interval
+                run.quiet_error = f"{type(e).__name__}: {e}"
+                log.warning("%s: check between epochs failed, retried in %d ms: %s",
+                            self.describe(), interval, run.quiet_error)
+            finally:
+                run.checked_ms = time.monotonic() * 1000
+
+    def quiet_check(self, run: _Run | None = None) -> EpochOutcome | None:
+        """Between epochs (quiet input): correct the table for the newest epoch, at its frontier.
+
+        Runs the compare-and-set loop with no new rows: the frontier is that of the
+        newest epoch this run corrected (or, before its first, the newest Spark
+        committed), so the writer *repairs* when the table is at its frontier — every
+        key is compared when the table drifted or another replica wrote, and only
+        what differs is written. Nothing when an epoch is being written (it checks
+        the table itself), in read-only mode, before any epoch or row, or when the
+        table is ahead of this replica. Called by the timer every
+        ``repair_interval`` ms without an epoch; returns what it did (None: skipped).
+
+        Raises
+        ------
+        WireError
+            As :meth:`commit_epoch`: the database fails, or too many conflicts.
+        """
+        run = run if run is not None else self._run
+        if run is None or run.stop.is_set() or self.mode() == "read_only":
+            return None
+        if not run.lock.acquire(blocking=False):  # an epoch is writing the table: it checks it itself
+            return None
+        try:
+            epoch = run.last_epoch
+            if epoch is None and run.checkpoint is not None:
+                epoch = last_committed_epoch(run.checkpoint)
+            if epoch is None or run.schema is None:
+                return None
+            task = _PartTask(
+                backend=self.backend, target=str(self.dsn if self.backend == "postgres" else self.path),
+                table=self.table, schema_name=self.schema, key=self.key, retract_column=self.retract_column,
+                covers=self.covers, state_dir=str(run.state_dir), partitions=run.store.shards,
+                epoch=epoch + 1, inputs={}, schema=run.schema, writer=self._writer(run))
+            job = f"wire {run.flow}/{run.sink}: self-correcting check after epoch {epoch} (quiet input)"
+            try:
+                out = run.writer.write_parts(self._table(run), lambda req: _run_parts(task, req, job),
+                                             epoch_frontier(run.checkpoint, epoch), count=False)
+            except WireError:
+                raise
+            except Exception as e:
+                if run.conn is not None:
+                    with contextlib.suppress(Exception):
+                        run.conn.close()
+                    run.conn, run.table = None, None
+                raise WireError(f"{self.describe()}: check after epoch {epoch} failed: {e}") from e
+            self._count(run, out)
+            run.counters["sc_quiet_checks"] += 1
+            return out
+        finally:
+            run.lock.release()
 
     def _require_run(self, epoch: int) -> _Run:
         run = self._run
@@ -234,7 +351,11 @@ class SelfCorrectingSink(ExecutorSink):
         }
 
     def totals(self) -> dict[str, int]:
-        """Counters summed over this run (corrections, drift rows, conflicts, epochs behind)."""
+        """Counters summed over this run (corrections, drift rows, conflicts, epochs behind, quiet checks).
+
+        Corrections and drift rows include those of the checks between epochs
+        (``sc_quiet_checks``), which no epoch's metrics report.
+        """
         return dict(self._run.counters) if self._run is not None else {}
 
     @staticmethod
@@ -267,6 +388,20 @@ class SelfCorrectingSink(ExecutorSink):
         else:
             run.table = _DeltaTable(str(self.path), self.key, schema, writer, str(run.state_dir / "parts"))
         return run.table
+
+
+def epoch_frontier(checkpoint: str | None, epoch: int) -> Frontier:
+    """The frontier after ``epoch``: from the end offsets Spark's offset log recorded for it.
+
+    Independent of where the epochs cut the input
+    (:mod:`wire.delivery.self_correcting_frontier`). When the checkpoint records no
+    offsets for the epoch (the sink driven without Spark, e.g. :meth:`write_epoch`),
+    the epoch id + 1 (:meth:`Frontier.scalar`).
+    """
+    offsets = epoch_offsets(checkpoint, epoch) if checkpoint is not None else None
+    if not offsets:
+        return Frontier.scalar(epoch + 1)
+    return frontier_of_offsets(offsets)
 
 
 def _default_partitions() -> int:

@@ -24,9 +24,11 @@ Per epoch
        the last append recorded; Delta: the newest commit is not one of the
        sink's); compare every key instead of the touched ones when it drifted,
        when another writer appended since this one, or every ``full_check_every``
-       epochs; mint the batch description ``(lower, upper) = (table upper, epoch +
-       1)`` once (none if the table is already there: another replica, or a
-       replay);
+       epochs; mint the batch description ``(lower, upper, frontier) = (table
+       upper, table upper + 1, the epoch's frontier)`` once — the frontier is read
+       from the epoch's end offsets in Spark's offset log (per source its watermark,
+       per partition the records consumed), and none is minted when the table's
+       frontier is ahead of it or not comparable (another replica read further);
     3. **executors**, one Spark task per partition: fold the partition's rows of the
        epoch into its desired collection and save it; read the persisted rows of its
        touched keys (in a full check: every row, keeping its partition's); compute
@@ -36,10 +38,12 @@ Per epoch
        Delta: a Parquet file ``parts/<attempt>/shard-<n>.parquet``;
     4. **driver**: commit the parts with compare-and-set. PostgreSQL: one
        transaction ``LOCK TABLE ... IN EXCLUSIVE MODE`` (hand edits wait),
-       ``UPDATE wire_sc_frontiers SET upper = <upper> WHERE upper = <lower>``, check
+       ``UPDATE wire_sc_frontiers SET upper = <upper>, frontier = <frontier> WHERE
+       upper = <lower>``, check
        the table's fingerprint is the one read, delete the staged keys and insert
        the staged rows (``INSERT ... SELECT`` inside the server), record the new
-       fingerprint. Delta: one ``MERGE`` of the staged parts, committed on the
+       fingerprint. Delta: one ``MERGE`` of the staged parts (the upper an
+       application transaction, the frontier in the commit info), committed on the
        version read with no commit retries, so any commit in between (another
        replica's, a hand edit) fails it; delta-rs rewrites the touched files in the
        driver process. A failed compare-and-set is counted, the parts are
@@ -51,6 +55,18 @@ Per epoch
     /v1/flows/{id}/sinks/{sink} {"mode": "write" | "read_only"}`` or ``wire
     sink-mode``, through the flow's control file (a restart goes back to the
     build-time mode).
+
+Quiet input
+    Drift is found at epochs; with no input there are no epochs. So while no epoch
+    has come for ``repair_interval`` ms (processing time, default 60 s), a timer
+    thread on the driver runs steps 2-4 with no new rows, at the frontier of the
+    newest epoch (this run's, else the newest in Spark's commit log): at that
+    frontier the writer repairs, so a hand edit on a quiet flow is corrected within
+    about ``repair_interval`` (plus the check's own time), and again every interval
+    while no epoch comes. Such a check waits for no epoch (an epoch being written
+    skips it) and costs, without drift, one read of the table's upper and
+    fingerprint. Not in read-only mode. Its corrections count in the run's totals
+    and ``sc_quiet_checks``, not in an epoch's metrics.
 
 Cost per epoch: one file per (task, partition) with rows; one Spark job of
 ``partitions`` tasks (per attempt); the reads of the table (touched keys, or the
@@ -66,13 +82,23 @@ part of an appended correction); gauges ``sc_read_only`` (1 / 0),
 ``sc_table_upper``.
 
 Replicas and frontiers
-    The frontier is the epoch id, so replicas of one flow agree on what a frontier
-    means when their epochs cut the input at the same places (sources with a fixed
-    ``max_events_per_epoch`` over the same files or offsets). Whatever the cuts,
-    every append leaves the table equal to the appending replica's desired
-    collection (a full check whenever someone else wrote), and the replica with the
-    highest final epoch writes last, so replicas that both run to the end leave
-    the table equal to the result of the whole input.
+    The frontier recorded with the table is a point in input time, not an epoch id
+    (:mod:`wire.delivery.self_correcting_frontier`): per source its watermark and,
+    per partition, the records consumed (files read and the records of the open
+    file, Kafka offsets, stream ids), from the epoch's end offsets. So replicas of
+    one flow (the same sources, each its own checkpoint) agree whatever their
+    epochs, e.g. with other ``max_events_per_epoch``: at an equal frontier a
+    replica repairs (writes only what differs from its collection, which is the
+    same); with more input it advances; a replica that has not yet consumed what
+    the table reflects writes nothing until it has, so the table never goes back.
+    A replica started later therefore catches up in its own cuts, then repairs and
+    can take over. Every append leaves the table equal to the appending replica's
+    desired collection. Replicas agree only where their results are a function of
+    the input consumed and the watermark: events late by processing-time effects
+    (one replica's watermark passed them, the other's did not) can differ. A table
+    written by a Wire that recorded no frontier is taken as at the empty frontier.
+    Driven without Spark (no offsets in the checkpoint) the frontier is the epoch
+    id + 1.
 
 Limits: key columns must be of a type that compares exactly (integers, strings,
 booleans, dates, timestamps); values must be scalars
@@ -90,6 +116,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from wire.core.time import Duration, to_millis
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError, needs_extra
 
@@ -133,6 +160,7 @@ def self_correcting(
     full_check_every: int = 0,
     state_dir: str | os.PathLike[str] | None = None,
     partitions: int | None = None,
+    repair_interval: Duration | None = "60s",
 ) -> Sink:
     """Keep a table equal to the flow's current results, writing only the difference (SPEC §8).
 
@@ -145,17 +173,18 @@ def self_correcting(
     a late event). Per epoch the sink computes the correction desired − persisted
     over the keys the epoch touched (every key when the table drifted, another
     replica wrote, or a periodic check is due) and appends it with a
-    compare-and-set on the table's recorded upper frontier (``epoch + 1``), in one
-    transaction (PostgreSQL) or one commit (Delta); on a conflict it re-reads and
-    recomputes. The executors compute and stage the correction, one Spark task
+    compare-and-set on the table's recorded upper (a version), in one
+    transaction (PostgreSQL) or one commit (Delta), recording the epoch's frontier
+    (per source its watermark and the records consumed, whatever the epochs' cuts);
+    on a conflict it re-reads and recomputes. The executors compute and stage the correction, one Spark task
     per partition of the key; the driver mints the batch description and commits.
     Several replicas of one flow (each its own checkpoint) may write one table; a
     read-only replica writes nothing and reports its distance. The table is
     written after the epoch's job, before the epoch commits. Details, costs and
     metrics: :mod:`wire.sinks.self_correcting_sink`.
 
-    Guarantee: ``idempotent`` — a replayed epoch finds the table at its upper and
-    writes nothing; the table converges to the result collection.
+    Guarantee: ``idempotent`` — a replayed epoch finds the table at its frontier
+    with its rows and writes nothing; the table converges to the result collection.
 
     Parameters
     ----------
@@ -177,7 +206,8 @@ def self_correcting(
     read_only:
         Start as a read-only standby (switch to write over REST or ``wire sink-mode``).
     full_check_every:
-        Compare every key every N epochs (0: only on drift or another writer).
+        Compare every key every N epochs (0: only on drift or another writer). Counts
+        epochs only; for a bound in time when the input is quiet see ``repair_interval``.
     state_dir:
         Where to keep the desired collection; default under the flow's checkpoint.
         On a cluster it must be on storage every executor reaches (as a Parquet
@@ -187,6 +217,15 @@ def self_correcting(
         correction are split, one Spark task each. Default: Spark's
         ``defaultParallelism`` at the first run (at least 2). Fixed for the state
         directory's life: a later run keeps the recorded number.
+    repair_interval:
+        Bound on how long drift (a hand edit) stays when the input is quiet: when no
+        epoch has come for this long (processing time; int ms, ``timedelta`` or
+        ``"30s"``), a timer on the driver checks the table as an epoch with no rows
+        would, at the frontier of the newest epoch, and repairs what differs; again
+        every interval while no epoch comes. A check that finds no drift reads only
+        the table's metadata and fingerprint. None: check only at epochs (then an
+        edit stays until the next epoch). Not in read-only mode; counted in
+        ``sc_quiet_checks`` (:meth:`SelfCorrectingSink.totals`).
 
     Returns
     -------
@@ -199,7 +238,8 @@ def self_correcting(
         On a malformed ``key``, ``table`` missing for PostgreSQL or given for Delta,
         ``covers`` not two column names with ``start`` in ``key``, ``read_only`` not a
         bool, ``full_check_every`` not an int >= 0, ``drop`` naming a key column,
-        ``partitions`` not None or an int from 1 to 4096.
+        ``partitions`` not None or an int from 1 to 4096, ``repair_interval`` not None
+        or a positive duration.
 
     Examples
     --------
@@ -219,6 +259,8 @@ def self_correcting(
                                    or not 1 <= partitions <= 4096):
         raise ConfigError("partitions", partitions,
                           "None (Spark's default parallelism) or an int from 1 to 4096")
+    repair_ms = None if repair_interval is None else to_millis(repair_interval, parameter="repair_interval",
+                                                                  allow_zero=False)
     drops = (drop,) if isinstance(drop, str) else tuple(drop)
     if any(not isinstance(d, str) for d in drops) or set(drops) & set(keys):
         raise ConfigError("drop", drop, "column names, none of them a key column")
@@ -231,7 +273,7 @@ def self_correcting(
         key=keys, drop=drops, retract_column=retract_column,
         covers=tuple(covers) if covers is not None else None, read_only=read_only,
         full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None,
-        partitions=partitions)
+        partitions=partitions, repair_interval=repair_ms)
     if isinstance(text, str) and _is_dsn(text):
         from wire.sinks.postgres_target import _check_dsn, _check_name
 

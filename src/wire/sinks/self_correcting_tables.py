@@ -22,15 +22,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from wire.delivery.self_correcting import BatchDescription, Snapshot
+from wire.delivery.self_correcting_frontier import Frontier
 from wire.delivery.self_correcting_rows import Correction, Key, Row, norm
 from wire.errors import WireError
 
 FRONTIER_TABLE = "wire_sc_frontiers"
-"""PostgreSQL: the table (in the sink's ``schema``) recording each target table's upper."""
+"""PostgreSQL: the table (in the sink's ``schema``) recording each target table's upper
+(version) and frontier (JSON text, :meth:`~wire.delivery.self_correcting_frontier.Frontier.to_json`)."""
 DELTA_APP_ID = "wire.self_correcting"
 """Delta: the application transaction whose version is the table's upper."""
 DELTA_MARK = "wire.sc.upper"
 """Delta: the commit-info key of the sink's commits."""
+DELTA_FRONTIER = "wire.sc.frontier"
+"""Delta: the commit-info key holding the frontier of the sink's commit."""
 _OP = "__wire_op"
 
 
@@ -71,8 +75,11 @@ class _PgTable:
         conn.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (schema_name text NOT NULL, table_name text NOT NULL, "
             "upper bigint NOT NULL, nrows bigint NOT NULL, digest text NOT NULL, writer text, "
-            "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (schema_name, table_name))"
+            "updated_at timestamptz NOT NULL DEFAULT now(), frontier text, "
+            "PRIMARY KEY (schema_name, table_name))"
         ).format(self.frontier))
+        # a table made by a Wire that recorded no frontier: the column, NULL (the empty frontier)
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS frontier text").format(self.frontier))
         conn.execute(sql.SQL(
             "INSERT INTO {} (schema_name, table_name, upper, nrows, digest) VALUES (%s, %s, 0, 0, '0') "
             "ON CONFLICT DO NOTHING").format(self.frontier), (schema, table))
@@ -96,15 +103,15 @@ class _PgTable:
         return clause, values
 
     def read_meta(self) -> Snapshot:
-        """Upper and drift (recorded vs current count and hash sum); token = the fingerprint."""
+        """Upper, frontier and drift (recorded vs current count and hash sum); token = the fingerprint."""
         sql = self.sql
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            upper, nrows, digest = self.conn.execute(sql.SQL(
-                "SELECT upper, nrows, digest FROM {} WHERE schema_name = %s AND table_name = %s"
+            upper, nrows, digest, frontier = self.conn.execute(sql.SQL(
+                "SELECT upper, nrows, digest, frontier FROM {} WHERE schema_name = %s AND table_name = %s"
             ).format(self.frontier), (self.schema, self.table)).fetchone()
             now = self._fingerprint()
-        return Snapshot(int(upper), now != (int(nrows), digest), now)
+        return Snapshot(int(upper), now != (int(nrows), digest), now, Frontier.from_json(frontier))
 
     def read(self, keys: Collection[Key] | None, token: Any) -> list[Row]:
         """The rows of ``keys`` (None: all); a change since ``token`` fails the commit later."""
@@ -138,7 +145,7 @@ class _PgTable:
                     cp.write_row([*head, "i", *(row.get(c) for c in self.columns)])
 
     def commit(self, desc: BatchDescription, attempt: str, token: Any) -> bool:
-        """One transaction: lock, CAS the upper, check the fingerprint, apply the staged parts, record."""
+        """One transaction: lock, CAS the upper (and record the frontier), check the fingerprint, apply."""
         sql = self.sql
         keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
         cols = sql.SQL(", ").join(map(sql.Identifier, self.columns))
@@ -146,10 +153,11 @@ class _PgTable:
             with self.conn.transaction():
                 self.conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self.ident))
                 moved = self.conn.execute(sql.SQL(
-                    "UPDATE {} SET upper = %s, writer = %s, updated_at = now() "
+                    "UPDATE {} SET upper = %s, frontier = %s, writer = %s, updated_at = now() "
                     "WHERE schema_name = %s AND table_name = %s AND upper = %s RETURNING 1"
                 ).format(self.frontier),
-                    (desc.upper, self.writer, self.schema, self.table, desc.lower)).fetchone()
+                    (desc.upper, desc.frontier.to_json(), self.writer, self.schema, self.table,
+                     desc.lower)).fetchone()
                 if moved is None or self._fingerprint() != token:
                     raise _Conflict
                 self.conn.execute(sql.SQL(
@@ -202,13 +210,36 @@ class _DeltaTable:
                 raise WireError(f"self-correcting sink: cannot create the Delta table at {path}")
 
     def read_meta(self) -> Snapshot:
-        """Upper (txn version), drift (newest commit not the sink's); token = the version read."""
+        """Upper (txn version), frontier, drift (newest commit not the sink's); token = the version read.
+
+        The frontier is in the commit info of the sink's commit that recorded the
+        upper: the newest commit when the table did not drift, else found further
+        back in the history (hand edits since).
+        """
         from deltalake import DeltaTable
 
         dt = DeltaTable(self.path)
-        upper = dt.transaction_version(DELTA_APP_ID) or 0
+        upper = int(dt.transaction_version(DELTA_APP_ID) or 0)
+        version = dt.version()
         newest = dt.history(1)
-        return Snapshot(int(upper), bool(newest) and DELTA_MARK not in newest[0], dt.version())
+        drifted = bool(newest) and DELTA_MARK not in newest[0]
+        return Snapshot(upper, drifted, version, self._frontier(dt, upper, newest))
+
+    @staticmethod
+    def _frontier(dt: Any, upper: int, newest: list[dict[str, Any]]) -> Frontier:
+        """The frontier recorded by the sink's commit of ``upper`` (empty: none recorded)."""
+        if upper == 0:
+            return Frontier()
+        limit = 1
+        history = newest
+        while True:
+            for commit in history:
+                if commit.get(DELTA_MARK) == str(upper):
+                    return Frontier.from_json(commit.get(DELTA_FRONTIER))
+            if len(history) < limit:
+                return Frontier()  # the whole history read: a commit of a Wire without frontiers
+            limit *= 8
+            history = dt.history(limit)
 
     def read(self, keys: Collection[Key] | None, token: Any) -> list[Row]:
         """The rows of ``keys`` (None: all) at version ``token``."""
@@ -254,6 +285,7 @@ class _DeltaTable:
             props = CommitProperties(max_commit_retries=0,
                                      app_transactions=[Transaction(DELTA_APP_ID, desc.upper)],
                                      custom_metadata={DELTA_MARK: str(desc.upper),
+                                                      DELTA_FRONTIER: desc.frontier.to_json(),
                                                       "wire.sc.writer": self.writer})
             (dt.merge(source, predicate=f"{on} AND s.\"{_OP}\" = 'd'", source_alias="s", target_alias="t",
                       commit_properties=props)

@@ -1,7 +1,7 @@
 """One replica of a flow writing per-minute windows to self-correcting PostgreSQL and Delta tables.
 
 Usage: python self_correcting_driver.py INPUT_GLOB CHECKPOINT PG_DSN DELTA_PATH [--read-only]
-       [--unbounded --plane-file FILE --token TOKEN]
+       [--unbounded --plane-file FILE --token TOKEN] [--events-per-epoch N] [--repair-interval-ms MS]
 
 Started (and SIGKILLed, and restarted on its checkpoint) by
 tests/e2e/test_self_correcting_replicas.py; several replicas run at once, each with
@@ -21,18 +21,25 @@ import wire
 EVENTS_PER_EPOCH = 500
 
 
-def build(glob: str, dsn: str, delta: str, *, read_only: bool, bounded: bool) -> wire.Flow:
-    """The flow: events (k, t ms, v) -> 1-minute windows per k (emit='update') -> two tables."""
+def build(glob: str, dsn: str, delta: str, *, read_only: bool, bounded: bool,
+          events_per_epoch: int = EVENTS_PER_EPOCH,
+          repair_interval: int | str | None = "default") -> wire.Flow:
+    """The flow: events (k, t ms, v) -> 1-minute windows per k (emit='update') -> two tables.
+
+    ``events_per_epoch``: the source's ``max_events_per_epoch`` (where epochs cut the input);
+    ``repair_interval``: the sinks' (ms, None: off; ``"default"``: the sinks' default).
+    """
+    tuning = {} if repair_interval == "default" else {"repair_interval": repair_interval}
     flow = wire.Flow("sc")
     events = flow.source(
         wire.sources.files(glob, format="parquet", bounded=bounded), event_time="t", key="k",
-        watermark=wire.BoundedOutOfOrderness("10s"), max_events_per_epoch=EVENTS_PER_EPOCH, name="events")
+        watermark=wire.BoundedOutOfOrderness("10s"), max_events_per_epoch=events_per_epoch, name="events")
     minutes = events.window(wire.Tumbling("1m"), emit="update").aggregate(
         n=wire.count(), total=wire.sum("v"), name="per_minute")
     key = ("k", "window_start")
-    minutes.sink(wire.sinks.self_correcting(dsn, table="per_minute", key=key, read_only=read_only),
+    minutes.sink(wire.sinks.self_correcting(dsn, table="per_minute", key=key, read_only=read_only, **tuning),
                  name="sc_pg")
-    minutes.sink(wire.sinks.self_correcting(delta, key=key, read_only=read_only), name="sc_delta")
+    minutes.sink(wire.sinks.self_correcting(delta, key=key, read_only=read_only, **tuning), name="sc_delta")
     return flow
 
 
@@ -71,10 +78,18 @@ def main() -> None:
                    help="every N-th read of a table, stall --stall-ms between the read and the append "
                         "(a writer paused by GC or the network: the other replica appends meanwhile)")
     p.add_argument("--stall-ms", type=float, default=0.0)
+    p.add_argument("--events-per-epoch", type=int, default=EVENTS_PER_EPOCH,
+                   help="the source's max_events_per_epoch: replicas with other values cut the input "
+                        "elsewhere")
+    p.add_argument("--repair-interval-ms", type=int, default=None,
+                   help="the sinks' repair_interval (0: off; default: the sinks' default)")
     a = p.parse_args()
     if a.widen_race_ms or a.stall_every:
         widen(a.widen_race_ms / 1000.0, a.stall_every, a.stall_ms / 1000.0)
-    flow = build(a.glob, a.dsn, a.delta, read_only=a.read_only, bounded=not a.unbounded)
+    flow = build(a.glob, a.dsn, a.delta, read_only=a.read_only, bounded=not a.unbounded,
+                 events_per_epoch=a.events_per_epoch,
+                 repair_interval="default" if a.repair_interval_ms is None
+                 else (a.repair_interval_ms or None))
     spark = wire.spark("local[2]", log_file=Path(a.checkpoint).with_suffix(".spark.log"))
     if not a.unbounded:
         summary = flow.run(a.checkpoint, spark=spark, key_groups=2)
@@ -86,7 +101,8 @@ def main() -> None:
     running = flow.start(a.checkpoint, spark=spark, key_groups=2)
     plane = ControlPlane({"sc": running}, token=a.token)
     url = plane.start()
-    Path(a.plane_file).write_text(url)
+    if a.plane_file:
+        Path(a.plane_file).write_text(url)
     while running.is_active():
         time.sleep(0.2)
 

@@ -17,6 +17,7 @@ from wire.delivery.self_correcting import (
     BatchDescription,
     DesiredCollection,
     DesiredStore,
+    Frontier,
     MemoryTable,
     SelfCorrectingWriter,
     ShardedDesiredStore,
@@ -39,10 +40,13 @@ def _desired() -> DesiredCollection:
     return DesiredCollection(("k",), retract_column="gone")
 
 
-def test_mint_only_forward():
-    assert mint(3, 5) == BatchDescription(3, 5)
-    assert mint(5, 5) is None
-    assert mint(7, 5) is None
+def test_mint_forward_or_repair_never_back():
+    at = Frontier.scalar
+    # the table's upper is a version: every append records the next one, with the writer's frontier
+    assert mint(3, at(2), at(5)) == BatchDescription(3, 4, at(5))
+    assert mint(3, at(5), at(5)) == BatchDescription(3, 4, at(5))  # equal frontier: repair
+    assert mint(3, at(7), at(5)) is None  # the table reflects more input: behind
+    assert mint(0, Frontier(), at(1)) == BatchDescription(0, 1, at(1))  # nothing recorded yet
     with pytest.raises(ValueError):
         BatchDescription(4, 4)
 
@@ -112,9 +116,12 @@ def test_writer_repairs_drift_and_skips_replay():
     out = w.write(table, d, touched, 2)
     assert out.status == "written" and out.full and out.drift == 3
     assert sorted(map(tuple, (r.values() for r in table.rows))) == [("a", 1), ("b", 2), ("c", 3)]
-    # a replay of epoch 1 (upper 2) after a crash: the table is already there
+    # a replay of epoch 1 (frontier 2) after a crash: the table is already there, nothing differs
     again = SelfCorrectingWriter(("k",))
-    assert again.write(table, d, touched, 2).status == "behind"
+    out = again.write(table, d, touched, 2)
+    assert out.status == "unchanged" and out.corrections == 0 and table.upper == 2
+    # a writer whose frontier is before the table's writes nothing
+    assert SelfCorrectingWriter(("k",)).write(table, d, touched, 1).status == "behind"
     ro = SelfCorrectingWriter(("k",)).write(table, d, set(), 3, read_only=True)
     assert ro.status == "read_only" and ro.distance == 0 and table.upper == 2
 
@@ -279,12 +286,13 @@ def test_interleaved_append_is_a_conflict_then_resolved():
         assert wb.write(table, b, tb, 1).status == "written"
 
     out = wa.write(_Interleaved(table, [b_writes]), a, a.apply(rows), 1)
-    # A read upper 0, B appended (0, 1) meanwhile: A's append failed, A re-read and was behind
-    assert out.conflicts == 1 and out.status == "behind"
+    # A read upper 0, B appended (0, 1) meanwhile: A's append failed, A re-read, found the
+    # table at its own frontier with its own rows: nothing to write
+    assert out.conflicts == 1 and out.status == "unchanged"
     more = _rows(("a", 7))
     tb = b.apply(more)
     out = wa.write(_Interleaved(table, [lambda: wb.write(table, b, tb, 2)]), a, a.apply(more), 2)
-    assert out.conflicts == 1 and out.status == "behind"
+    assert out.conflicts == 1 and out.status == "unchanged"
     assert sorted((r["k"], r["v"]) for r in table.rows) == [("a", 7), ("b", 2)]
 
 
