@@ -9,11 +9,22 @@ mark the epoch complete in its commit log. A crash before that
 replays the epoch with the same offsets, watermarks and state version, so
 exactly-once sinks (which skip an epoch they already published) write nothing
 twice.
+
+Every query runs with the trigger ``processingTime="0 seconds"``, also a bounded flow's.
+Spark's ``availableNow`` trigger ends a query at the first trigger that plans no epoch,
+and a paused source (the control file, an open circuit breaker, a graceful stop in
+progress) plans none: a pause would end the run with input left. A bounded flow ends
+instead once the input is consumed (:func:`input_consumed`: the last completed epoch's
+end offsets all say ``"ended": true``, the offset of a bounded source's last epoch,
+which carries its final watermark); :class:`RunningFlow` then stops the query. While
+paused it waits, its query alive, until resumed or stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,9 +43,16 @@ from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
 from wire.core.envelope import metrics_table
 from wire.delivery.sink import ExecutorSink, Sink
-from wire.errors import ConfigError, FlowFailed
+from wire.errors import CheckpointError, ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
-from wire.runtime.checkpoint import default_key_groups, epochs_settled, open_checkpoint, spark_checkpoint
+from wire.runtime.checkpoint import (
+    default_key_groups,
+    epochs_settled,
+    log_batches,
+    open_checkpoint,
+    read_spark_log,
+    spark_checkpoint,
+)
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
@@ -176,6 +194,30 @@ class RunSummary:
         return "\n".join(lines)
 
 
+END_POLL_S = 0.1
+"""How often (s) a bounded flow's run checks whether its input is consumed."""
+
+
+def input_consumed(spark_dir: str | Path) -> bool:
+    """True when the last completed epoch of a Spark checkpoint ended every source.
+
+    That is: the epoch with the highest id in ``<spark_dir>/commits`` recorded, for every
+    source, an end offset that is a JSON object with ``"ended": true`` (a bounded source's
+    last offset, :mod:`wire.sources.base`). False before any epoch completed, or while a
+    source has input left (whether paused or not). Reads two small files.
+    """
+    spark = Path(spark_dir)
+    done = log_batches(spark / "commits")
+    if not done:
+        return False
+    try:
+        lines = read_spark_log(spark / "offsets" / str(done[-1]), spark.parent)
+    except CheckpointError:
+        return False
+    offsets = [None if line.strip() == "-" else json.loads(line) for line in lines]
+    return bool(offsets) and all(isinstance(o, dict) and o.get("ended") is True for o in offsets)
+
+
 class StopRequested(Exception):
     """Raised inside ``foreachBatch`` to stop a run before an epoch writes anything."""
 
@@ -301,7 +343,8 @@ class RunningFlow:
     """
 
     def __init__(self, plan: Plan, query: StreamingQuery, dispatcher: EpochDispatcher,
-                 sinks: list[Sink], started: float, checkpoint: str, *, own_progress: bool = False) -> None:
+                 sinks: list[Sink], started: float, checkpoint: str, *, own_progress: bool = False,
+                 bounded: bool = False) -> None:
         self.plan = plan
         self.checkpoint = checkpoint
         self.control_file = control_path(checkpoint)
@@ -314,6 +357,34 @@ class RunningFlow:
         self._started = started
         self._closed = False
         self._own_progress = own_progress
+        self.bounded = bounded
+        """Whether every source is bounded: the run ends once the input is consumed."""
+        self.input_consumed = False
+        """True once a bounded flow's run ended because its input was consumed."""
+        self._end_watch: threading.Thread | None = None
+        if bounded:
+            self._end_watch = threading.Thread(target=self._watch_end, args=(spark_checkpoint(checkpoint),),
+                                               name=f"wire-end-{plan.flow_id}", daemon=True)
+            self._end_watch.start()
+
+    def _watch_end(self, spark_dir: str) -> None:
+        """Stop a bounded flow's query once its input is consumed (module docstring).
+
+        Runs in its own thread until then, or until the query ends otherwise. A paused
+        flow's input is not consumed: its query stays, waiting for the resume.
+        """
+        while not self._closed:
+            if input_consumed(spark_dir):
+                self.input_consumed = True
+                with contextlib.suppress(Py4JError):
+                    self.query.stop()
+                return
+            try:
+                if not self.query.isActive:
+                    return
+            except Py4JError:  # the JVM is gone
+                return
+            time.sleep(END_POLL_S)
 
     @property
     def flow_id(self) -> str:
@@ -350,7 +421,8 @@ class RunningFlow:
         """Stop the flow.
 
         Graceful (default): sources admit nothing more, the epoch in flight finishes
-        and commits, then the query stops, so nothing is replayed on the next run.
+        and commits, then the query stops, so nothing is replayed on the next run
+        (also while paused: the run then stops without another epoch).
         Otherwise (or after ``timeout_s``) the query stops at once and an epoch in
         flight is replayed on the next run.
         """
@@ -377,6 +449,11 @@ class RunningFlow:
 
     def await_termination(self) -> RunSummary:
         """Block until the query ends (bounded input consumed, stop, or failure).
+
+        A bounded flow's query ends only once every source's input is consumed and its
+        final watermark committed (:func:`input_consumed`), never because the flow is
+        paused: a paused run waits here until it is resumed (REST control plane, ``wire
+        resume``, the control file) or stopped.
 
         Raises
         ------
@@ -500,10 +577,9 @@ def start_plan(
             .option("checkpointLocation", spark_checkpoint(checkpoint))
             .queryName(plan.flow_id)
         )
-        if compiled.bounded:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime="0 seconds")
+        # never availableNow, also for a bounded flow: it ends at the first trigger a
+        # paused source plans nothing (module docstring)
+        writer = writer.trigger(processingTime="0 seconds")
         dispatcher._last = time.perf_counter()
         if own_progress and progress is not None:
             progress.start()
@@ -515,7 +591,8 @@ def start_plan(
         if own_progress and progress is not None:
             progress.stop()
         raise
-    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress)
+    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
+                          bounded=compiled.bounded)
     running.watch_breakers(sinks)
     return running
 
