@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -88,6 +89,10 @@ class RunSummary:
     receipts, metric records, previews of dead letters and late events, and the rows of
     driver sinks."""
     stopped_early: bool = False
+    interrupted: bool = False
+    """True when Ctrl-C (SIGINT) stopped the run (:meth:`RunningFlow.await_termination`):
+    gracefully after the first (the epoch in flight committed), at once after a second
+    (that epoch is replayed on the next run). ``stopped_early`` is then True too."""
     source_steps: tuple[str, ...] = ()
     restarts: int = 0
     failures: list[str] = field(default_factory=list)
@@ -157,6 +162,7 @@ class RunSummary:
         self.kept.update(later.kept)
         self.samples.extend(later.samples)
         self.stopped_early = later.stopped_early
+        self.interrupted = self.interrupted or later.interrupted
         return self
 
     def total(self, counter: str) -> int:
@@ -186,6 +192,8 @@ class RunSummary:
                          f"({len(self.source_steps)} sources)")
         if self.restarts:
             lines.append(f"  restarts          {self.restarts:>10,}")
+        if self.interrupted:
+            lines.append("  stopped by Ctrl-C; the next run resumes after the last completed epoch")
         for port, path in self.kept.items():
             rows = self.rows_written[kept_step(PortRef(*port.rsplit(".", 1)))]
             lines.append(f"  kept {port} (no sink): {rows:,} rows in {path}")
@@ -216,6 +224,42 @@ def input_consumed(spark_dir: str | Path) -> bool:
         return False
     offsets = [None if line.strip() == "-" else json.loads(line) for line in lines]
     return bool(offsets) and all(isinstance(o, dict) and o.get("ended") is True for o in offsets)
+
+
+AWAIT_POLL_S = 0.25
+"""How long (s) one wait for the query's end lasts before a Ctrl-C is looked at."""
+
+
+class Interrupts:
+    """Count Ctrl-C (SIGINT) while a run is awaited, doing nothing else in the signal handler.
+
+    PySpark's own SIGINT handler (``SparkContext``) cancels every Spark job through py4j
+    from inside the signal handler, on the main thread's py4j connection, which the
+    interrupted wait is reading: ``RuntimeError: reentrant call inside
+    <_io.BufferedReader>``, logged by py4j with its traceback, then a broken connection
+    and more tracebacks on every later call. Inside this context manager (on the main
+    thread only: elsewhere it does nothing) the handler only counts; the waiting code
+    stops the run itself, between two py4j calls. The previous handler is restored on exit.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
 
 
 class StopRequested(Exception):
@@ -426,6 +470,10 @@ class RunningFlow:
         Otherwise (or after ``timeout_s``) the query stops at once and an epoch in
         flight is replayed on the next run.
         """
+        return self._stop(graceful=graceful, timeout_s=timeout_s)
+
+    def _stop(self, *, graceful: bool, timeout_s: float, give_up: Any = None) -> RunSummary:
+        """:meth:`stop`; a graceful stop turns abrupt as soon as ``give_up()`` is true."""
         for sink in self._sinks:
             interrupt = getattr(sink, "interrupt", None)
             if interrupt is not None:
@@ -438,6 +486,8 @@ class RunningFlow:
             # been seen, every later trigger sees "stopping" and plans nothing.
             between_triggers = False
             while self.query.isActive and time.monotonic() < deadline:
+                if give_up is not None and give_up():
+                    break
                 between_triggers = between_triggers or not self.query.status["isTriggerActive"]
                 if between_triggers and epochs_settled(self.checkpoint):
                     break
@@ -455,22 +505,34 @@ class RunningFlow:
         paused: a paused run waits here until it is resumed (REST control plane, ``wire
         resume``, the control file) or stopped.
 
+        Ctrl-C (SIGINT; waiting on the main thread) stops the run gracefully, as
+        :meth:`stop` does: the epoch in flight finishes and commits, then the summary is
+        returned (``interrupted`` and ``stopped_early`` set), with nothing printed. A
+        second Ctrl-C stops the query at once; that epoch is then replayed on the next
+        run. ``wire run`` then prints the summary and exits 130.
+
         Raises
         ------
         FlowFailed
             If the query failed (the cause is chained).
         """
-        try:
-            self.query.awaitTermination()
-        except StreamingQueryException as e:
-            if not self._dispatcher.stop_requested:
-                self._finish()
-                cause = self._dispatcher.last_error or str(e)
-                raise FlowFailed(f"flow {self.flow_id!r} failed: {cause}") from e
-            self.summary.stopped_early = True
-        except KeyboardInterrupt:
-            self.query.stop()
-            self.summary.stopped_early = True
+        with Interrupts() as interrupts:
+            try:
+                # PySpark types the timeout int; it takes seconds as any number (ms to the JVM)
+                while not self.query.awaitTermination(cast(int, AWAIT_POLL_S)):
+                    if interrupts.count:
+                        self.summary.interrupted = True
+                        return self._stop(graceful=True, timeout_s=120.0,
+                                          give_up=lambda: interrupts.count > 1)
+            except StreamingQueryException as e:
+                if not self._dispatcher.stop_requested:
+                    self._finish()
+                    cause = self._dispatcher.last_error or str(e)
+                    raise FlowFailed(f"flow {self.flow_id!r} failed: {cause}") from e
+                self.summary.stopped_early = True
+            except KeyboardInterrupt:  # raised by another handler than Interrupts'
+                self.query.stop()
+                self.summary.stopped_early = self.summary.interrupted = True
         return self._finish()
 
     def watch_breakers(self, sinks: list[SinkNode]) -> None:
