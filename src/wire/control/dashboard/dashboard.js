@@ -122,6 +122,8 @@
     return `${(ms / 3600000).toFixed(1)} h`;
   }
 
+  const plural = (n, word) => (n === 1 ? word : `${word}s`);
+
   const sum = (obj) => Object.values(obj || {}).reduce((a, b) => a + b, 0);
 
   // ---- flow list and status -------------------------------------------------------
@@ -138,6 +140,14 @@
       });
       nav.append(b);
     }
+  }
+
+  // A source's state agrees with its flow's: a flow that is not running (stopped, failing,
+  // starting, or a report's finished / stopped) shows that on every source too.
+  function sourceState(s, src) {
+    if (src.state) return src.state;
+    if (["stopped", "failing", "starting", "finished"].includes(s.status)) return s.status;
+    return src.paused ? "paused" : "running";
   }
 
   function renderStatus(s) {
@@ -158,7 +168,7 @@
     body.replaceChildren();
     for (const [step, src] of Object.entries(s.sources)) {
       const tr = el("tr", { "data-source": step });
-      tr.append(el("td", {}, step), el("td", { class: "source-state" }, src.paused ? "paused" : "running"),
+      tr.append(el("td", {}, step), el("td", { class: "source-state" }, sourceState(s, src)),
                 el("td", {}, fmtEventTime(src.watermark)), el("td", {}, fmtLag(src.lag_ms)));
       const td = el("td");
       const pause = el("button", { type: "button", class: "pause-source" }, "Pause");
@@ -491,6 +501,9 @@
   showToken();
   if (STATIC) {
     document.body.classList.add("report");
+    const runs = STATIC.summary.runs || 1;
+    $("report-note").textContent = `A report of the checkpoint's recorded epochs: ${runs} ${plural(runs, "run")}, ` +
+      "one sample per epoch; every count covers every run; read only.";
     $("report-note").hidden = false;
     document.title = `Wire report: ${STATIC.summary.id}`;
     refresh();
