@@ -43,6 +43,7 @@ from wire.compiler.branches import source_scans
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
 from wire.core.envelope import metrics_table
+from wire.core.time import NO_WATERMARK
 from wire.delivery.sink import ExecutorSink, Sink
 from wire.errors import CheckpointError, ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
@@ -137,14 +138,30 @@ class RunSummary:
             self.gauges[k] = min(values) if "watermark" in k[1] else sum(values)
 
     def watermarks(self) -> dict[str, dict[str, int]]:
-        """Per step, its latest watermarks (ms).
+        """Per step, its latest watermarks (ms since the Unix epoch, event time).
 
-        E.g. ``{"hourly": {"input_watermark": ..., "output_watermark": ...},
-        "flights": {"watermark": ..., "watermark:p0": ...}}``.
+        A stateful step (window, join, process function) reports ``input_watermark`` and
+        ``output_watermark`` (the minimum over its key groups); a source step reports
+        ``watermark`` (the source's) and, per partition, ``watermark:<partition>``, where
+        ``<partition>`` is the connector's partition name:
+
+        * files: ``all`` (``partition_by=None``), the directory name
+          (``partition_by="directory"``) or the file's path relative to the base directory
+          (``partition_by="file"``);
+        * Kafka: ``<topic>:<partition>``, e.g. ``watermark:orders:0``;
+        * Redis Streams: the stream's key; HTTP ingest: ``wal``;
+        * the Nexmark generator: ``watermark`` only; a ``wire.testing`` stream: none.
+
+        E.g. ``{"hourly": {"input_watermark": 1700000000000, "output_watermark":
+        1699999200000}, "flights": {"watermark": 1700000000000, "watermark:all":
+        1700000000000}}``. A watermark that does not exist yet (a partition, source or step
+        that has seen no event: internally ``-2**63``) is left out, and so is a step with
+        none; after a bounded input's end the watermarks are ``2**63 - 1``
+        (:data:`wire.core.envelope.MAX_WATERMARK`).
         """
         out: dict[str, dict[str, int]] = {}
         for (step, name), value in sorted(self.gauges.items()):
-            if "watermark" in name:
+            if "watermark" in name and value != NO_WATERMARK:
                 out.setdefault(step, {})[name] = value
         return out
 
@@ -436,7 +453,7 @@ class RunningFlow:
         return self.plan.flow_id
 
     def watermarks(self) -> dict[str, dict[str, int]]:
-        """Per step, its latest input/output watermarks in ms (see RunSummary.watermarks)."""
+        """Per step, its latest watermarks in ms; none yet: left out (see :meth:`RunSummary.watermarks`)."""
         return self.summary.watermarks()
 
     @property
