@@ -69,9 +69,11 @@ class RunSummary:
     """What one ``Flow.run`` did. Counts are for this run only (not earlier runs).
 
     ``metrics`` maps ``(step, counter)`` to totals, e.g. ``("source_1", "events")``.
-    ``epoch_seconds`` is the driver-side duration of each epoch's ``foreachBatch``
-    (port split + sink writes), and ``epoch_wall_seconds`` the time between
-    consecutive epoch completions (the full epoch latency including Spark's work).
+    ``epoch_seconds`` is each epoch's duration: from when Spark recorded its offsets (the
+    sources had planned it) to its commit on the driver, so without the time the flow
+    waited for input, was paused or held by a breaker (the dashboard's and ``wire
+    report``'s epoch duration); ``epoch_wall_seconds`` the time between consecutive epoch
+    completions (the full epoch latency including Spark's work, and any wait before it).
     """
 
     flow_id: str
@@ -81,6 +83,7 @@ class RunSummary:
     rows_written: Counter[str] = field(default_factory=Counter)
     emitted: Counter[str] = field(default_factory=Counter)
     epoch_wall_seconds: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
     driver_rows: list[int] = field(default_factory=list)
     """Per epoch, the data rows that reached the driver: zero when every sink is an
     executor sink (Parquet, JSON Lines, Delta, PostgreSQL, SQLite); driver sinks
@@ -173,6 +176,7 @@ class RunSummary:
         self.rows_written.update(later.rows_written)
         self.emitted.update(later.emitted)
         self.epoch_wall_seconds += later.epoch_wall_seconds
+        self.epoch_seconds += later.epoch_seconds
         self.driver_rows += later.driver_rows
         self.driver_bytes += later.driver_bytes
         self.gauges.update(later.gauges)
@@ -310,10 +314,13 @@ class EpochDispatcher:
         rescale the query starts again at batch 0 (:mod:`wire.runtime.rescale`)."""
         self.query: StreamingQuery | None = None
         """The query this handles (set once it started): its plan gives ``source_scans``."""
+        self.spark_dir: Path | None = None
+        """Spark's checkpoint: when ``offsets/<batch>`` was written, the epoch was planned."""
         self._last = time.perf_counter()
 
     def __call__(self, batch: DataFrame, epoch: int) -> None:
         """Handle Spark batch ``epoch`` (epoch ``epoch_base + epoch``): stage on executors, commit here."""
+        batch_id = epoch
         epoch += self.epoch_base
         if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
             self.stop_requested = True
@@ -356,15 +363,33 @@ class EpochDispatcher:
         self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
         self.summary.epochs += 1
         now = time.perf_counter()
+        took = self.epoch_duration(batch_id, now)
         self.summary.epoch_wall_seconds.append(now - self._last)
+        self.summary.epoch_seconds.append(took)
         if self.epoch_log is not None:
-            self.epoch_log.append(self.summary, epoch, now - self._last)
+            self.epoch_log.append(self.summary, epoch, took)
             if result.samples:
                 self.epoch_log.write_samples(self.summary.samples)
         self._last = now
         if self.progress is not None:
             self.progress.epoch(self.summary, epoch, sum(result.emitted.values()),
                                 self.summary_late(result.metrics))
+
+    def epoch_duration(self, batch_id: int, now: float) -> float:
+        """Seconds from when Spark planned batch ``batch_id`` (its offset file) to ``now``.
+
+        Never longer than since the previous epoch's commit (or the query's start: a
+        replayed epoch's offset file is older than this run); ``now`` is ``perf_counter()``.
+        Without the offset file: since the previous commit.
+        """
+        since_last = now - self._last
+        if self.spark_dir is None:
+            return since_last
+        try:
+            planned = (self.spark_dir / "offsets" / str(batch_id)).stat().st_mtime
+        except OSError:
+            return since_last
+        return max(0.0, min(since_last, time.time() - planned))
 
     def count_scans(self) -> None:
         """Record ``summary.source_scans`` once, from the query's last epoch.
@@ -640,6 +665,7 @@ def start_plan(
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     dispatcher.epoch_base = meta.epoch_base
+    dispatcher.spark_dir = Path(spark_checkpoint(checkpoint))
     dispatcher.epoch_log = EpochLog(checkpoint)
     dispatcher.epoch_log.write_graph(plan)
     started = time.perf_counter()
