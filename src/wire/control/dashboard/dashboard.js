@@ -20,6 +20,7 @@
   const state = {
     flow: null, // the selected flow's id
     token: sessionStorage.getItem(TOKEN_KEY) || "",
+    tokenChecked: false, // true once the control plane accepted state.token (GET /v1/token)
     minutes: 15,
     plots: {}, // uPlot instances by name (read by the browser tests)
     graphFor: null,
@@ -49,9 +50,11 @@
 
   async function api(path, options = {}) {
     if (STATIC) return fromReport(path, options);
-    const headers = { ...(options.headers || {}) };
-    if (state.token) headers.Authorization = `Bearer ${state.token}`;
-    const response = await fetch(path, { ...options, headers, cache: "no-store" });
+    const { token: given, ...rest } = options;
+    const token = given ?? state.token;
+    const headers = { ...(rest.headers || {}) };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { ...rest, headers, cache: "no-store" });
     let body = null;
     try {
       body = await response.json();
@@ -335,7 +338,7 @@
       } else if (marks.output_watermark !== undefined) {
         live = `out wm ${fmtEventTime(marks.output_watermark)}`;
       } else if (s.rows_written[step] !== undefined) {
-        live = `${num(s.rows_written[step])} rows`;
+        live = `${num(s.rows_written[step])} ${plural(s.rows_written[step], "row")}`;
       }
       if (s.late[step]) live += ` · ${num(s.late[step])} late`;
       g.querySelector("text.live").textContent = live;
@@ -343,6 +346,25 @@
   }
 
   // ---- plots --------------------------------------------------------------------
+
+  // Axis label widths, measured in the axis's own font, so no label is clipped.
+  const MEASURE = document.createElement("canvas").getContext("2d");
+
+  function labelWidth(u, axisIdx, values) {
+    const font = u.axes[axisIdx].font;
+    MEASURE.font = Array.isArray(font) ? font[0] : font;
+    const ratio = (typeof uPlot !== "undefined" && uPlot.pxRatio) || window.devicePixelRatio || 1;
+    let width = 0;
+    for (const v of values || []) {
+      for (const line of String(v).split("\n")) width = Math.max(width, MEASURE.measureText(line).width);
+    }
+    return width / ratio;
+  }
+
+  // uPlot's axis `size` hook: the widest tick label, the tick and the gap, and a margin.
+  const fitAxis = (u, values, axisIdx) => Math.ceil(labelWidth(u, axisIdx, values)) + 24;
+
+  const X_TICK_SPACE = 110; // px between time ticks: room for "12:34:56" / "11/27" and a gap
 
   function plotWidth(box) {
     return Math.max(300, box.clientWidth || 460);
@@ -385,7 +407,7 @@
           value: extra.value ? (_, v) => extra.value(v) : undefined,
         })),
       ],
-      axes: [{}, { size: extra.axisSize || 60, values: extra.axisValues }],
+      axes: [{ space: X_TICK_SPACE }, { size: fitAxis, values: extra.axisValues }],
     };
     u = new uPlot(opts, data, box);
     u.wireLabels = labels;
@@ -404,7 +426,6 @@
     }
     const realTime = marks.some(([, vs]) => vs.some((v) => v !== null && isRealTime(v)));
     plot("watermarks", t, marks, {
-      axisSize: realTime ? 150 : 70,
       axisValues: (_, splits) => splits.map((v) => (realTime ? fmtEventTime(v) : num(v))),
       value: (v) => (v === null ? "-" : fmtEventTime(v)),
       empty: "no watermark yet",
@@ -424,7 +445,6 @@
          {
            stepped: true,
            scales: { y: { range: [-0.2, 2.2] } },
-           axisSize: 80,
            axisValues: (_, splits) => splits.map((v) => names[v] ?? ""),
            value: (v) => (v === null ? "-" : names[v]),
            empty: "no guarded sink (wire.sinks.guarded)",
@@ -446,7 +466,7 @@
       renderFlows(flows);
       if (!state.flow) {
         $("flow").hidden = true;
-        loadError("no flow is registered with this control plane");
+        loadError("no flow is registered with this control plane (yet: a run registers its flow when it starts)");
         return;
       }
       const id = encodeURIComponent(state.flow);
@@ -475,22 +495,46 @@
   }
 
   function showToken() {
-    $("token-state").textContent = state.token ? "token set for this tab" : "no token: read only";
+    let text = "no token: read only";
+    if (state.token) text = state.tokenChecked ? "token accepted for this tab" : "token not checked yet";
+    $("token-state").textContent = text;
   }
 
-  $("token-form").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    state.token = $("token").value.trim();
-    $("token").value = "";
-    if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
+  function keepToken(token) {
+    state.token = token;
+    state.tokenChecked = Boolean(token);
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
     else sessionStorage.removeItem(TOKEN_KEY);
     showToken();
+  }
+
+  // A token is kept only once the control plane accepted it (GET /v1/token: 200, else 401).
+  async function checkToken(token, stored) {
+    try {
+      await api("/v1/token", { token });
+      keepToken(token);
+      if (!stored) say("token accepted by the control plane", "ok");
+    } catch (e) {
+      if (stored) keepToken("");
+      else showToken();
+      const what = stored ? "the token kept in this tab" : "wrong token";
+      say(e.status === 401
+        ? `${what}: refused by the control plane (401: ${e.detail}); not kept`
+        : `cannot check the token: ${e.message}; not kept`, "error");
+    }
+  }
+
+  $("token-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const typed = $("token").value.trim();
+    $("token").value = "";
+    if (!typed) keepToken("");
+    else await checkToken(typed, false);
     refresh();
   });
   $("forget-token").addEventListener("click", () => {
-    state.token = "";
-    sessionStorage.removeItem(TOKEN_KEY);
-    showToken();
+    keepToken("");
+    say("token forgotten", "ok");
   });
   $("minutes").addEventListener("change", (ev) => {
     state.minutes = Number(ev.target.value);
@@ -508,6 +552,7 @@
     document.title = `Wire report: ${STATIC.summary.id}`;
     refresh();
   } else {
+    if (state.token) checkToken(state.token, true); // kept from earlier, or from the URL: check it
     loop();
   }
 })();
