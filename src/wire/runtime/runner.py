@@ -567,6 +567,11 @@ class RunningFlow:
                         return self._stop(graceful=True, timeout_s=120.0,
                                           give_up=lambda: interrupts.count > 1)
             except StreamingQueryException as e:
+                if interrupts.count:  # the epoch failed under Ctrl-C: a stop, replayed next run
+                    with contextlib.suppress(Py4JError):
+                        self.query.stop()
+                    self.summary.stopped_early = self.summary.interrupted = True
+                    return self._finish()
                 if not self._dispatcher.stop_requested:
                     self._finish()
                     cause = self._dispatcher.last_error or str(e)
