@@ -12,6 +12,8 @@ path to keep a screenshot of the page (``docs/dashboard.png`` was taken so).
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import shutil
 import time
@@ -186,6 +188,148 @@ def test_wire_report_of_a_finished_run_opens_in_chromium(spark, browser, tmp_pat
         source_marks = max(series, key=len)
         assert len(source_marks) >= 3 and source_marks == sorted(source_marks), series
         assert page.locator("#pause-flow").is_hidden() and page.locator("#token").is_hidden()
+        assert errors == [], errors
+    finally:
+        page.close()
+
+
+# ---- issue 26 item 12: no Spark below (a flow that is starting, a report from a written log)
+
+
+def starting_plane(tmp_path: Any) -> ControlPlane:
+    from wire.control.status import StartingFlow
+
+    flow = wire.Flow("boot")
+    source = wire.sources.files(str(tmp_path / "in"), format="jsonl", bounded=False, schema=SCHEMA)
+    flow.source(source, event_time="t", key="k", name="events").sink(
+        wire.sinks.parquet(tmp_path / "out"), name="out")
+    plane = ControlPlane(token=TOKEN)
+    plane.add(StartingFlow(flow.plan(), str(tmp_path / "ck")))  # what Flow.run(dashboard=True) does
+    return plane
+
+
+def test_a_starting_flow_shows_starting_and_a_token_is_checked_when_typed(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    plane = starting_plane(tmp_path)
+    url = plane.start()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(url + "/")
+        expect(page.locator("#flow-status")).to_have_text("starting", timeout=10_000)
+        expect(page.locator("#flow-id")).to_have_text("boot")
+        expect(page.locator('#sources tr[data-source="events"] .source-state')).to_have_text("starting")
+        expect(page.locator("#load-error")).to_have_text("")
+        expect(page.locator('#graph g.node[data-step="events"] text.step')).to_have_text("events")
+
+        # a wrong token is refused when typed, and not kept
+        page.fill("#token", "not-the-token")
+        page.click("#token-form button[type=submit]")
+        expect(page.locator("#message")).to_contain_text("wrong token", timeout=10_000)
+        expect(page.locator("#message")).to_contain_text("401")
+        expect(page.locator("#token-state")).to_have_text("no token: read only")
+        assert page.evaluate("() => sessionStorage.getItem('wire-token')") is None
+
+        # the right one is accepted and kept
+        page.fill("#token", TOKEN)
+        page.click("#token-form button[type=submit]")
+        expect(page.locator("#token-state")).to_have_text("token accepted for this tab", timeout=10_000)
+        expect(page.locator("#message")).to_have_text("token accepted by the control plane")
+        assert page.evaluate("() => sessionStorage.getItem('wire-token')") == TOKEN
+
+        # pausing a flow that is still starting is refused (its run would reset the pause)
+        page.click("#pause-flow")
+        expect(page.locator("#message")).to_contain_text("409", timeout=10_000)
+        expect(page.locator("#message")).to_contain_text("starting")
+
+        # a token kept in the tab but wrong (another plane's) is checked on load and dropped
+        page.evaluate("() => sessionStorage.setItem('wire-token', 'stale')")
+        page.reload()
+        expect(page.locator("#message")).to_contain_text("refused", timeout=10_000)
+        expect(page.locator("#token-state")).to_have_text("no token: read only")
+        assert errors == [], errors
+    finally:
+        page.close()
+        plane.stop()
+
+
+def written_report(tmp_path: Any) -> Any:
+    """A report of two runs whose counts need wide axis labels and span two hours of real time."""
+    from wire.control.report import write_report
+    from wire.plan.nodes import Plan, PortRef, SinkNode, SourceNode
+    from wire.runtime.checkpoint import META_FILE
+    from wire.runtime.epoch_log import EpochLog
+    from wire.runtime.runner import RunSummary
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / META_FILE).write_text('{"flow_id": "wide", "key_groups": 2, "checkpoint_id": "x"}')
+    log = EpochLog(ck)
+    log.write_graph(Plan("wide", (SourceNode("src", None, "t", "k", wire.BoundedOutOfOrderness(0), 10),
+                                  SinkNode("out", PortRef("src"), None))))
+    t0 = 1_764_230_400_000  # 2025-11-27 08:00 UTC: dates on the axes
+    for n in range(1, 41):
+        s = RunSummary("wide", source_steps=("src",))
+        s.epochs = n
+        s.metrics.update({("src", "events"): 12_345_678 * n, ("src", "malformed"): 1_000_003 * n})
+        s.gauges.update({("src", "watermark"): t0 + 180_000 * n, ("src", "max_event_time"): t0 + 180_000 * n})
+        s.rows_written["out"] = 1  # one row in all: "1 row"
+        log.append(s, batch=n - 1, epoch_s=0.5 + n % 3)
+    # the records' processing times: one every 3 minutes (the log writes "now": set them)
+    lines = (ck / "epochs.jsonl").read_text().splitlines()
+    fixed = []
+    for i, line in enumerate(lines):
+        r = json.loads(line)
+        r["t_ms"] = t0 + 180_000 * i
+        fixed.append(json.dumps(r))
+    (ck / "epochs.jsonl").write_text("\n".join(fixed) + "\n")
+    return write_report(ck)
+
+
+def axes_layout(page: Any, name: str) -> dict[str, Any]:
+    """Plot ``name``'s y-axis width and widest label, and its x labels' extents (CSS px)."""
+    return page.evaluate("""(name) => {
+        const u = window.wireDashboard.plots[name];
+        const ratio = uPlot.pxRatio || window.devicePixelRatio || 1;
+        const ctx = document.createElement("canvas").getContext("2d");
+        const width = (axis, v) => {
+            ctx.font = Array.isArray(axis.font) ? axis.font[0] : axis.font;
+            return Math.max(...String(v).split("\\n").map((l) => ctx.measureText(l).width)) / ratio;
+        };
+        const y = u.axes[1], x = u.axes[0];
+        const xs = x._splits.map((v, i) => {
+            const c = u.valToPos(v, "x"), w = width(x, x._values[i]);
+            return [c - w / 2, c + w / 2];
+        }).filter(([a, b]) => b >= 0 && a <= u.bbox.width / ratio);
+        return {ySize: y._size / 1, yWidest: Math.max(...y._values.map((v) => width(y, v))),
+                yLabels: y._values, xLabels: x._values, xs};
+    }""", name)
+
+
+def test_report_axes_fit_their_labels_date_ticks_do_not_overlap_and_one_row_is_singular(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    report = written_report(tmp_path)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(report.as_uri())
+        expect(page.locator("#stat-events")).to_have_text(f"{12_345_678 * 40:,}", timeout=10_000)
+        expect(page.locator('#graph g.node[data-step="out"] text.live')).to_have_text("1 row")
+        expect(page.locator("#report-note")).to_contain_text("1 run,")
+        for name in ("watermarks", "throughput", "late", "epochs"):
+            layout = axes_layout(page, name)
+            # the y axis (labels right-aligned against the plot) is wider than its widest label
+            assert layout["ySize"] >= layout["yWidest"] + 10, (name, layout)
+            # the x (time) labels do not overlap one another
+            xs = layout["xs"]
+            assert len(xs) >= 2, (name, layout)
+            for (_, right), (left, _) in itertools.pairwise(xs):
+                assert right + 4 <= left, (name, layout)
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         assert errors == [], errors
     finally:
         page.close()

@@ -327,8 +327,10 @@ class Flow:
         plane = None
         if dashboard:
             from wire.control import ControlPlane
+            from wire.control.status import StartingFlow
 
             plane = ControlPlane()
+            plane.add(StartingFlow(self.plan(), checkpoint))  # "starting" while Spark starts
             plane.start()  # prints the dashboard's URL and the token
 
         attempts = 0

@@ -112,7 +112,11 @@ def run(
              "elsewhere one line per epoch",
     )] = True,
 ) -> None:
-    """Run a flow; an unfinished checkpoint is resumed from its last completed epoch."""
+    """Run a flow; an unfinished checkpoint is resumed from its last completed epoch.
+
+    Ctrl-C stops it gracefully (the epoch in flight commits; a second Ctrl-C stops at once),
+    prints the summary and exits 130.
+    """
     flow = load_flow(target)
     path = Path(checkpoint)
     if fresh and path.exists():
@@ -137,7 +141,12 @@ def run(
     except WireError as e:
         console.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from e
+    except KeyboardInterrupt:  # Ctrl-C before the query ran (Spark starting, compiling)
+        console.print("interrupted before the flow started; nothing ran")
+        raise typer.Exit(130) from None
     console.print(summary.render())
+    if summary.interrupted:  # Ctrl-C: stopped gracefully, the summary printed (RunningFlow.await_termination)
+        raise typer.Exit(130)
 
 
 @app.command()

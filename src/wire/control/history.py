@@ -78,7 +78,8 @@ def sample_of(flow: FlowHandle, *, now_ms: int, epochs_before: int | None = None
     connectors = control.get("connectors", {})
     epoch_ms = None
     if epochs_before is not None and counters.epochs > epochs_before:
-        walls = list(getattr(flow.summary, "epoch_wall_seconds", ()))[epochs_before:counters.epochs]
+        # each epoch's own duration: not the time the flow waited, paused, before it
+        walls = list(getattr(flow.summary, "epoch_seconds", ()))[epochs_before:counters.epochs]
         if walls:
             epoch_ms = 1000.0 * sum(walls) / len(walls)
     paused = {step: bool(control.get("paused") or connectors.get(step, {}).get("paused"))

@@ -205,3 +205,9 @@ class FlowSamples(BaseModel):
     size: int = Field(description="the most kept of each kind (the newest; older ones are dropped)")
     dead_letters: list[RecentEventBody] = Field(description="newest first")
     late: list[RecentEventBody] = Field(description="newest first")
+
+
+class TokenCheck(BaseModel):
+    """``GET /v1/token``: the bearer token sent is this control plane's."""
+
+    valid: bool = Field(description="always true: a wrong or missing token answers 401")

@@ -6,6 +6,12 @@ the operator graph (``<checkpoint>/graph.json``), the last status, the history b
 from the epoch log (:mod:`wire.runtime.epoch_log`, one sample per epoch) and the last
 run's newest dead letters and late events (``<checkpoint>/samples.json``). One file, no
 server, nothing fetched: it can be mailed or archived next to the run's outputs.
+
+Every count (epochs, input events, late events, dead letters, rows written) covers every
+run of the checkpoint, a replayed epoch once (:func:`~wire.runtime.epoch_log.across_runs`);
+the page says over how many runs. The state is the checkpoint's, the same in the header
+and on every source: ``finished`` when the last completed epoch ended every source's
+input, else ``stopped``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from wire.control.status import Counters, source_lag
 from wire.core.time import NO_WATERMARK
 from wire.errors import WireError
 from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint
-from wire.runtime.epoch_log import EPOCH_LOG, GRAPH_FILE, SAMPLES_FILE, read_epoch_log
+from wire.runtime.epoch_log import EPOCH_LOG, GRAPH_FILE, SAMPLES_FILE, across_runs, read_epoch_log
 
 
 def _text(name: str) -> str:
@@ -51,7 +57,7 @@ def report_data(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     if not is_checkpoint(root):
         raise WireError(f"{str(root)!r} is not a Wire checkpoint (no {META_FILE})")
     flow_id = json.loads((root / META_FILE).read_text())["flow_id"]
-    records = read_epoch_log(root)
+    records = across_runs(read_epoch_log(root, replayed=True))
     if not records:
         raise WireError(f"checkpoint {str(root)!r} has no recorded epoch (no {EPOCH_LOG}, or it is "
                         "empty): no run completed an epoch there, or it ran before epochs were recorded")
@@ -64,13 +70,15 @@ def report_data(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     c = _counters(records[-1])
     watermarks = {s: {k: None if v == NO_WATERMARK else v for k, v in m.items()}
                   for s, m in c.watermarks().items()}
+    runs = int(records[-1]["runs"])
     status = {
-        "id": flow_id, "status": done, "epochs": len(records), "input_events": c.input_events,
+        "id": flow_id, "status": done, "epochs": c.epochs, "input_events": c.input_events,
         "input_rate": None, "watermarks": watermarks, "late": c.per_step("late"),
         "malformed": c.per_step("malformed"), "rows_written": c.rows_written, "breakers": {},
         "error": None,
-        "sources": {s: {"paused": False, "watermark": watermarks.get(s, {}).get("watermark"),
+        "sources": {s: {"paused": False, "state": done, "watermark": watermarks.get(s, {}).get("watermark"),
                         "lag_ms": source_lag(c, s)} for s in c.source_steps},
+        "runs": runs,
     }
     graph_file = root / GRAPH_FILE
     graph = json.loads(graph_file.read_text()) if graph_file.exists() else {"nodes": [], "edges": []}
@@ -79,7 +87,8 @@ def report_data(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     samples = (json.loads(samples_file.read_text()) if samples_file.exists()
                else {"size": 0, "dead_letters": [], "late": []})
     return {
-        "summary": {"id": flow_id, "status": done, "epochs": len(records), "input_events": c.input_events},
+        "summary": {"id": flow_id, "status": done, "epochs": c.epochs, "input_events": c.input_events,
+                    "runs": runs},
         "status": status,
         "history": {"id": flow_id, "interval_s": None, "max_samples": len(records), "minutes": None,
                     **columns},

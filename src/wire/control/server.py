@@ -28,6 +28,8 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
 * ``GET /v1/flows/{id}/samples``: the flow's newest dead letters and late events, at most
   50 of each (:mod:`wire.runtime.samples`). They hold record content, so this route
   always needs the token, on loopback too.
+* ``GET /v1/token``: 200 when the request's bearer token is this plane's, else 401;
+  changes nothing (the dashboard checks a typed token with it before keeping it).
 * ``GET /metrics``: Prometheus text format (:mod:`wire.control.metrics`).
 * ``GET /``: the dashboard, a static page (HTML, JS, CSS and the vendored uPlot, served
   from the package under ``/dashboard/``) over the routes above; see
@@ -76,6 +78,7 @@ from wire.control.models import (
     FlowStatus,
     FlowSummary,
     StatusChange,
+    TokenCheck,
 )
 from wire.control.sink_modes import add_sink_mode_routes
 from wire.control.status import FlowHandle, RateMeter, samples_of, source_steps, status_of, summary_of
@@ -341,7 +344,7 @@ def create_app(plane: ControlPlane) -> FastAPI:
     changes: dict[int | str, dict[str, Any]] = {
         401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
         404: {"model": ErrorBody},
-        409: {"model": ErrorBody, "description": "the flow is stopped"},
+        409: {"model": ErrorBody, "description": "the flow is stopped, or still starting"},
     }
 
     @app.get("/v1/flows", response_model=list[FlowSummary], responses=read_errors, tags=["flows"],
@@ -349,6 +352,16 @@ def create_app(plane: ControlPlane) -> FastAPI:
     def list_flows() -> list[FlowSummary]:
         """Every registered flow: id, status, epochs, input events."""
         return [summary_of(fid, flow) for fid, flow in sorted(plane.flows().items())]
+
+    @app.get("/v1/token", response_model=TokenCheck, tags=["auth"],
+             responses={401: {"model": ErrorBody, "description": "missing or wrong bearer token"}},
+             dependencies=[Depends(authorized)])
+    def check_token() -> TokenCheck:
+        """Check a bearer token: 200 when it is this plane's, 401 otherwise; changes nothing.
+
+        The dashboard checks a typed token here before it keeps it.
+        """
+        return TokenCheck(valid=True)
 
     @app.get("/v1/flows/{flow_id}", response_model=FlowStatus, responses=not_found, tags=["flows"],
              dependencies=reads)
@@ -363,6 +376,9 @@ def create_app(plane: ControlPlane) -> FastAPI:
             raise HTTPException(
                 404, f"flow {flow_id!r} has no source step {connector!r}; sources: {list(source_steps(flow))}"
             )
+        if getattr(flow, "starting", False):
+            raise HTTPException(409, f"flow {flow_id!r} is starting (Spark, its compilation); pause or "
+                                     "resume it once it runs")
         if not flow.is_active():
             raise HTTPException(409, f"flow {flow_id!r} is stopped; start it again to pause or resume it")
         with plane.control_lock:  # set_paused reads, changes and rewrites the file

@@ -27,7 +27,7 @@ from wire.control.models import (
     SourceStatus,
     SparkProgress,
 )
-from wire.core.control_file import read_control
+from wire.core.control_file import control_path, read_control
 from wire.core.time import NO_WATERMARK
 from wire.plan.nodes import SourceNode
 
@@ -118,6 +118,37 @@ def source_steps(flow: FlowHandle) -> tuple[str, ...]:
     return tuple(n.step for n in flow.plan.nodes if isinstance(n, SourceNode))
 
 
+class StartingFlow:
+    """A flow whose run is starting (the SparkSession, the flow's compilation): ``starting``.
+
+    :meth:`wire.Flow.run` registers one with its dashboard's control plane before it
+    starts Spark, so the dashboard shows the flow as ``starting`` (with its operator
+    graph) from the first second instead of no flow; the running flow then takes its
+    place (``ControlPlane.add(..., replace=True)``). It has no query and no counters;
+    pause and resume answer 409 until the run replaces it.
+    """
+
+    starting = True
+    query = None
+
+    def __init__(self, plan: Any, checkpoint: str) -> None:
+        from wire.runtime.runner import RunSummary
+
+        self.plan = plan
+        self.control_file = control_path(checkpoint)
+        self.summary = RunSummary(plan.flow_id, source_steps=tuple(
+            n.step for n in plan.nodes if isinstance(n, SourceNode)))
+
+    @property
+    def flow_id(self) -> str:
+        """The flow's id."""
+        return str(self.plan.flow_id)
+
+    def is_active(self) -> bool:
+        """True: the run is on its way (its query is not there yet)."""
+        return True
+
+
 def flow_error(flow: FlowHandle) -> str | None:
     """Why the flow is failing: the query's exception or the last epoch's error, else None."""
     hook = getattr(flow, "last_error", None)
@@ -136,9 +167,15 @@ def flow_error(flow: FlowHandle) -> str | None:
 def flow_state(
     flow: FlowHandle, counters: Counters, control: Mapping[str, Any], error: str | None
 ) -> FlowState:
-    """``failing`` > ``stopped`` > ``paused`` > ``starting`` (no epoch yet) > ``running``."""
+    """The flow's state, the first that holds of these.
+
+    ``failing`` > ``starting`` (its run is starting) > ``stopped`` > ``paused`` >
+    ``starting`` (no epoch yet) > ``running``.
+    """
     if error is not None:
         return "failing"
+    if getattr(flow, "starting", False):
+        return "starting"
     if not flow.is_active():
         return "stopped"
     if control.get("paused"):

@@ -179,7 +179,7 @@ def default_flow() -> wire.Flow:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prepare the input, run the flow, print the summary."""
+    """Prepare the input, run the flow, print the summary; 0, or 130 after Ctrl-C (a graceful stop)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="out/flights", help="output directory (default out/flights)")
     p.add_argument("--max-events-per-epoch", type=int, default=20_000)
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary.render())
     print(f"  filtered (cancelled, no dep_delay) {summary.input_events - into_window:>6,}")
     print(f"  outputs: {out / 'windows'}, {out / 'late'}, {out / 'dead_letter'}")
-    return 0
+    return 130 if summary.interrupted else 0  # Ctrl-C: stopped gracefully, resumable
 
 
 def _main_kafka(args: argparse.Namespace) -> int:

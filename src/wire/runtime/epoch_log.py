@@ -3,8 +3,9 @@
 ``<checkpoint>/epochs.jsonl`` gets, after each epoch commits, the run's counters so far
 (the same counters the control plane reads): processing time ``t_ms`` (ms since the Unix
 epoch), the epoch id as ``batch`` (Spark's batch id plus the checkpoint's epoch base,
-which a rescale raises: :mod:`wire.runtime.rescale`), ``run`` (the run's start, ms: counters restart with each
-run), ``epochs``, ``epoch_ms`` (the epoch's wall time), ``metrics`` and ``gauges`` as
+which a rescale raises: :mod:`wire.runtime.rescale`), ``run`` (the run's start, ms:
+counters restart with each run; :func:`across_runs` sums them over every run),
+``epochs``, ``epoch_ms`` (the epoch's wall time), ``metrics`` and ``gauges`` as
 ``[step, name, value]`` rows, ``rows_written`` per sink and the ``source_steps``.
 
 Bounded: when the file holds ``2 * max_records`` lines it is rewritten with the newest
@@ -102,10 +103,11 @@ class EpochLog:
         self._lines = len(keep)
 
 
-def read_epoch_log(checkpoint: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_epoch_log(checkpoint: str | os.PathLike[str], *, replayed: bool = False) -> list[dict[str, Any]]:
     """The records of ``<checkpoint>/epochs.jsonl``, oldest first (a torn last line is skipped).
 
-    A batch recorded twice (replayed after a crash) keeps its later record.
+    A batch recorded twice (replayed after a crash) keeps its later record, unless
+    ``replayed`` (then every record, in the order written).
     """
     path = Path(checkpoint) / EPOCH_LOG
     if not path.exists():
@@ -116,5 +118,46 @@ def read_epoch_log(checkpoint: str | os.PathLike[str]) -> list[dict[str, Any]]:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             continue
+    if replayed:
+        return records
     latest = {r["batch"]: i for i, r in enumerate(records)}
     return [r for i, r in enumerate(records) if latest[r["batch"]] == i]
+
+
+def across_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epochs of ``records`` (every record, as written) with counters over every run.
+
+    A record's counters (``epochs``, ``metrics``, ``rows_written``) are its run's so far:
+    they restart with each run (``run``). Returned: one record per epoch (a replayed
+    batch's later record: the earlier one's epoch did not complete), oldest first, whose
+    counters are the sums over every run up to that epoch: an epoch adds what its record
+    adds to the previous record of its run, and a record replaced by a replay adds nothing.
+    Gauges stay the record's own (latest values). Each record gets ``runs``: how many runs
+    the sums cover. Epochs trimmed from the log (:data:`DEFAULT_MAX_RECORDS`) count in the
+    sums only through the counters of their run's later records.
+    """
+    latest = {r["batch"]: i for i, r in enumerate(records)}
+    previous: dict[Any, dict[str, Any]] = {}
+    epochs = 0
+    metrics: dict[tuple[str, str], int] = {}
+    rows: dict[str, int] = {}
+    runs: list[Any] = []
+    out = []
+    for i, r in enumerate(records):
+        before = previous.get(r["run"])
+        previous[r["run"]] = r
+        if latest[r["batch"]] != i:
+            continue
+        if r["run"] not in runs:
+            runs.append(r["run"])
+        was = {(s, n): v for s, n, v in before["metrics"]} if before is not None else {}
+        for s, n, v in r["metrics"]:
+            metrics[(s, n)] = metrics.get((s, n), 0) + int(v) - int(was.get((s, n), 0))
+        was_rows = before["rows_written"] if before is not None else {}
+        for k, v in r["rows_written"].items():
+            rows[k] = rows.get(k, 0) + int(v) - int(was_rows.get(k, 0))
+        epochs += int(r["epochs"]) - (int(before["epochs"]) if before is not None else 0)
+        out.append({**r, "epochs": epochs, "runs": len(runs),
+                    "metrics": [[s, n, v] for (s, n), v in sorted(metrics.items())],
+                    "rows_written": dict(sorted(rows.items()))})
+    return out

@@ -9,16 +9,28 @@ mark the epoch complete in its commit log. A crash before that
 replays the epoch with the same offsets, watermarks and state version, so
 exactly-once sinks (which skip an epoch they already published) write nothing
 twice.
+
+Every query runs with the trigger ``processingTime="0 seconds"``, also a bounded flow's.
+Spark's ``availableNow`` trigger ends a query at the first trigger that plans no epoch,
+and a paused source (the control file, an open circuit breaker, a graceful stop in
+progress) plans none: a pause would end the run with input left. A bounded flow ends
+instead once the input is consumed (:func:`input_consumed`: the last completed epoch's
+end offsets all say ``"ended": true``, the offset of a bounded source's last epoch,
+which carries its final watermark); :class:`RunningFlow` then stops the query. While
+paused it waits, its query alive, until resumed or stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,15 +43,18 @@ from wire.compiler.branches import source_scans
 from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
 from wire.core.envelope import metrics_table
+from wire.core.time import NO_WATERMARK
 from wire.delivery.sink import ExecutorSink, Sink
-from wire.errors import ConfigError, FlowFailed
+from wire.errors import CheckpointError, ConfigError, FlowFailed
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import (
     begin_start_over,
     default_key_groups,
     epochs_settled,
     finish_start_over,
+    log_batches,
     open_checkpoint,
+    read_spark_log,
     spark_checkpoint,
 )
 from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
@@ -56,9 +71,11 @@ class RunSummary:
     """What one ``Flow.run`` did. Counts are for this run only (not earlier runs).
 
     ``metrics`` maps ``(step, counter)`` to totals, e.g. ``("source_1", "events")``.
-    ``epoch_seconds`` is the driver-side duration of each epoch's ``foreachBatch``
-    (port split + sink writes), and ``epoch_wall_seconds`` the time between
-    consecutive epoch completions (the full epoch latency including Spark's work).
+    ``epoch_seconds`` is each epoch's duration: from when Spark recorded its offsets (the
+    sources had planned it) to its commit on the driver, so without the time the flow
+    waited for input, was paused or held by a breaker (the dashboard's and ``wire
+    report``'s epoch duration); ``epoch_wall_seconds`` the time between consecutive epoch
+    completions (the full epoch latency including Spark's work, and any wait before it).
     """
 
     flow_id: str
@@ -68,6 +85,7 @@ class RunSummary:
     rows_written: Counter[str] = field(default_factory=Counter)
     emitted: Counter[str] = field(default_factory=Counter)
     epoch_wall_seconds: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
     driver_rows: list[int] = field(default_factory=list)
     """Per epoch, the data rows that reached the driver: zero when every sink is an
     executor sink (Parquet, JSON Lines, Delta, PostgreSQL, SQLite); driver sinks
@@ -77,6 +95,10 @@ class RunSummary:
     receipts, metric records, previews of dead letters and late events, and the rows of
     driver sinks."""
     stopped_early: bool = False
+    interrupted: bool = False
+    """True when Ctrl-C (SIGINT) stopped the run (:meth:`RunningFlow.await_termination`):
+    gracefully after the first (the epoch in flight committed), at once after a second
+    (that epoch is replayed on the next run). ``stopped_early`` is then True too."""
     source_steps: tuple[str, ...] = ()
     restarts: int = 0
     failures: list[str] = field(default_factory=list)
@@ -121,14 +143,30 @@ class RunSummary:
             self.gauges[k] = min(values) if "watermark" in k[1] else sum(values)
 
     def watermarks(self) -> dict[str, dict[str, int]]:
-        """Per step, its latest watermarks (ms).
+        """Per step, its latest watermarks (ms since the Unix epoch, event time).
 
-        E.g. ``{"hourly": {"input_watermark": ..., "output_watermark": ...},
-        "flights": {"watermark": ..., "watermark:p0": ...}}``.
+        A stateful step (window, join, process function) reports ``input_watermark`` and
+        ``output_watermark`` (the minimum over its key groups); a source step reports
+        ``watermark`` (the source's) and, per partition, ``watermark:<partition>``, where
+        ``<partition>`` is the connector's partition name:
+
+        * files: ``all`` (``partition_by=None``), the directory name
+          (``partition_by="directory"``) or the file's path relative to the base directory
+          (``partition_by="file"``);
+        * Kafka: ``<topic>:<partition>``, e.g. ``watermark:orders:0``;
+        * Redis Streams: the stream's key; HTTP ingest: ``wal``;
+        * the Nexmark generator: ``watermark`` only; a ``wire.testing`` stream: none.
+
+        E.g. ``{"hourly": {"input_watermark": 1700000000000, "output_watermark":
+        1699999200000}, "flights": {"watermark": 1700000000000, "watermark:all":
+        1700000000000}}``. A watermark that does not exist yet (a partition, source or step
+        that has seen no event: internally ``-2**63``) is left out, and so is a step with
+        none; after a bounded input's end the watermarks are ``2**63 - 1``
+        (:data:`wire.core.envelope.MAX_WATERMARK`).
         """
         out: dict[str, dict[str, int]] = {}
         for (step, name), value in sorted(self.gauges.items()):
-            if "watermark" in name:
+            if "watermark" in name and value != NO_WATERMARK:
                 out.setdefault(step, {})[name] = value
         return out
 
@@ -140,12 +178,14 @@ class RunSummary:
         self.rows_written.update(later.rows_written)
         self.emitted.update(later.emitted)
         self.epoch_wall_seconds += later.epoch_wall_seconds
+        self.epoch_seconds += later.epoch_seconds
         self.driver_rows += later.driver_rows
         self.driver_bytes += later.driver_bytes
         self.gauges.update(later.gauges)
         self.kept.update(later.kept)
         self.samples.extend(later.samples)
         self.stopped_early = later.stopped_early
+        self.interrupted = self.interrupted or later.interrupted
         return self
 
     def total(self, counter: str) -> int:
@@ -175,12 +215,74 @@ class RunSummary:
                          f"({len(self.source_steps)} sources)")
         if self.restarts:
             lines.append(f"  restarts          {self.restarts:>10,}")
+        if self.interrupted:
+            lines.append("  stopped by Ctrl-C; the next run resumes after the last completed epoch")
         for port, path in self.kept.items():
             rows = self.rows_written[kept_step(PortRef(*port.rsplit(".", 1)))]
             lines.append(f"  kept {port} (no sink): {rows:,} rows in {path}")
         if self.spark_log is not None:
             lines.append(f"  Spark's log: {self.spark_log}")
         return "\n".join(lines)
+
+
+END_POLL_S = 0.1
+"""How often (s) a bounded flow's run checks whether its input is consumed."""
+
+
+def input_consumed(spark_dir: str | Path) -> bool:
+    """True when the last completed epoch of a Spark checkpoint ended every source.
+
+    That is: the epoch with the highest id in ``<spark_dir>/commits`` recorded, for every
+    source, an end offset that is a JSON object with ``"ended": true`` (a bounded source's
+    last offset, :mod:`wire.sources.base`). False before any epoch completed, or while a
+    source has input left (whether paused or not). Reads two small files.
+    """
+    spark = Path(spark_dir)
+    done = log_batches(spark / "commits")
+    if not done:
+        return False
+    try:
+        lines = read_spark_log(spark / "offsets" / str(done[-1]), spark.parent)
+    except CheckpointError:
+        return False
+    offsets = [None if line.strip() == "-" else json.loads(line) for line in lines]
+    return bool(offsets) and all(isinstance(o, dict) and o.get("ended") is True for o in offsets)
+
+
+AWAIT_POLL_S = 0.25
+"""How long (s) one wait for the query's end lasts before a Ctrl-C is looked at."""
+
+
+class Interrupts:
+    """Count Ctrl-C (SIGINT) while a run is awaited, doing nothing else in the signal handler.
+
+    PySpark's own SIGINT handler (``SparkContext``) cancels every Spark job through py4j
+    from inside the signal handler, on the main thread's py4j connection, which the
+    interrupted wait is reading: ``RuntimeError: reentrant call inside
+    <_io.BufferedReader>``, logged by py4j with its traceback, then a broken connection
+    and more tracebacks on every later call. Inside this context manager (on the main
+    thread only: elsewhere it does nothing) the handler only counts; the waiting code
+    stops the run itself, between two py4j calls. The previous handler is restored on exit.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
 
 
 class StopRequested(Exception):
@@ -214,10 +316,13 @@ class EpochDispatcher:
         rescale the query starts again at batch 0 (:mod:`wire.runtime.rescale`)."""
         self.query: StreamingQuery | None = None
         """The query this handles (set once it started): its plan gives ``source_scans``."""
+        self.spark_dir: Path | None = None
+        """Spark's checkpoint: when ``offsets/<batch>`` was written, the epoch was planned."""
         self._last = time.perf_counter()
 
     def __call__(self, batch: DataFrame, epoch: int) -> None:
         """Handle Spark batch ``epoch`` (epoch ``epoch_base + epoch``): stage on executors, commit here."""
+        batch_id = epoch
         epoch += self.epoch_base
         if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
             self.stop_requested = True
@@ -260,15 +365,33 @@ class EpochDispatcher:
         self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
         self.summary.epochs += 1
         now = time.perf_counter()
+        took = self.epoch_duration(batch_id, now)
         self.summary.epoch_wall_seconds.append(now - self._last)
+        self.summary.epoch_seconds.append(took)
         if self.epoch_log is not None:
-            self.epoch_log.append(self.summary, epoch, now - self._last)
+            self.epoch_log.append(self.summary, epoch, took)
             if result.samples:
                 self.epoch_log.write_samples(self.summary.samples)
         self._last = now
         if self.progress is not None:
             self.progress.epoch(self.summary, epoch, sum(result.emitted.values()),
                                 self.summary_late(result.metrics))
+
+    def epoch_duration(self, batch_id: int, now: float) -> float:
+        """Seconds from when Spark planned batch ``batch_id`` (its offset file) to ``now``.
+
+        Never longer than since the previous epoch's commit (or the query's start: a
+        replayed epoch's offset file is older than this run); ``now`` is ``perf_counter()``.
+        Without the offset file: since the previous commit.
+        """
+        since_last = now - self._last
+        if self.spark_dir is None:
+            return since_last
+        try:
+            planned = (self.spark_dir / "offsets" / str(batch_id)).stat().st_mtime
+        except OSError:
+            return since_last
+        return max(0.0, min(since_last, time.time() - planned))
 
     def count_scans(self) -> None:
         """Record ``summary.source_scans`` once, from the query's last epoch.
@@ -308,7 +431,8 @@ class RunningFlow:
     """
 
     def __init__(self, plan: Plan, query: StreamingQuery, dispatcher: EpochDispatcher,
-                 sinks: list[Sink], started: float, checkpoint: str, *, own_progress: bool = False) -> None:
+                 sinks: list[Sink], started: float, checkpoint: str, *, own_progress: bool = False,
+                 bounded: bool = False) -> None:
         self.plan = plan
         self.checkpoint = checkpoint
         self.control_file = control_path(checkpoint)
@@ -321,6 +445,34 @@ class RunningFlow:
         self._started = started
         self._closed = False
         self._own_progress = own_progress
+        self.bounded = bounded
+        """Whether every source is bounded: the run ends once the input is consumed."""
+        self.input_consumed = False
+        """True once a bounded flow's run ended because its input was consumed."""
+        self._end_watch: threading.Thread | None = None
+        if bounded:
+            self._end_watch = threading.Thread(target=self._watch_end, args=(spark_checkpoint(checkpoint),),
+                                               name=f"wire-end-{plan.flow_id}", daemon=True)
+            self._end_watch.start()
+
+    def _watch_end(self, spark_dir: str) -> None:
+        """Stop a bounded flow's query once its input is consumed (module docstring).
+
+        Runs in its own thread until then, or until the query ends otherwise. A paused
+        flow's input is not consumed: its query stays, waiting for the resume.
+        """
+        while not self._closed:
+            if input_consumed(spark_dir):
+                self.input_consumed = True
+                with contextlib.suppress(Py4JError):
+                    self.query.stop()
+                return
+            try:
+                if not self.query.isActive:
+                    return
+            except Py4JError:  # the JVM is gone
+                return
+            time.sleep(END_POLL_S)
 
     @property
     def flow_id(self) -> str:
@@ -328,7 +480,7 @@ class RunningFlow:
         return self.plan.flow_id
 
     def watermarks(self) -> dict[str, dict[str, int]]:
-        """Per step, its latest input/output watermarks in ms (see RunSummary.watermarks)."""
+        """Per step, its latest watermarks in ms; none yet: left out (see :meth:`RunSummary.watermarks`)."""
         return self.summary.watermarks()
 
     @property
@@ -357,10 +509,15 @@ class RunningFlow:
         """Stop the flow.
 
         Graceful (default): sources admit nothing more, the epoch in flight finishes
-        and commits, then the query stops, so nothing is replayed on the next run.
+        and commits, then the query stops, so nothing is replayed on the next run
+        (also while paused: the run then stops without another epoch).
         Otherwise (or after ``timeout_s``) the query stops at once and an epoch in
         flight is replayed on the next run.
         """
+        return self._stop(graceful=graceful, timeout_s=timeout_s)
+
+    def _stop(self, *, graceful: bool, timeout_s: float, give_up: Any = None) -> RunSummary:
+        """:meth:`stop`; a graceful stop turns abrupt as soon as ``give_up()`` is true."""
         for sink in self._sinks:
             interrupt = getattr(sink, "interrupt", None)
             if interrupt is not None:
@@ -373,6 +530,8 @@ class RunningFlow:
             # been seen, every later trigger sees "stopping" and plans nothing.
             between_triggers = False
             while self.query.isActive and time.monotonic() < deadline:
+                if give_up is not None and give_up():
+                    break
                 between_triggers = between_triggers or not self.query.status["isTriggerActive"]
                 if between_triggers and epochs_settled(self.checkpoint):
                     break
@@ -385,22 +544,44 @@ class RunningFlow:
     def await_termination(self) -> RunSummary:
         """Block until the query ends (bounded input consumed, stop, or failure).
 
+        A bounded flow's query ends only once every source's input is consumed and its
+        final watermark committed (:func:`input_consumed`), never because the flow is
+        paused: a paused run waits here until it is resumed (REST control plane, ``wire
+        resume``, the control file) or stopped.
+
+        Ctrl-C (SIGINT; waiting on the main thread) stops the run gracefully, as
+        :meth:`stop` does: the epoch in flight finishes and commits, then the summary is
+        returned (``interrupted`` and ``stopped_early`` set), with nothing printed. A
+        second Ctrl-C stops the query at once; that epoch is then replayed on the next
+        run. ``wire run`` then prints the summary and exits 130.
+
         Raises
         ------
         FlowFailed
             If the query failed (the cause is chained).
         """
-        try:
-            self.query.awaitTermination()
-        except StreamingQueryException as e:
-            if not self._dispatcher.stop_requested:
-                self._finish()
-                cause = self._dispatcher.last_error or str(e)
-                raise FlowFailed(f"flow {self.flow_id!r} failed: {cause}") from e
-            self.summary.stopped_early = True
-        except KeyboardInterrupt:
-            self.query.stop()
-            self.summary.stopped_early = True
+        with Interrupts() as interrupts:
+            try:
+                # PySpark types the timeout int; it takes seconds as any number (ms to the JVM)
+                while not self.query.awaitTermination(cast(int, AWAIT_POLL_S)):
+                    if interrupts.count:
+                        self.summary.interrupted = True
+                        return self._stop(graceful=True, timeout_s=120.0,
+                                          give_up=lambda: interrupts.count > 1)
+            except StreamingQueryException as e:
+                if interrupts.count:  # the epoch failed under Ctrl-C: a stop, replayed next run
+                    with contextlib.suppress(Py4JError):
+                        self.query.stop()
+                    self.summary.stopped_early = self.summary.interrupted = True
+                    return self._finish()
+                if not self._dispatcher.stop_requested:
+                    self._finish()
+                    cause = self._dispatcher.last_error or str(e)
+                    raise FlowFailed(f"flow {self.flow_id!r} failed: {cause}") from e
+                self.summary.stopped_early = True
+            except KeyboardInterrupt:  # raised by another handler than Interrupts'
+                self.query.stop()
+                self.summary.stopped_early = self.summary.interrupted = True
         return self._finish()
 
     def watch_breakers(self, sinks: list[SinkNode]) -> None:
@@ -504,6 +685,7 @@ def start_plan(
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     dispatcher.epoch_base = meta.epoch_base
+    dispatcher.spark_dir = Path(spark_checkpoint(checkpoint))
     dispatcher.epoch_log = EpochLog(checkpoint)
     dispatcher.epoch_log.write_graph(plan)
     started = time.perf_counter()
@@ -524,10 +706,9 @@ def start_plan(
             .option("checkpointLocation", spark_checkpoint(checkpoint))
             .queryName(plan.flow_id)
         )
-        if compiled.bounded:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime="0 seconds")
+        # never availableNow, also for a bounded flow: it ends at the first trigger a
+        # paused source plans nothing (module docstring)
+        writer = writer.trigger(processingTime="0 seconds")
         dispatcher._last = time.perf_counter()
         if own_progress and progress is not None:
             progress.start()
@@ -539,7 +720,8 @@ def start_plan(
         if own_progress and progress is not None:
             progress.stop()
         raise
-    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress)
+    running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
+                          bounded=compiled.bounded)
     running.watch_breakers(sinks)
     return running
 

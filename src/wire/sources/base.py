@@ -3,7 +3,8 @@
 A source connector (:class:`Source`) is a frozen dataclass (it sits in the immutable
 plan) with:
 
-* ``bounded``: whether its input ends (then the flow stops by itself);
+* ``bounded``: whether its input ends (then the flow stops by itself: see "Pause and
+  the end of a bounded source" below);
 * ``resolve_schema() -> pa.Schema``: its payload columns;
 * ``read_stream(spark, request) -> DataFrame``: a streaming DataFrame of rows in the
   envelope format (:mod:`wire.core.envelope`), normally from a PySpark Python streaming
@@ -47,6 +48,20 @@ the epoch's end offset, so that a replay sees the same watermark; it ends each e
 with one watermark row per key group. ``commit(end)`` of the Spark stream reader
 runs after the epoch committed: that is where a source acknowledges its input to
 the external system (contraflow, SPEC §7).
+
+Pause and the end of a bounded source: while the control file pauses the flow or the
+source's step, a breaker is open or a graceful stop is in progress
+(:func:`wire.core.control_file.is_paused`), ``latestOffset`` returns its ``start``
+offset: no epoch, nothing admitted, state and offsets as they are. A pause never ends a
+run, bounded or not: the query keeps running (the runner never uses Spark's
+``availableNow`` trigger, which would end the query at the first trigger that plans no
+epoch, :mod:`wire.runtime.runner`). A bounded source says instead that its input is
+exhausted: its last offset, the one of the epoch that carries its final watermark, is a
+JSON object with ``"ended": true`` (the files, Nexmark and ``TestStream`` sources, and
+every :class:`~wire.sources.partitioned.PartitionedReader` whose source is bounded),
+and from then on ``latestOffset`` returns it unchanged. Once the last completed epoch's
+offsets say so for every source, the run ends. A bounded source that never says so
+keeps its flow running until it is stopped.
 """
 
 from __future__ import annotations

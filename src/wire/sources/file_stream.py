@@ -134,6 +134,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """Freeze the file list: an ``availableNow`` query reads only the files present now.
 
         Such a query stops when no records are left, so it makes no watermark-only epochs.
+        (Wire's runner never uses that trigger, :mod:`wire.runtime.runner`: a bounded source
+        freezes its list at its first listing, and makes no watermark-only epochs either.)
         """
         self._available_now = True
         self._snapshot = self._binding.source.matching_partitions()

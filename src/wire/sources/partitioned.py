@@ -29,8 +29,8 @@ interprets. The base owns everything else, the same for every connector:
   out-of-orderness and idleness (a partition whose records wait is never idle); the
   source watermark is the minimum over live partitions that are not idle; events more
   than ``max_future_ms`` ahead of the epoch's processing time are dead letters and do not
-  move it; watermark-only epochs at most once per ``watermark_interval`` (none in an
-  ``availableNow`` query);
+  move it; watermark-only epochs at most once per ``watermark_interval`` (none for a
+  bounded source, nor in an ``availableNow`` query);
 * **a bounded source's end**: once nothing is left, one last offset, ``ended``, with the
   maximal watermark;
 * **offsets** (:mod:`wire.sources.offsets`), which record every partition's range and
@@ -385,7 +385,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         watermark = source_watermark(start["watermark"], {n: p.state for n, p in after.items()}, now,
                                      self._policy)
         if not taken and not dead and (
-            self._available_now
+            self._available_now or bounded  # a fixed input: no watermark-only epochs
             or not should_tick(start["watermark"], watermark, start["at"], now, self._policy)
         ):
             return start

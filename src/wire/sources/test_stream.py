@@ -4,7 +4,11 @@ In the style of Beam's ``TestStream`` (SPEC §9): the test states exactly which
 events arrive in which epoch and where the watermark is, so it can assert what a
 flow emits after each step. Used through :class:`wire.testing.TestStream`.
 
-Offsets are ``{"step": n}`` (steps done); each epoch admits exactly one step.
+Offsets are ``{"step": n}`` (steps done); each epoch admits exactly one step, and
+the offset of the last step also says ``"ended": true`` (a script of no step ends with
+one empty epoch), so the run ends once that epoch completed (:mod:`wire.sources.base`).
+While the flow or the step is paused (the control file, :mod:`wire.core.control_file`)
+no step is admitted.
 Data rows carry ``__wm`` = the watermark before the step (in force while its
 events arrive) and ``__seq`` = the event's position over all steps; the epoch
 ends with one watermark row per key group carrying the watermark after the step.
@@ -18,7 +22,7 @@ import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +31,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from wire.core import envelope
+from wire.core.control_file import is_paused
 from wire.core.time import NO_WATERMARK
 from wire.sources.base import (
     Capability,
@@ -69,12 +74,14 @@ class TestStreamSource:
         return sum(pa.ipc.open_stream(ev).read_all().num_rows for ev, _ in self.steps if ev is not None)
 
     def to_json(
-        self, *, step: str, event_time: str, key_groups: int, columns: tuple[str, ...] | None = None
+        self, *, step: str, event_time: str, key_groups: int, columns: tuple[str, ...] | None = None,
+        control_file: str | None = None,
     ) -> str:
-        """Serialize for the data source's options."""
+        """Serialize for the data source's options (``control_file``: pause, None: never paused)."""
         return json.dumps(
             {
                 "step": step,
+                "control_file": control_file,
                 "event_time": event_time,
                 "key_groups": key_groups,
                 "columns": check_columns(step, self.schema, columns),
@@ -95,7 +102,7 @@ class TestStreamSource:
         """
         r = request
         script = self.to_json(step=r.step, event_time=r.event_time, key_groups=r.key_groups,
-                              columns=r.columns)
+                              columns=r.columns, control_file=r.control_file)
         return open_stream(spark, TestStreamDataSource, script=script, **resume_options(r.resume))
 
 
@@ -105,6 +112,7 @@ class _Script:
         self.step: str = d["step"]
         self.event_time: str = d["event_time"]
         self.key_groups: int = d["key_groups"]
+        self.control_file: str | None = d.get("control_file")
         columns = d.get("columns")
         columns = None if columns is None else tuple(columns)
         self.output_schema = select_columns(schema_from_b64(d["schema"]), columns)
@@ -134,19 +142,23 @@ class TestStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, script: _Script) -> None:
         self.script = script
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         """Nothing read yet."""
         return {"step": 0}
 
-    def latestOffset(self, start: dict[str, int], limit: object) -> dict[str, int]:
-        """Admit the next step, if any."""
-        n = int(start["step"])
-        return {"step": n + 1} if n < len(self.script.steps) else start
+    def latestOffset(self, start: dict[str, Any], limit: object) -> dict[str, Any]:
+        """Admit the next step, if any and not paused; the last one's offset says ``ended``."""
+        n, total = int(start["step"]), len(self.script.steps)
+        if start.get("ended") or is_paused(self.script.control_file, self.script.step):
+            return start
+        if n >= total:  # no step left (a script of none): one empty epoch ends the stream
+            return {"step": n, "ended": True}
+        return {"step": n + 1, "ended": True} if n + 1 == total else {"step": n + 1}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """The script is fixed: nothing to record."""
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """One partition per admitted step."""
         return [_Step(i) for i in range(int(start["step"]), int(end["step"]))]
 

@@ -27,12 +27,13 @@ def test_sample_reads_the_flow_like_the_status_route(tmp_path):
     assert first.paused == {"src": False, "clicks": False} and first.lag_ms == {"src": None, "clicks": None}
     flow.run_epoch()
     flow.run_epoch()
-    flow.summary.epoch_wall_seconds.extend([0.5, 1.5])
+    flow.summary.epoch_wall_seconds.extend([10.5, 1.5])  # the first waited 10 s, paused, before it ran
+    flow.summary.epoch_seconds.extend([0.5, 1.5])  # what the epochs took (issue 26 item 12)
     flow.summary.gauges[("src", "max_event_time")] = 10_400
     set_paused(flow.control_file, True, "clicks")
     s = sample_of(flow, now_ms=2_000, epochs_before=first.epochs)
     assert (s.status, s.epochs, s.input_events, s.rows_out) == ("running", 2, 20, 6)
-    assert s.epoch_ms == pytest.approx(1000.0)  # mean of the two epochs completed since
+    assert s.epoch_ms == pytest.approx(1000.0)  # mean of the two epochs completed since, no pause
     assert s.watermarks == {
         "clicks": {"watermark": None},
         "hourly": {"input_watermark": 10_000, "output_watermark": END},
@@ -96,7 +97,7 @@ def test_the_sampler_samples_every_registered_flow_and_skips_unreadable_ones(tmp
     sampler.sample_once()
     flows["b"].summary = None  # unreadable: skipped, the sampler carries on
     flows["a"].run_epoch()
-    flows["a"].summary.epoch_wall_seconds.append(0.25)
+    flows["a"].summary.epoch_seconds.append(0.25)
     sampler.sample_once()
     assert [s.t_ms for s in histories["a"].samples()] == [0, 1_000]
     assert histories["a"].last().epoch_ms == 250.0

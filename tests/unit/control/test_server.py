@@ -361,3 +361,33 @@ def test_bound_remote_every_read_needs_the_token(flow):
         assert "security" in schema["paths"]["/v1/flows/{flow_id}"]["get"]
     finally:
         plane.stop()
+
+
+def test_a_token_is_checked_without_changing_anything(api, flow):
+    assert api.get("/v1/token", headers=AUTH).json() == {"valid": True}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+        assert api.get("/v1/token", headers=headers).status_code == 401
+    assert read_control(flow.control_file) == {}
+
+
+def test_a_flow_whose_run_is_starting_is_listed_as_starting_and_cannot_be_paused(tmp_path):
+    from wire.control.status import StartingFlow
+
+    fake = FakeFlow(tmp_path)
+    plane = ControlPlane(token=TOKEN)
+    starting = StartingFlow(fake.plan, str(tmp_path / "ck"))
+    plane.add(starting)
+    url = plane.start()
+    try:
+        with httpx.Client(base_url=url, timeout=10) as c:
+            assert c.get("/v1/flows").json() == [{"id": fake.plan.flow_id, "status": "starting", "epochs": 0,
+                                                  "input_events": 0}]
+            status = c.get(f"/v1/flows/{fake.plan.flow_id}").json()
+            assert status["status"] == "starting" and set(status["sources"]) == {"src", "clicks"}
+            r = c.patch(f"/v1/flows/{fake.plan.flow_id}", json={"status": "paused"}, headers=AUTH)
+            assert r.status_code == 409 and "starting" in r.json()["detail"]
+            plane.add(fake, flow_id=fake.plan.flow_id, replace=True)  # the run took its place
+            r = c.patch(f"/v1/flows/{fake.plan.flow_id}", json={"status": "paused"}, headers=AUTH)
+            assert r.status_code == 200 and r.json()["status"] == "paused"
+    finally:
+        plane.stop()

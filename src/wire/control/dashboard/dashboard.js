@@ -20,6 +20,7 @@
   const state = {
     flow: null, // the selected flow's id
     token: sessionStorage.getItem(TOKEN_KEY) || "",
+    tokenChecked: false, // true once the control plane accepted state.token (GET /v1/token)
     minutes: 15,
     plots: {}, // uPlot instances by name (read by the browser tests)
     graphFor: null,
@@ -49,9 +50,11 @@
 
   async function api(path, options = {}) {
     if (STATIC) return fromReport(path, options);
-    const headers = { ...(options.headers || {}) };
-    if (state.token) headers.Authorization = `Bearer ${state.token}`;
-    const response = await fetch(path, { ...options, headers, cache: "no-store" });
+    const { token: given, ...rest } = options;
+    const token = given ?? state.token;
+    const headers = { ...(rest.headers || {}) };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { ...rest, headers, cache: "no-store" });
     let body = null;
     try {
       body = await response.json();
@@ -122,6 +125,8 @@
     return `${(ms / 3600000).toFixed(1)} h`;
   }
 
+  const plural = (n, word) => (n === 1 ? word : `${word}s`);
+
   const sum = (obj) => Object.values(obj || {}).reduce((a, b) => a + b, 0);
 
   // ---- flow list and status -------------------------------------------------------
@@ -138,6 +143,14 @@
       });
       nav.append(b);
     }
+  }
+
+  // A source's state agrees with its flow's: a flow that is not running (stopped, failing,
+  // starting, or a report's finished / stopped) shows that on every source too.
+  function sourceState(s, src) {
+    if (src.state) return src.state;
+    if (["stopped", "failing", "starting", "finished"].includes(s.status)) return s.status;
+    return src.paused ? "paused" : "running";
   }
 
   function renderStatus(s) {
@@ -158,7 +171,7 @@
     body.replaceChildren();
     for (const [step, src] of Object.entries(s.sources)) {
       const tr = el("tr", { "data-source": step });
-      tr.append(el("td", {}, step), el("td", { class: "source-state" }, src.paused ? "paused" : "running"),
+      tr.append(el("td", {}, step), el("td", { class: "source-state" }, sourceState(s, src)),
                 el("td", {}, fmtEventTime(src.watermark)), el("td", {}, fmtLag(src.lag_ms)));
       const td = el("td");
       const pause = el("button", { type: "button", class: "pause-source" }, "Pause");
@@ -325,7 +338,7 @@
       } else if (marks.output_watermark !== undefined) {
         live = `out wm ${fmtEventTime(marks.output_watermark)}`;
       } else if (s.rows_written[step] !== undefined) {
-        live = `${num(s.rows_written[step])} rows`;
+        live = `${num(s.rows_written[step])} ${plural(s.rows_written[step], "row")}`;
       }
       if (s.late[step]) live += ` · ${num(s.late[step])} late`;
       g.querySelector("text.live").textContent = live;
@@ -333,6 +346,25 @@
   }
 
   // ---- plots --------------------------------------------------------------------
+
+  // Axis label widths, measured in the axis's own font, so no label is clipped.
+  const MEASURE = document.createElement("canvas").getContext("2d");
+
+  function labelWidth(u, axisIdx, values) {
+    const font = u.axes[axisIdx].font;
+    MEASURE.font = Array.isArray(font) ? font[0] : font;
+    const ratio = (typeof uPlot !== "undefined" && uPlot.pxRatio) || window.devicePixelRatio || 1;
+    let width = 0;
+    for (const v of values || []) {
+      for (const line of String(v).split("\n")) width = Math.max(width, MEASURE.measureText(line).width);
+    }
+    return width / ratio;
+  }
+
+  // uPlot's axis `size` hook: the widest tick label, the tick and the gap, and a margin.
+  const fitAxis = (u, values, axisIdx) => Math.ceil(labelWidth(u, axisIdx, values)) + 24;
+
+  const X_TICK_SPACE = 110; // px between time ticks: room for "12:34:56" / "11/27" and a gap
 
   function plotWidth(box) {
     return Math.max(300, box.clientWidth || 460);
@@ -375,7 +407,7 @@
           value: extra.value ? (_, v) => extra.value(v) : undefined,
         })),
       ],
-      axes: [{}, { size: extra.axisSize || 60, values: extra.axisValues }],
+      axes: [{ space: X_TICK_SPACE }, { size: fitAxis, values: extra.axisValues }],
     };
     u = new uPlot(opts, data, box);
     u.wireLabels = labels;
@@ -394,7 +426,6 @@
     }
     const realTime = marks.some(([, vs]) => vs.some((v) => v !== null && isRealTime(v)));
     plot("watermarks", t, marks, {
-      axisSize: realTime ? 150 : 70,
       axisValues: (_, splits) => splits.map((v) => (realTime ? fmtEventTime(v) : num(v))),
       value: (v) => (v === null ? "-" : fmtEventTime(v)),
       empty: "no watermark yet",
@@ -414,7 +445,6 @@
          {
            stepped: true,
            scales: { y: { range: [-0.2, 2.2] } },
-           axisSize: 80,
            axisValues: (_, splits) => splits.map((v) => names[v] ?? ""),
            value: (v) => (v === null ? "-" : names[v]),
            empty: "no guarded sink (wire.sinks.guarded)",
@@ -436,7 +466,7 @@
       renderFlows(flows);
       if (!state.flow) {
         $("flow").hidden = true;
-        loadError("no flow is registered with this control plane");
+        loadError("no flow is registered with this control plane (yet: a run registers its flow when it starts)");
         return;
       }
       const id = encodeURIComponent(state.flow);
@@ -465,22 +495,46 @@
   }
 
   function showToken() {
-    $("token-state").textContent = state.token ? "token set for this tab" : "no token: read only";
+    let text = "no token: read only";
+    if (state.token) text = state.tokenChecked ? "token accepted for this tab" : "token not checked yet";
+    $("token-state").textContent = text;
   }
 
-  $("token-form").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    state.token = $("token").value.trim();
-    $("token").value = "";
-    if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
+  function keepToken(token) {
+    state.token = token;
+    state.tokenChecked = Boolean(token);
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
     else sessionStorage.removeItem(TOKEN_KEY);
     showToken();
+  }
+
+  // A token is kept only once the control plane accepted it (GET /v1/token: 200, else 401).
+  async function checkToken(token, stored) {
+    try {
+      await api("/v1/token", { token });
+      keepToken(token);
+      if (!stored) say("token accepted by the control plane", "ok");
+    } catch (e) {
+      if (stored) keepToken("");
+      else showToken();
+      const what = stored ? "the token kept in this tab" : "wrong token";
+      say(e.status === 401
+        ? `${what}: refused by the control plane (401: ${e.detail}); not kept`
+        : `cannot check the token: ${e.message}; not kept`, "error");
+    }
+  }
+
+  $("token-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const typed = $("token").value.trim();
+    $("token").value = "";
+    if (!typed) keepToken("");
+    else await checkToken(typed, false);
     refresh();
   });
   $("forget-token").addEventListener("click", () => {
-    state.token = "";
-    sessionStorage.removeItem(TOKEN_KEY);
-    showToken();
+    keepToken("");
+    say("token forgotten", "ok");
   });
   $("minutes").addEventListener("change", (ev) => {
     state.minutes = Number(ev.target.value);
@@ -491,10 +545,14 @@
   showToken();
   if (STATIC) {
     document.body.classList.add("report");
+    const runs = STATIC.summary.runs || 1;
+    $("report-note").textContent = `A report of the checkpoint's recorded epochs: ${runs} ${plural(runs, "run")}, ` +
+      "one sample per epoch; every count covers every run; read only.";
     $("report-note").hidden = false;
     document.title = `Wire report: ${STATIC.summary.id}`;
     refresh();
   } else {
+    if (state.token) checkToken(state.token, true); // kept from earlier, or from the URL: check it
     loop();
   }
 })();
