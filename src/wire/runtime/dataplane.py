@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.core.arrow_types import spark_schema
 from wire.core.envelope import decode_table, encode_table
 from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError
@@ -62,9 +63,9 @@ IPC), ``"metrics"`` (``blob`` = metric records), ``"emitted"`` (``receipt`` = JS
 late port id, ``rows`` = the port's rows in the task, ``receipt`` = JSON list of
 previews of its last rows, :func:`wire.runtime.samples.preview_rows`)."""
 
-RESULT_DDL = (
-    "kind string, target string, partition int, rows bigint, bytes bigint, receipt string, blob binary"
-)
+RESULT_TYPE = spark_schema(RESULT_SCHEMA)
+""":data:`RESULT_SCHEMA` as the Spark type ``mapInArrow`` is given (a StructType, not a DDL
+string: Spark would parse a DDL string in the JVM at every epoch)."""
 
 
 class StagingFailed(WireError):

@@ -57,7 +57,7 @@ from wire.runtime.checkpoint import (
     read_spark_log,
     spark_checkpoint,
 )
-from wire.runtime.dataplane import RESULT_DDL, EpochResult, PartitionWriter, Route, with_epoch
+from wire.runtime.dataplane import RESULT_TYPE, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
 from wire.runtime.progress import ProgressReporter
@@ -334,7 +334,7 @@ class EpochDispatcher:
         ]
         writer = PartitionWriter(epoch, self.main_port, routes)
         try:
-            result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_DDL).toArrow())
+            result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_TYPE).toArrow())
         except Exception as e:
             self.last_error = f"epoch {epoch}: {_staging_cause(e)}"
             raise
