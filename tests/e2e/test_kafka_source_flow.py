@@ -79,3 +79,39 @@ def test_counts_dead_letters_and_group_offsets(spark, kafka_broker, tmp_path):
     assert "invalid JSON" in letters.reason.iloc[0] and "JSON object" in letters.reason.iloc[1]
     assert "field t: cannot convert" in letters.reason.iloc[2] and letters.record.iloc[0] == "{broken"
     assert summary.metrics[("events", "malformed")] == 3
+
+
+def test_windows_and_dead_letters_are_the_same_whatever_the_epoch_size(spark, kafka_broker, tmp_path):
+    """One topic read twice, in epochs of 150 records (8, so the executors' kept consumers
+    read on, skip ranges other workers read, or are assigned again, and the planner reads ahead
+    across epochs) and in one epoch: both equal pandas' windows (a delay above the disorder: no
+    event is late whatever the split) and both find the same poison records."""
+    b = kafka_broker
+    b.create_topic("split", partitions=4)
+    events = [{"t": i * 7 - (i * 13) % 90, "k": "abcdefg"[i % 7], "v": i} for i in range(1_200)]
+    records = [(i % 4, e["k"].encode(), e, None) for i, e in enumerate(events)]
+    poison = [(0, b"x", b'{"t": 5, "k": "a", "v": "five"}', None), (3, b"y", None, None)]
+    b.produce("split", records[:540] + poison + records[540:])
+    got = {}
+    for per_epoch in (150, 5_000):
+        out, dead = tmp_path / f"out{per_epoch}", tmp_path / f"dead{per_epoch}"
+        flow = wire.Flow(f"kafka_split_{per_epoch}")
+        src = kafka(b.bootstrap, "split", group=f"g-split-{per_epoch}", schema=SCHEMA, idle_timeout="1s")
+        s = flow.source(src, event_time="t", key="k", watermark=wire.BoundedOutOfOrderness(100),
+                        max_events_per_epoch=per_epoch, name="events")
+        w = s.window(wire.Tumbling(WINDOW)).aggregate(n=wire.count(), name="w")
+        w.sink(wire.sinks.parquet(out))
+        w.late().sink(wire.sinks.parquet(tmp_path / f"late{per_epoch}"))
+        flow.dead_letters().sink(wire.sinks.parquet(dead))
+        running = flow.start(str(tmp_path / f"ck{per_epoch}"), spark=spark, key_groups=2)
+        try:
+            wait_for(lambda out=out: sum(n for *_, n in windows(out)) >= len(events), what="all counted")
+        finally:
+            summary = running.stop()
+        letters = read(dead).to_pandas().sort_values("location")
+        got[per_epoch] = (windows(out), letters[["location", "reason"]].values.tolist(),
+                          summary.total("late"))
+    expected = oracle(pd.DataFrame(events))
+    assert got[150][0] == expected and got[5_000][0] == expected
+    assert got[150][1] == got[5_000][1] and [loc for loc, _ in got[150][1]] == ["split:0:135", "split:3:135"]
+    assert got[150][2] == got[5_000][2] == 0

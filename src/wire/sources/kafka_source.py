@@ -19,9 +19,11 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
+    ALL_CAPABILITIES,
     Binding,
     BindingDataSource,
     BindingSource,
+    Capability,
     SchemaDataclassDict,
     schema_from_b64,
 )
@@ -55,6 +57,11 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     formats); ``config`` the client settings as sorted ``(name, value)`` pairs.
     """
 
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES
+    """Not ``"replay"``: a branched flow reads Kafka once per epoch, behind the shared shuffle
+    (``wire.compiler.branches.read_once``); two scans of one epoch's offset ranges stalled the
+    executors' cached consumers (the flights-from-Kafka run did not finish, issue 25)."""
+
     bootstrap_servers: str
     topics: tuple[str, ...] | None
     pattern: str | None
@@ -71,6 +78,7 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     discovery_interval: int = 5_000
     request_timeout: int = 10_000
     unavailable_timeout: int | None = 300_000
+    commit_interval: int = 5_000
     bounded: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -98,7 +106,7 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
         if self.idle_timeout is not None:
             idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
             object.__setattr__(self, "idle_timeout", idle)
-        for name in ("watermark_interval", "discovery_interval", "request_timeout"):
+        for name in ("watermark_interval", "discovery_interval", "request_timeout", "commit_interval"):
             object.__setattr__(self, name, to_millis(getattr(self, name), parameter=name))
         if self.unavailable_timeout is not None:
             wait = to_millis(self.unavailable_timeout, parameter="unavailable_timeout", allow_zero=False)
@@ -188,6 +196,7 @@ def kafka(
     discovery_interval: Duration = "5s",
     request_timeout: Duration = "10s",
     unavailable_timeout: Duration | None = "5m",
+    commit_interval: Duration = "5s",
 ) -> KafkaSource:
     """Read Kafka topics as a stream of events; each topic-partition has its own watermark.
 
@@ -222,8 +231,11 @@ def kafka(
     (``"latest"``).
 
     **Consumer group (SPEC §7).** The group's offsets are committed only after the
-    epoch that read the records committed (every sink of the flow), never before; a
-    commit the broker refuses is retried before the next epoch. The flow resumes from
+    epoch that read the records committed (every sink of the flow), never before, at
+    most once per ``commit_interval`` (the offsets of the last committed epoch; those of
+    epochs committed in between are committed at the next planning once the interval
+    has passed, and when the query stops); a commit the broker refuses is retried before
+    the next epoch. The flow resumes from
     its checkpoint, not from the group's offsets, which are for monitoring (lag) and
     for a new checkpoint. One flow per group. ``isolation.level`` defaults to
     ``read_committed``: records of aborted or open transactions are not read.
@@ -277,6 +289,9 @@ def kafka(
         out) before the flow fails with :class:`~wire.errors.WireError`; meanwhile no
         epoch starts and the watermark holds. None: wait for good. An executor reading
         an epoch's recorded range fails its task after 60 s without records.
+    commit_interval:
+        The least processing time between two commits of the group's offsets (as Kafka's
+        own ``auto.commit.interval.ms``, 5 s by default); 0: after every epoch.
 
     Returns
     -------
@@ -309,6 +324,7 @@ def kafka(
         pattern, group, schema, value_format, key_format, avro_schema, avro_framing,  # type: ignore[arg-type]
         start, tuple((config or {}).items()), idle_timeout, watermark_interval,  # type: ignore[arg-type]
         discovery_interval, request_timeout, unavailable_timeout,  # type: ignore[arg-type]
+        commit_interval,  # type: ignore[arg-type]
     )
 
 
