@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from wire.errors import WireError
+from wire.sources.base import Offset
 from wire.sources.kafka_decode import (
     TIMESTAMP_COLUMN,
     AvroDecoder,
@@ -41,7 +43,7 @@ from wire.sources.kafka_decode import (
     record_text,
     split_name,
 )
-from wire.sources.offsets import Position
+from wire.sources.offsets import Position, positions_of
 from wire.sources.partitioned import Admitted, PartitionedReader, Read
 
 if TYPE_CHECKING:
@@ -348,6 +350,14 @@ class _ReadAhead:
         self.ready, self.held, self.eof = {n: deque() for n in positions}, 0, {}
         self.cond.notify_all()
 
+    def eof_at(self, name: str) -> int:
+        """The offset of the partition-EOF event read after partition ``name``'s last record (-1: none).
+
+        Every record of ``name`` before that offset was read ahead (and handed out, or held).
+        """
+        with self.cond:
+            return self.eof.get(name, -1)
+
     def forget(self) -> None:
         """Drop what was read ahead; the next :meth:`take` assigns the consumer again."""
         with self.cond:
@@ -426,13 +436,18 @@ class _ReadAhead:
         return items
 
 
-class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
+class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsTriggerAvailableNow):
     """Stream reader of :func:`wire.sources.kafka`: a :class:`PartitionedReader` over topic-partitions.
 
     Partitions are named ``"<topic>:<partition>"``; a position is a Kafka offset; the
     backlog is the partition's end offset minus the position; acknowledging commits the
     consumer group's offsets. ``clock`` (ms) is the processing-time clock, injectable for
     tests.
+
+    Bounded (``bounded=True``, or an ``availableNow`` query): the partitions and their end
+    offsets are taken once, at the first planning call of the query
+    (:meth:`_end_offsets`); each partition is read up to its end offset, then the source
+    ends (:class:`PartitionedReader`: one last epoch with the maximal watermark).
     """
 
     kind: ClassVar[str] = "kafka source"
@@ -441,7 +456,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
     _transient: ClassVar[dict[str, Any]] = {
         **PartitionedReader._transient,
         "_ahead": None, "_highs": {}, "_known": None, "_avro": None,
-        "_pending": None, "_committed_at": None, "_acked": {},
+        "_pending": None, "_committed_at": None, "_acked": {}, "_bounds": None, "_completed": None,
     }
     """The planner's per-process caches: their start values, also after pickling."""
     _ahead: _ReadAhead | None
@@ -451,6 +466,10 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
     _pending: dict[str, int] | None
     _committed_at: float | None
     _acked: dict[str, int]
+    _bounds: dict[str, int] | None
+    """Bounded: each partition's end offset, taken when the query started (None: not yet)."""
+    _completed: dict[str, Position] | None
+    """The positions of the last completed epoch acknowledged by :meth:`latestOffset`."""
 
     def __init__(self, binding: KafkaBinding, clock: Callable[[], int] | None = None) -> None:
         self._init_live(binding, clock)
@@ -463,6 +482,48 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
         return Consumer(consumer_config(self._binding, role="planner"))
 
     # -- planner (driver) --------------------------------------------------------------
+
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
+        """Acknowledge the epoch that ended at ``start``, then plan the next one.
+
+        Spark plans an epoch from ``start`` only once the epoch ending there completed
+        (every sink committed), but it calls :meth:`commit` for an epoch only when it plans
+        the next one; on a quiet topic, or before a stop, that call never comes, and the
+        group's offsets would stay an epoch behind (issue 26 item 5). ``start`` is
+        therefore acknowledged here. While epochs follow each other the group's offsets
+        are committed at most once per ``commit_interval`` (:meth:`acknowledge`); a
+        planning that starts no epoch (the topic is quiet, the flow paused or stopping, a
+        bounded source at its end) commits what waits at once: Spark keeps planning while
+        the topic is quiet, so the group's offsets reach the last completed epoch right
+        after it, and before a graceful stop or the end of a bounded flow.
+        """
+        positions = positions_of(start)
+        if positions != self._completed:
+            self._completed = positions
+            self._acknowledge(start)
+        end = super().latestOffset(start, limit)
+        if end is start and self._pending is not None and self._down_since is None:
+            self._try_commit()
+        return end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """An ``availableNow`` query: take the end offsets now, read up to them, then end."""
+        self._available_now = True
+        self._end_offsets()
+
+    @property
+    def _bounded(self) -> bool:
+        return bool(self._binding.source.bounded) or self._available_now
+
+    def _end_offsets(self) -> dict[str, int]:
+        """Bounded: the partitions and their end offsets, taken at the first call of the query.
+
+        With ``read_committed`` the end offset is the last stable offset: records of
+        transactions still open then are not read.
+        """
+        if self._bounds is None:
+            self._bounds = {n: self._watermarks(n)[1] for n in self._discover_now()}
+        return self._bounds
 
     def initial_positions(self) -> dict[str, Position]:
         """Each partition at the group's committed offset, else at ``start``.
@@ -504,20 +565,86 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
         return self._watermarks(name)[0]
 
     def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
-        """The partition's end offset minus ``position`` (offsets: transaction markers count)."""
-        self._highs[name] = high = self._watermarks(name)[1]
-        return high - int(position)
+        """The partition's end offset minus ``position`` (offsets: transaction markers count).
+
+        Bounded: the end offset taken at the start (:meth:`_end_offsets`), not beyond.
+        """
+        if self._bounded:
+            high = self._end_offsets().get(name, int(position))
+            if high > int(position):
+                high = min(high, self._watermarks(name)[1])
+        else:
+            high = self._watermarks(name)[1]
+        self._highs[name] = high
+        return max(0, high - int(position))
 
     def read_many(self, positions: Mapping[str, Position], budgets: Mapping[str, int]) -> dict[str, Admitted]:
         """The next records of the partitions with a budget, consumed together by the planner's consumer."""
-        got = self._fetch({n: int(p) for n, p in positions.items()}, dict(budgets))
-        return {n: ahead.admitted(int(positions[n])) for n, ahead in got.items()}
+        at = {n: int(p) for n, p in positions.items()}
+        if self._bounded:
+            return self._read_bounded(at, dict(budgets))
+        got = self._fetch(at, dict(budgets))
+        return {n: ahead.admitted(at[n]) for n, ahead in got.items()}
+
+    def _read_bounded(self, positions: dict[str, int], budgets: dict[str, int]) -> dict[str, Admitted]:
+        """:meth:`read_many` of a bounded source: records before each partition's end offset only.
+
+        A partition is read until its budget is filled or every record before its end
+        offset was read (a record at or past it came, or a partition-EOF event at or past
+        it): then its next position is the end offset, so that a partition whose last
+        offsets are transaction markers ends too. Records that are slow to come are waited
+        for (a bounded source ends when an epoch admits nothing, so a read may not come
+        back short for want of time): when, after ``request_timeout``, a partition with a
+        budget got nothing and is not at its end, the planning fails as an outage
+        (:meth:`transient`: retried, the watermark holds).
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        bounds = self._end_offsets()
+        want = dict(budgets)
+        parts: dict[str, list[_Ahead]] = {n: [] for n in budgets}
+        ended: set[str] = set()
+        at = dict(positions)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            asked = {n: w for n, w in want.items() if w > 0 and n not in ended}
+            if not asked:
+                break
+            for n, ahead in self._fetch(at, asked).items():
+                end = bounds.get(n, positions[n])
+                k = int(np.searchsorted(ahead.offsets, end))
+                if k:
+                    parts[n].append(ahead.slice(0, k))
+                    want[n] -= k
+                if len(ahead):
+                    at[n] = int(ahead.offsets[-1]) + 1  # where the read-ahead continues
+                # short of the count asked: nothing of n is held any more, and an EOF at or past
+                # the end offset says every record before it was read
+                short = len(ahead) < asked[n] and self._read_ahead().eof_at(n) >= end
+                if k < len(ahead) or at[n] >= end or short:
+                    ended.add(n)
+            late = [n for n in asked if n not in ended and want[n] > 0]
+            if not late or time.monotonic() > deadline:
+                if any(not parts[n] for n in late):
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                    f"no record of {late} for {self._timeout_s:.0f} s "
+                                                    f"before the end offsets taken at the start"))
+                break
+        out = {}
+        for n in budgets:
+            got = _Ahead.concat(parts[n]) if parts[n] else _Ahead.concat([])
+            admitted = got.admitted(positions[n])
+            if n in ended:
+                admitted = Admitted(admitted.count, bounds.get(n, positions[n]), admitted.event_times)
+            out[n] = admitted
+        return out
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
         """Commit the consumer group's offsets at ``positions``, at most once per ``commit_interval``.
 
         Within the interval after the last commit the positions wait (the latest replace
-        the earlier): :meth:`prepare` commits them once it has passed, :meth:`stop` at the end.
+        the earlier): :meth:`prepare` commits them once it has passed, :meth:`latestOffset`
+        as soon as a planning starts no epoch, :meth:`stop` at the end.
         Positions the group already has (committed by this process, or found committed when
         the query started) are not committed again.
         """
@@ -601,12 +728,23 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"]):
         return self._binding.source.request_timeout / 1000
 
     def _discover(self, *, force: bool = False) -> list[str]:
-        """The topic-partitions of the source's topics (or pattern), refreshed every discovery interval."""
+        """The topic-partitions of the source's topics (or pattern), refreshed every discovery interval.
+
+        Bounded: those found at the start (:meth:`_end_offsets`).
+        """
+        if self._bounded:
+            return sorted(self._end_offsets())
         src = self._binding.source
         now = time.monotonic()
         fresh = (now - self._discovered_at) * 1000 < src.discovery_interval
         if not force and self._known is not None and fresh:
             return self._known
+        return self._discover_now()
+
+    def _discover_now(self) -> list[str]:
+        """The topic-partitions of the source's topics (or pattern) now."""
+        src = self._binding.source
+        now = time.monotonic()
         meta = self.client.list_topics(timeout=self._timeout_s)
         if src.pattern is not None:
             rx = re.compile(src.pattern)

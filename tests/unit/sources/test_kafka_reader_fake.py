@@ -181,8 +181,8 @@ def fresh_cache(monkeypatch):
 
 
 def make_reader(broker: Broker, monkeypatch, *, event_time: str = "t", per_epoch: int = 1_000,
-                columns: tuple[str, ...] | None = None) -> KafkaStreamReader:
-    src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA)
+                columns: tuple[str, ...] | None = None, bounded: bool = False) -> KafkaStreamReader:
+    src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, bounded=bounded)
     binding = KafkaBinding("src", src, src.resolve_schema(), event_time, max_delay_ms=DELAY,
                            max_events_per_epoch=per_epoch, key_groups=1, columns=columns)
     r = KafkaStreamReader(binding, clock=lambda: 1_000_000)
@@ -502,3 +502,116 @@ def test_the_read_ahead_reads_past_its_limit_for_a_partition_that_waits(monkeypa
         assert consumer.assigned == [{0: 0, 1: 0}]  # once: the positions followed on
     finally:
         ahead.close()
+
+
+def spark_like_run(r: KafkaStreamReader, budget: int, quiet_plannings: int = 3) -> list[dict]:
+    """Epochs planned as Spark's micro-batch loop does: ``latestOffset(start)`` once the epoch
+    ending at ``start`` completed; ``commit`` of that epoch only when the next epoch is planned
+    (never for the last one); then a few plannings that find nothing (a quiet topic)."""
+    offset = r.initialOffset()
+    ends, quiet = [], 0
+    while quiet < quiet_plannings:
+        end = r.latestOffset(offset, ReadMaxRows(budget))
+        if end == offset:
+            quiet += 1
+            continue
+        r.commit(offset)  # Spark: the previous epoch is done, now that this one is planned
+        read_epoch(r, offset, end)
+        ends.append(end)
+        offset = end
+    return ends
+
+
+def test_the_last_completed_epoch_reaches_the_group_when_no_epoch_follows(monkeypatch):
+    """Issue 26 item 5: 2 partitions of 61 records, epochs of 50 (25 + 25): Spark tells the source
+    that the epochs ending at 25 and 50 are done, never the last one (61). The group's offsets
+    still end at {61, 61} once the topic is quiet, with the default commit_interval (5 s)."""
+    recs = [(o, b"k", json.dumps({"t": o, "k": "a"}).encode(), None) for o in range(61)]
+    broker = Broker({0: recs, 1: recs}, {0: 61, 1: 61})
+    r = make_reader(broker, monkeypatch)
+    commits: list[dict[str, int]] = []
+    r._client.commit = lambda offsets, asynchronous: commits.append(  # type: ignore[method-assign]
+        {f"{tp.topic}:{tp.partition}": tp.offset for tp in offsets})
+    ends = spark_like_run(r, 50)
+    assert [{n: p.next for n, p in partitions_of(e).items()} for e in ends] == [
+        {"t:0": 25, "t:1": 25}, {"t:0": 50, "t:1": 50}, {"t:0": 61, "t:1": 61}]
+    group: dict[str, int] = {}
+    for c in commits:
+        group.update(c)
+    assert group == {"t:0": 61, "t:1": 61}
+    for c in commits:  # never ahead of a completed epoch
+        assert c in ({"t:0": 0, "t:1": 0}, {"t:0": 25, "t:1": 25}, {"t:0": 50, "t:1": 50},
+                     {"t:0": 61, "t:1": 61})
+
+
+def test_a_bounded_source_reads_up_to_the_end_offsets_taken_at_the_start(monkeypatch):
+    """Issue 26 item 10: partition 0 ends at 20, partition 1 at 16 (its last offset, 15, a
+    transaction marker); then 10 records come to each, and a partition 2 is added. The bounded
+    source admits exactly the records before 20 and 16, then ends (the maximal watermark, ``ended``),
+    in epochs of 7 (and no later planning admits anything)."""
+    value = lambda o, p: json.dumps({"t": 100 * p + o, "k": f"k{o % 3}"}).encode()  # noqa: E731
+    p0 = [(o, b"k", value(o, 0), None) for o in range(20)]
+    p1 = [(o, b"k", value(o, 1), None) for o in range(15)]
+    broker = Broker({0: p0, 1: p1}, {0: 20, 1: 16})
+    r = make_reader(broker, monkeypatch, bounded=True)
+    offset = r.initialOffset()
+    later = {0: [(o, b"k", value(o, 0), None) for o in range(20, 30)],
+             1: [(o, b"k", value(o, 1), None) for o in range(16, 26)]}
+    for p, recs in later.items():
+        broker.parts[p] = broker.parts[p] + recs
+        broker.ends[p] = recs[-1][0] + 1
+    broker.parts[2], broker.ends[2], broker.low[2] = later[0], 30, 0
+    rows = []
+    for _ in range(50):
+        end = r.latestOffset(offset, ReadMaxRows(7))
+        if end == offset:
+            break
+        rows += read_epoch(r, offset, end)[0]
+        offset = end
+    assert offset.get("ended") and offset["watermark"] == envelope.MAX_WATERMARK
+    assert {n: p.next for n, p in partitions_of(offset).items()} == {"t:0": 20, "t:1": 16}
+    expected = sorted([(0, o, o, f"k{o % 3}") for o in range(20)] + [(1, o, 100 + o, f"k{o % 3}")
+                                                                      for o in range(15)])
+    assert sorted(rows) == expected and len(rows) == len(expected)
+    assert r.latestOffset(offset, ReadMaxRows(7)) is offset
+
+
+def test_bounded_is_checked_when_the_source_is_built():
+    from wire.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="bounded"):
+        kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, bounded="yes")  # type: ignore[arg-type]
+    assert kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, bounded=True).bounded
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(topics(), st.lists(st.integers(3, 30), min_size=1, max_size=6), st.integers(0, 5))
+def test_a_bounded_source_admits_every_record_before_the_start_ends_once_and_nothing_after(
+        monkeypatch, data, budgets, more):
+    """Any topic (poison records, transaction-marker gaps, trailing markers), any epoch budgets:
+    after the start ``more`` records come to each partition; the bounded source admits each
+    record before the start's end offsets once (the valid ones as rows, the others as dead
+    letters), none after them, and ends."""
+    broker, truth = data
+    monkeypatch.setattr(kafka_reader, "_CONSUMERS", kafka_reader._ConsumerCache())  # none of another example
+    r = make_reader(broker, monkeypatch, bounded=True)
+    offset = r.initialOffset()
+    for p in broker.parts:
+        first = broker.ends[p]
+        broker.parts[p] = broker.parts[p] + [(first + i, b"k", b'{"t": 1, "k": "late"}', None)
+                                             for i in range(more)]
+        broker.ends[p] = first + more
+    rows, dead = [], []
+    for i in range(400):
+        end = r.latestOffset(offset, ReadMaxRows(budgets[i % len(budgets)]))
+        if end == offset:
+            break
+        got, letters = read_epoch(r, offset, end)
+        rows += got
+        dead += letters
+        r.commit(end)
+        offset = end
+    assert offset.get("ended")
+    expected = sorted((p, o, v[0], v[1]) for (p, o), v in truth.items() if v is not None)
+    assert sorted(rows) == expected and len(rows) == len(expected)
+    assert sorted(loc for loc, _ in dead) == sorted(f"t:{p}:{o}" for (p, o), v in truth.items() if v is None)
