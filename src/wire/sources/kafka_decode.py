@@ -1,11 +1,16 @@
 """Kafka records to payload rows: the deserializers of the Kafka source (pure, no broker, no Spark).
 
-A record is a :class:`KafkaRecord` (offset, key, value, timestamp). :func:`decode_records`
-turns the records of one topic-partition into the source's columns: the payload
-columns (from the value, by ``value_format``) followed by the metadata columns
-:data:`METADATA_COLUMNS`. A record that does not fit becomes a dead letter with
-location ``"<topic>:<partition>:<offset>"``, the reason, and the value as text
-(UTF-8, or ``base64:`` + the bytes when they are not UTF-8).
+The records of one topic-partition come column by column, as a :class:`KafkaBatch`
+(offsets, keys, values, timestamps; :meth:`KafkaBatch.of` builds one from
+:class:`KafkaRecord` s). :func:`decode_batch` turns them into the source's columns: the
+payload columns (from the value, by ``value_format``) followed by the metadata columns
+:data:`METADATA_COLUMNS` (only those asked for; every record is checked whatever they
+are). JSON values are parsed all at once by Arrow's JSON reader; when a batch does not
+fit it (a record to reject), in chunks, and a chunk that does not fit record by record,
+so that each rejected record gets its reason (the results are those of the record-by-
+record path: ``tests/unit/sources/test_kafka_decode_vectorized.py``). A record that does
+not fit becomes a dead letter with location ``"<topic>:<partition>:<offset>"``, the
+reason, and the value as text (UTF-8, or ``base64:`` + the bytes when they are not UTF-8).
 
 Value formats:
 
@@ -32,7 +37,8 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -144,26 +150,98 @@ def _plain_type(typ: pa.DataType) -> bool:
                 or pa.types.is_string(typ) or pa.types.is_large_string(typ))
 
 
-def json_table(records: Sequence[KafkaRecord], payload_schema: pa.Schema) -> pa.Table | None:
-    """Every record's JSON object value parsed at once (Arrow's JSON reader), or None.
+NO_TIMESTAMP = -1
+"""A record without a timestamp in :attr:`KafkaBatch.timestamps` (Kafka's own marker)."""
 
-    Only for payload columns of integer, float64, boolean and string types, where Arrow's
-    conversions are the record-by-record path's (:func:`array_from_values`); None (parse
-    them one by one) when a column has another type, a value is not one line starting
-    with ``{``, or any value does not parse or convert (a wrong type, an integer written
-    as ``3.0``, a duplicate key, invalid UTF-8), so that a rejected record gets its own
-    reason there.
+_CHUNK = 4_096
+"""Records parsed together again when a batch's JSON values do not all fit Arrow's reader."""
+
+
+@dataclass(frozen=True)
+class KafkaBatch:
+    """Records of one topic-partition, column by column, in offset order.
+
+    What :func:`decode_batch` decodes: the readers build it from the consumer's messages
+    without a Python object per record. ``timestamps`` (ms, :data:`NO_TIMESTAMP` where a
+    record has none) is None when the reader did not take them (no column needs them).
     """
+
+    offsets: np.ndarray
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @staticmethod
+    def empty(timestamps: bool = True) -> KafkaBatch:
+        """A batch of no records."""
+        return KafkaBatch(np.zeros(0, np.int64), [], [], np.zeros(0, np.int64) if timestamps else None)
+
+    @staticmethod
+    def of(records: Sequence[KafkaRecord]) -> KafkaBatch:
+        """The batch of ``records`` (one topic-partition's, in offset order)."""
+        return KafkaBatch(
+            np.array([r.offset for r in records], np.int64), [r.key for r in records],
+            [r.value for r in records],
+            np.array([NO_TIMESTAMP if r.timestamp is None else r.timestamp for r in records], np.int64))
+
+    @staticmethod
+    def concat(batches: Sequence[KafkaBatch]) -> KafkaBatch:
+        """The records of ``batches``, one after the other."""
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return KafkaBatch.empty()
+        stamps = [b.timestamps for b in batches]
+        return KafkaBatch(
+            np.concatenate([b.offsets for b in batches]), [k for b in batches for k in b.keys],
+            [v for b in batches for v in b.values],
+            None if any(t is None for t in stamps) else np.concatenate(stamps))  # type: ignore[arg-type]
+
+    def slice(self, start: int, stop: int | None = None) -> KafkaBatch:
+        """Records ``start`` (index) up to ``stop`` (excluded; None: the end)."""
+        if start == 0 and (stop is None or stop >= len(self)):
+            return self
+        ts = None if self.timestamps is None else self.timestamps[start:stop]
+        return KafkaBatch(self.offsets[start:stop], self.keys[start:stop], self.values[start:stop], ts)
+
+    def timestamp(self, i: int) -> int | None:
+        """Record ``i``'s timestamp (None: none, or not taken)."""
+        if self.timestamps is None or self.timestamps[i] < 0:
+            return None
+        return int(self.timestamps[i])
+
+    def records(self) -> list[KafkaRecord]:
+        """The records one by one (tests, small batches)."""
+        offsets = self.offsets.tolist()
+        return [KafkaRecord(o, k, v, self.timestamp(i))
+                for i, (o, k, v) in enumerate(zip(offsets, self.keys, self.values, strict=True))]
+
+
+def _one_line_objects(values: Sequence[bytes]) -> bytes | None:
+    """``values`` joined by newlines when each is one non-empty line starting with ``{``; else None."""
+    data = b"\n".join(values)
+    if data.count(b"\n") != len(values) - 1 or b"\r" in data:
+        return None
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    if not lengths.all():
+        return None
+    starts = np.zeros(len(values), np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    if not (np.frombuffer(data, np.uint8)[starts] == ord("{")).all():
+        return None
+    return data
+
+
+def _json_fast(values: Sequence[bytes], payload_schema: pa.Schema) -> pa.Table | None:
+    """``values`` (none null) parsed at once by Arrow's JSON reader; None unless all fit."""
     from pyarrow import json as pa_json
 
-    if not records or not all(_plain_type(f.type) for f in payload_schema):
+    data = _one_line_objects(values)
+    if data is None:
         return None
-    values = [r.value for r in records if r.value is not None]
-    if len(values) < len(records) or not all(
-        v[:1] == b"{" and b"\n" not in v and b"\r" not in v for v in values
-    ):
-        return None
-    data = b"\n".join(values)
     schema = pa.schema([f.with_nullable(True) for f in payload_schema])
     try:
         table = pa_json.read_json(
@@ -176,8 +254,98 @@ def json_table(records: Sequence[KafkaRecord], payload_schema: pa.Schema) -> pa.
     return table.select(schema.names)
 
 
+def json_table(records: Sequence[KafkaRecord], payload_schema: pa.Schema) -> pa.Table | None:
+    """Every record's JSON object value parsed at once (Arrow's JSON reader), or None.
+
+    Only for payload columns of integer, float64, boolean and string types, where Arrow's
+    conversions are the record-by-record path's (:func:`array_from_values`); None (parse
+    them one by one) when a column has another type, a value is null or not one line
+    starting with ``{``, or any value does not parse or convert (a wrong type, an integer
+    written as ``3.0``, a duplicate key, invalid UTF-8), so that a rejected record gets
+    its own reason there.
+    """
+    values = [r.value for r in records]
+    if not values or not all(_plain_type(f.type) for f in payload_schema) or None in values:
+        return None
+    return _json_fast(values, payload_schema)  # type: ignore[arg-type]
+
+
+def _objects_payload(
+    objects: Sequence[object | None], payload_schema: pa.Schema, bad: dict[int, str]
+) -> list[pa.Array]:
+    """Payload columns from decoded objects (None: the record is already rejected in ``bad``)."""
+    columns = []
+    for f in payload_schema:
+        values = [row.get(f.name) if isinstance(row, dict) else None for row in objects]
+        arr, failed = array_from_values(values, f.type)
+        columns.append(arr)
+        if failed is not None:
+            for j in np.flatnonzero(failed):
+                j = int(j)
+                if objects[j] is not None:
+                    bad.setdefault(j, f"field {f.name}: cannot convert {values[j]!r} to {f.type}")
+    return columns
+
+
+def _json_rows(
+    values: Sequence[bytes | None], payload_schema: pa.Schema, bad: dict[int, str]
+) -> list[pa.Array]:
+    """JSON values parsed one by one: the payload columns, a reason in ``bad`` per rejected record."""
+    rows: list[object | None] = [None] * len(values)
+    for i, v in enumerate(values):
+        if v is None:
+            bad[i] = "null value (tombstone)"
+            continue
+        try:
+            obj = json.loads(v)
+        except ValueError as e:
+            bad[i] = f"invalid JSON: {e}"
+            continue
+        if not isinstance(obj, dict):
+            bad[i] = f"expected a JSON object, got {type(obj).__name__}"
+            continue
+        rows[i] = obj
+    return _objects_payload(rows, payload_schema, bad)
+
+
+def _json_values(values: Sequence[bytes], payload_schema: pa.Schema, bad: dict[int, str]) -> list[pa.Array]:
+    """JSON values (no None): at once when they all fit Arrow's reader, else in chunks, else one by one."""
+    table = _json_fast(values, payload_schema)
+    if table is not None:
+        return [table.column(f.name).combine_chunks() for f in payload_schema]
+    if len(values) <= _CHUNK:
+        return _json_rows(values, payload_schema, bad)
+    parts = []
+    for at in range(0, len(values), _CHUNK):
+        found: dict[int, str] = {}
+        parts.append(_json_values(values[at:at + _CHUNK], payload_schema, found))
+        bad.update((at + j, reason) for j, reason in found.items())
+    return [pa.concat_arrays([p[c] for p in parts]) for c in range(len(payload_schema))]
+
+
+def _json_payload(
+    values: Sequence[bytes | None], payload_schema: pa.Schema, bad: dict[int, str], vectorized: bool
+) -> list[pa.Array]:
+    """The payload columns of JSON values; tombstones and records that do not fit get a reason in ``bad``."""
+    if not vectorized or not all(_plain_type(f.type) for f in payload_schema) or not values:
+        return _json_rows(values, payload_schema, bad)
+    if None not in values:
+        return _json_values(values, payload_schema, bad)  # type: ignore[arg-type]
+    present = np.array([v is not None for v in values], dtype=bool)
+    kept = np.flatnonzero(present)
+    for i in np.flatnonzero(~present):
+        bad[int(i)] = "null value (tombstone)"
+    found: dict[int, str] = {}
+    columns = _json_values([values[i] for i in kept.tolist()], payload_schema, found)
+    bad.update((int(kept[j]), reason) for j, reason in found.items())
+    row_of = np.full(len(values), -1, np.int64)
+    row_of[kept] = np.arange(len(kept))
+    at = pa.array(row_of, mask=~present)
+    return [c.take(at) for c in columns]
+
+
 def _text_keys(
-    records: Sequence[KafkaRecord], raw: pa.Array, bad: dict[int, str], vectorized: bool
+    keys: Sequence[bytes | None], raw: pa.Array, bad: dict[int, str], vectorized: bool
 ) -> pa.Array:
     """The keys as text; a record whose key is not UTF-8 gets a reason in ``bad``."""
     if vectorized:
@@ -185,14 +353,119 @@ def _text_keys(
             return raw.cast(pa.string())  # checks UTF-8
         except pa.ArrowInvalid:
             pass  # one by one, with a reason per invalid key
-    keys: list[str | None] = []
-    for i, r in enumerate(records):
+    texts: list[str | None] = []
+    for i, k in enumerate(keys):
         try:
-            keys.append(None if r.key is None else r.key.decode("utf-8"))
+            texts.append(None if k is None else k.decode("utf-8"))
         except UnicodeDecodeError as e:
             bad.setdefault(i, f"key: invalid UTF-8: {e}")
-            keys.append(None)
-    return pa.array(keys, pa.string())
+            texts.append(None)
+    return pa.array(texts, pa.string())
+
+
+def _text_values(values: Sequence[bytes | None], bad: dict[int, str], vectorized: bool) -> pa.Array:
+    """``string`` values as text; a value that is not UTF-8 gets a reason in ``bad``."""
+    if vectorized:
+        try:
+            return pa.array(values, pa.binary()).cast(pa.string())
+        except pa.ArrowInvalid:
+            pass
+    texts: list[str | None] = []
+    for i, v in enumerate(values):
+        try:
+            texts.append(None if v is None else v.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            bad[i] = f"value: invalid UTF-8: {e}"
+            texts.append(None)
+    return pa.array(texts, pa.string())
+
+
+def decode_batch(
+    batch: KafkaBatch,
+    *,
+    topic: str,
+    partition: int,
+    value_format: str,
+    key_format: str,
+    payload_schema: pa.Schema,
+    event_time: str,
+    avro: AvroDecoder | None = None,
+    vectorized: bool = True,
+    columns: Sequence[str] | None = None,
+) -> Decoded:
+    """Decode the records of one topic-partition (module docstring); rejected ones become dead letters.
+
+    ``payload_schema`` is the value's columns (:func:`value_schema`); ``event_time``
+    names any column of the result (future-dated events are the reader's to reject:
+    :meth:`~wire.sources.base.Decoded.reject_future`). ``columns``: the columns the
+    result's table holds, besides ``event_time`` (None: all); every record is checked
+    whatever they are, so the same records are rejected. With ``vectorized``, JSON values
+    are parsed all at once by Arrow's JSON reader; when they do not all fit (a record to
+    reject, a type Arrow converts otherwise), in chunks, and a chunk that does not fit one
+    by one (the same result, slower, with a reason per rejected record); keys and
+    ``string`` values are checked as UTF-8 all at once.
+    """
+    n = len(batch)
+    wanted = None if columns is None else {*columns, event_time}
+    bad: dict[int, str] = {}
+    out: dict[str, pa.Array] = {}
+    if value_format == "json":
+        payload = _json_payload(batch.values, payload_schema, bad, vectorized)
+        out.update((f.name, a) for f, a in zip(payload_schema, payload, strict=True))
+    elif value_format == "avro":
+        assert avro is not None
+        objects: list[object | None] = [None] * n
+        for i, v in enumerate(batch.values):
+            if v is None:
+                bad[i] = "null value (tombstone)"
+                continue
+            try:
+                obj = avro(v)
+            except ValueError as e:
+                bad[i] = str(e)
+                continue
+            if not isinstance(obj, dict):
+                bad[i] = f"expected a record, got {type(obj).__name__}"
+                continue
+            objects[i] = obj
+        payload = _objects_payload(objects, payload_schema, bad)
+        out.update((f.name, a) for f, a in zip(payload_schema, payload, strict=True))
+    elif value_format == "string":
+        out["value"] = _text_values(batch.values, bad, vectorized)
+    else:
+        out["value"] = pa.array(batch.values, pa.binary())
+    meta = metadata_schema(key_format)
+    if key_format == "string" or wanted is None or "kafka_key" in wanted:
+        keys = pa.array(batch.keys, pa.binary())
+        out["kafka_key"] = keys if key_format == "bytes" else _text_keys(batch.keys, keys, bad, vectorized)
+    make: dict[str, Callable[[], pa.Array]] = {
+        "kafka_topic": lambda: pa.array([topic] * n, pa.string()),
+        "kafka_partition": lambda: pa.array(np.full(n, partition, np.int32)),
+        "kafka_offset": lambda: pa.array(batch.offsets, pa.int64()),
+        TIMESTAMP_COLUMN: lambda: _timestamps(batch),
+    }
+    for name, build in make.items():
+        if wanted is None or name in wanted:
+            out[name] = build()
+    fields = [f.with_nullable(True) for f in (*payload_schema, *meta)
+              if wanted is None or f.name in wanted]
+    table = pa.table([out[f.name] for f in fields], schema=pa.schema(fields))
+    ets, et_errors = event_times_ms(table.column(event_time).combine_chunks())
+    for j, reason in et_errors.items():
+        bad.setdefault(j, reason)
+    keep = np.ones(n, dtype=bool)
+    if bad:
+        keep[list(bad)] = False
+        table = table.filter(pa.array(keep, pa.bool_()))
+    dead = [(f"{topic}:{partition}:{int(batch.offsets[i])}", reason, record_text(batch.values[i]))
+            for i, reason in sorted(bad.items())]
+    return Decoded(table, ets[keep], np.flatnonzero(keep).astype(np.int64), dead)
+
+
+def _timestamps(batch: KafkaBatch) -> pa.Array:
+    if batch.timestamps is None:
+        raise ValueError("the records' timestamps were not taken")
+    return pa.array(batch.timestamps, pa.int64(), mask=batch.timestamps < 0)
 
 
 def decode_records(
@@ -207,77 +480,7 @@ def decode_records(
     avro: AvroDecoder | None = None,
     vectorized: bool = True,
 ) -> Decoded:
-    """Decode the records of one topic-partition (module docstring); rejected ones become dead letters.
-
-    ``payload_schema`` is the value's columns (:func:`value_schema`); ``event_time``
-    names any column of the result (future-dated events are the reader's to reject:
-    :meth:`~wire.sources.base.Decoded.reject_future`). With
-    ``vectorized``, JSON values are first parsed all at once (:func:`json_table`); when
-    that does not give every record a row, they are parsed one by one (the same result,
-    slower, with a reason per rejected record).
-    """
-    n = len(records)
-    bad: dict[int, str] = {}
-    rows: list[Any] = [None] * n
-    fast = json_table(records, payload_schema) if vectorized and value_format == "json" else None
-    if fast is not None:
-        columns = {f.name: fast.column(f.name).combine_chunks() for f in payload_schema}
-    elif value_format in ("json", "avro"):
-        for i, r in enumerate(records):
-            if r.value is None:
-                bad[i] = "null value (tombstone)"
-                continue
-            try:
-                obj = json.loads(r.value) if value_format == "json" else avro(r.value)  # type: ignore[misc]
-            except ValueError as e:
-                bad[i] = f"invalid JSON: {e}" if value_format == "json" else str(e)
-                continue
-            if not isinstance(obj, dict):
-                bad[i] = f"expected a {'JSON object' if value_format == 'json' else 'record'}, " \
-                         f"got {type(obj).__name__}"
-                continue
-            rows[i] = obj
-        columns = {}
-        for f in payload_schema:
-            values = [None if row is None else row.get(f.name) for row in rows]
-            arr, failed = array_from_values(values, f.type)
-            columns[f.name] = arr
-            if failed is not None:
-                for j in np.flatnonzero(failed):
-                    j = int(j)
-                    if rows[j] is not None:
-                        bad.setdefault(j, f"field {f.name}: cannot convert {values[j]!r} to {f.type}")
-    else:
-        if value_format == "string":
-            texts: list[str | None] = []
-            for i, r in enumerate(records):
-                try:
-                    texts.append(None if r.value is None else r.value.decode("utf-8"))
-                except UnicodeDecodeError as e:
-                    bad[i] = f"value: invalid UTF-8: {e}"
-                    texts.append(None)
-            columns = {"value": pa.array(texts, pa.string())}
-        else:
-            columns = {"value": pa.array([r.value for r in records], pa.binary())}
-    keys = pa.array([r.key for r in records], pa.binary())
-    columns["kafka_key"] = keys if key_format == "bytes" else _text_keys(records, keys, bad, vectorized)
-    columns["kafka_topic"] = pa.array([topic] * n, pa.string())
-    columns["kafka_partition"] = pa.array(np.full(n, partition, np.int32))
-    columns["kafka_offset"] = pa.array([r.offset for r in records], pa.int64())
-    columns[TIMESTAMP_COLUMN] = pa.array([r.timestamp for r in records], pa.int64())
-    schema = pa.schema([f.with_nullable(True) for f in payload_schema] +
-                       [f.with_nullable(True) for f in metadata_schema(key_format)])
-    table = pa.table([columns[f.name] for f in schema], schema=schema)
-    ets, et_errors = event_times_ms(table.column(event_time).combine_chunks())
-    for j, reason in et_errors.items():
-        bad.setdefault(j, reason)
-    keep = np.ones(n, dtype=bool)
-    if bad:
-        keep[list(bad)] = False
-    dead = [
-        (f"{topic}:{partition}:{records[i].offset}", reason, record_text(records[i].value))
-        for i, reason in sorted(bad.items())
-    ]
-    if bad:
-        table = table.filter(pa.array(keep, pa.bool_()))
-    return Decoded(table, ets[keep], np.flatnonzero(keep).astype(np.int64), dead)
+    """:func:`decode_batch` of records given one by one (every column)."""
+    return decode_batch(KafkaBatch.of(records), topic=topic, partition=partition,
+                        value_format=value_format, key_format=key_format, payload_schema=payload_schema,
+                        event_time=event_time, avro=avro, vectorized=vectorized)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
@@ -19,9 +19,11 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError, require_extra
 from wire.sources.base import (
+    ALL_CAPABILITIES,
     Binding,
     BindingDataSource,
     BindingSource,
+    Capability,
     SchemaDataclassDict,
     schema_from_b64,
 )
@@ -55,6 +57,11 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     formats); ``config`` the client settings as sorted ``(name, value)`` pairs.
     """
 
+    capabilities: ClassVar[frozenset[Capability]] = ALL_CAPABILITIES
+    """Not ``"replay"``: a branched flow reads Kafka once per epoch, behind the shared shuffle
+    (``wire.compiler.branches.read_once``); two scans of one epoch's offset ranges stalled the
+    executors' cached consumers (the flights-from-Kafka run did not finish, issue 25)."""
+
     bootstrap_servers: str
     topics: tuple[str, ...] | None
     pattern: str | None
@@ -71,7 +78,8 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
     discovery_interval: int = 5_000
     request_timeout: int = 10_000
     unavailable_timeout: int | None = 300_000
-    bounded: bool = field(default=False, init=False)
+    commit_interval: int = 5_000
+    bounded: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers:
@@ -88,6 +96,8 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
         if self.start not in STARTS:
             raise ConfigError("start", self.start, "'earliest' or 'latest'")
         self._check_schema()
+        if not isinstance(self.bounded, bool):
+            raise ConfigError("bounded", self.bounded, "True (read up to the end offsets at start) or False")
         config = dict(self.config)
         if not all(isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in config.items()):
             raise ConfigError("config", config, "a dict of librdkafka setting names to str/int/float/bool")
@@ -98,7 +108,7 @@ class KafkaSource(SchemaDataclassDict, BindingSource):
         if self.idle_timeout is not None:
             idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
             object.__setattr__(self, "idle_timeout", idle)
-        for name in ("watermark_interval", "discovery_interval", "request_timeout"):
+        for name in ("watermark_interval", "discovery_interval", "request_timeout", "commit_interval"):
             object.__setattr__(self, name, to_millis(getattr(self, name), parameter=name))
         if self.unavailable_timeout is not None:
             wait = to_millis(self.unavailable_timeout, parameter="unavailable_timeout", allow_zero=False)
@@ -188,6 +198,8 @@ def kafka(
     discovery_interval: Duration = "5s",
     request_timeout: Duration = "10s",
     unavailable_timeout: Duration | None = "5m",
+    commit_interval: Duration = "5s",
+    bounded: bool = False,
 ) -> KafkaSource:
     """Read Kafka topics as a stream of events; each topic-partition has its own watermark.
 
@@ -222,11 +234,28 @@ def kafka(
     (``"latest"``).
 
     **Consumer group (SPEC §7).** The group's offsets are committed only after the
-    epoch that read the records committed (every sink of the flow), never before; a
-    commit the broker refuses is retried before the next epoch. The flow resumes from
-    its checkpoint, not from the group's offsets, which are for monitoring (lag) and
-    for a new checkpoint. One flow per group. ``isolation.level`` defaults to
-    ``read_committed``: records of aborted or open transactions are not read.
+    epoch that read the records committed (every sink of the flow), never before, at
+    most once per ``commit_interval``: the offsets of the last completed epoch, also
+    when no epoch follows it (a quiet topic: within about ``commit_interval`` of its
+    end, since Spark keeps asking the source for records; a graceful stop or the end
+    of a bounded flow: when the query stops), so that the group's lag reaches 0 once
+    the flow caught up. A commit the broker refuses is retried before the next epoch.
+    The flow resumes from its checkpoint, not from the group's offsets, which are for
+    monitoring (lag) and for a new checkpoint. One flow per group. ``isolation.level``
+    defaults to ``read_committed``: records of aborted or open transactions are not
+    read.
+
+    **How a Kafka flow ends.** Unbounded (the default), a Kafka flow runs until it is
+    stopped (``RunningFlow.stop()``, ``wire stop``, Ctrl-C) or fails; a quiet topic
+    does not end it. With ``bounded=True`` (as Flink's ``setBounded(latest)`` or
+    Spark's ``availableNow``) the source takes each partition's end offset once, when
+    the run starts (with ``read_committed``, the last stable offset), reads the
+    partitions that exist then up to those offsets, in epochs as usual, and then ends:
+    one last epoch moves the watermark to its maximum (every window still open fires),
+    and a flow whose sources are all bounded stops by itself (``flow.run`` returns).
+    Records produced after the start and partitions added after it are not read. A
+    bounded flow restarted on its checkpoint before it ended reads up to the end
+    offsets of the new start; once ended, its checkpoint has nothing left to read.
 
     **Lag.** Per partition, the gauge ``offset_lag:<topic>:<partition>`` (records behind
     the partition's end when the epoch was planned) and ``watermark:<topic>:<partition>``
@@ -277,11 +306,17 @@ def kafka(
         out) before the flow fails with :class:`~wire.errors.WireError`; meanwhile no
         epoch starts and the watermark holds. None: wait for good. An executor reading
         an epoch's recorded range fails its task after 60 s without records.
+    commit_interval:
+        The least processing time between two commits of the group's offsets (as Kafka's
+        own ``auto.commit.interval.ms``, 5 s by default); 0: after every epoch.
+    bounded:
+        True: read up to the end offsets taken when the run starts, then end (see "How
+        a Kafka flow ends"); False: read until stopped.
 
     Returns
     -------
     KafkaSource
-        An immutable source description (``bounded=False``).
+        An immutable source description.
 
     Raises
     ------
@@ -289,7 +324,7 @@ def kafka(
         On a missing or invalid setting (both or neither of ``topics`` and ``pattern``,
         an unknown format, a schema missing or given where it has no use, an invalid
         Avro schema, a payload column named like a metadata column, a ``config`` entry
-        Wire owns, an invalid duration).
+        Wire owns, an invalid duration, a ``bounded`` that is not a bool).
     MissingExtraError
         When confluent-kafka (pip extra ``kafka``) is not installed.
 
@@ -309,6 +344,7 @@ def kafka(
         pattern, group, schema, value_format, key_format, avro_schema, avro_framing,  # type: ignore[arg-type]
         start, tuple((config or {}).items()), idle_timeout, watermark_interval,  # type: ignore[arg-type]
         discovery_interval, request_timeout, unavailable_timeout,  # type: ignore[arg-type]
+        commit_interval, bounded,  # type: ignore[arg-type]
     )
 
 

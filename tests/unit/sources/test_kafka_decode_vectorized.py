@@ -16,7 +16,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wire.sources.kafka_decode import KafkaRecord, decode_records, json_table
+from wire.sources import kafka_decode
+from wire.sources.kafka_decode import KafkaBatch, KafkaRecord, decode_batch, decode_records, json_table
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64()), ("ok", pa.bool_())])
 
@@ -70,3 +71,37 @@ def test_the_vectorized_path_is_taken_for_plain_records_and_not_for_others():
     assert json_table(ok, SCHEMA).to_pylist() == [{"t": i, "k": "a", "v": 0.5, "ok": True} for i in range(3)]
     assert json_table([*ok, KafkaRecord(3, None, b'{"t": 3.0}', None)], SCHEMA) is None  # 3.0: one by one
     assert json_table(ok, pa.schema([("t", pa.timestamp("ms"))])) is None  # not a plain type
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(value(), keys), min_size=1, max_size=40), st.integers(1, 8),
+       st.sampled_from([None, ("k",), ("v", "kafka_offset")]))
+def test_chunks_and_pruned_columns_equal_record_by_record(values, chunk, columns):
+    """When a batch does not fit Arrow's reader at once it is parsed in chunks of ``_CHUNK`` records
+    (here 1-8), a chunk that does not fit one by one: the same rows, positions and dead letters.
+    With ``columns`` the rows keep only those columns (and the event time), the same records rejected."""
+    records = [KafkaRecord(100 + i, k, v, 1_000 + i) for i, (v, k) in enumerate(values)]
+    kw = dict(topic="top", partition=3, value_format="json", key_format="string", payload_schema=SCHEMA,
+              event_time="t")
+    saved = kafka_decode._CHUNK
+    kafka_decode._CHUNK = chunk
+    try:
+        fast = decode_batch(KafkaBatch.of(records), columns=columns, **kw)
+    finally:
+        kafka_decode._CHUNK = saved
+    slow = decode_records(records, vectorized=False, **kw)
+    keep = slow.table.column_names if columns is None else [c for c in slow.table.column_names
+                                                             if c in {*columns, "t"}]
+    assert fast.table.column_names == keep
+    assert fast.table.equals(slow.table.select(keep))
+    assert np.array_equal(fast.event_times, slow.event_times)
+    assert np.array_equal(fast.positions, slow.positions)
+    assert fast.dead == slow.dead
+
+
+def test_a_batch_round_trips_through_its_records():
+    records = [KafkaRecord(5, b"k", b"{}", 7), KafkaRecord(9, None, None, None)]
+    batch = KafkaBatch.of(records)
+    assert batch.records() == records
+    assert KafkaBatch.concat([batch.slice(0, 1), batch.slice(1)]).records() == records
+    assert batch.slice(1).records() == records[1:] and len(KafkaBatch.empty()) == 0

@@ -17,7 +17,7 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, KafkaException
 
 from wire.errors import ConfigError, WireError
-from wire.sources.kafka_decode import KafkaRecord
+from wire.sources.kafka_decode import KafkaBatch, KafkaRecord
 from wire.sources.kafka_reader import KafkaStreamReader
 from wire.sources.kafka_source import KafkaBinding, kafka
 from wire.sources.offsets import initial_offset, partitions_of
@@ -59,8 +59,9 @@ def reader(unavailable_timeout) -> tuple[KafkaStreamReader, FakeConsumer]:
     r._client = fake
     # The fetch path reads from the consumer; serve the records straight from the fake.
     r._fetch = lambda positions, counts: {  # type: ignore[method-assign]
-        n: [KafkaRecord(o, b"k", b'{"t": %d}' % (o * 10), None)
-            for o in range(positions[n], positions[n] + c)] for n, c in counts.items()}
+        n: r._decode_ahead(n, KafkaBatch.of([KafkaRecord(o, b"k", b'{"t": %d}' % (o * 10), None)
+                                             for o in range(positions[n], positions[n] + c)]))
+        for n, c in counts.items()}
     return r, fake
 
 
