@@ -328,7 +328,7 @@ def tenths(run: Run, upto: int) -> list[Tenth]:
               if "triggerExecution" in p.get("durationMs", {}) and lo <= _end_time(p) < hi]
         data = [p for p in ps if _rows(p) > 0]
         ms = [float(p["durationMs"]["triggerExecution"]) for p in data]
-        span = (min(hi, max((s.t for s in ss), default=lo)) - lo) or 1.0
+        span = (min(hi, max((s.t for s in ss), default=lo) + 1.0) - lo) or 1.0  # a sample per second
         rows, mem, sst = _state(ps[-1]) if ps else (0, float("nan"), float("nan"))
         nan = float("nan")
         out.append(Tenth(
@@ -514,6 +514,29 @@ def histo_growth(d: Path, first: int, last: int, top: int = 12) -> list[str]:
     return [f"{g / MB:+8.2f} MB  {c}  (now {y.get(c, 0) / MB:.2f} MB)" for g, c in growth]
 
 
+def nmt_growth(d: Path, first: int, last: int) -> list[str]:
+    """Committed native memory per JVM category (``jcmd VM.native_memory summary``), two tenths."""
+    import re
+
+    def parse(p: Path) -> dict[str, int]:
+        out = {}
+        line = r"^-?\s*(\S[^(\n]*?)\s+\(reserved=(\d+)KB, committed=(\d+)KB\)"
+        for m in re.finditer(line, p.read_text(), re.M):
+            out[m.group(1).strip().lstrip("- ").strip()] = int(m.group(3)) * 1024
+        m = re.search(r"Total: reserved=(\d+)KB, committed=(\d+)KB", p.read_text())
+        if m:
+            out["Total"] = int(m.group(2)) * 1024
+        return out
+
+    a, b = d / f"nmt-{first:02d}.txt", d / f"nmt-{last:02d}.txt"
+    if not (a.exists() and b.exists()):
+        return []
+    x, y = parse(a), parse(b)
+    return [f"{c:<28} {x.get(c, 0) / MB:8.1f} -> {y.get(c, 0) / MB:8.1f} MB "
+            f"({(y.get(c, 0) - x.get(c, 0)) / MB:+.1f})"
+            for c in sorted(set(x) | set(y), key=lambda c: x.get(c, 0) - y.get(c, 0))]
+
+
 # ---------------------------------------------------------------------------------- main
 
 
@@ -541,21 +564,29 @@ def main() -> None:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for the session (repeatable)")
     p.add_argument("--out", type=Path, default=Path("bench/results/soak.md"))
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoint, output and diagnostics (default out/bench_soak/<query>)")
     p.add_argument("--histo", action="store_true", help="jmap -histo:live at each tenth (full GC)")
     p.add_argument("--nmt", action="store_true", help="JVM native memory tracking at each tenth")
+    p.add_argument("--gc-log", action="store_true", help="the JVM's GC log (heap after each collection)")
     p.add_argument("--tracemalloc", action="store_true", help="the driver's allocations at each tenth")
     args = p.parse_args()
     if args.tracemalloc:
         tracemalloc.start(8)
     load_start = os.getloadavg()[0]
     started = datetime.datetime.now(datetime.UTC)
-    work = OUT / args.query
+    work = args.work or OUT / args.query
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     conf = dict(c.split("=", 1) for c in args.conf)
+    java_opts = [conf.get("spark.driver.extraJavaOptions", "")]  # Wire puts its own defaults first
     if args.nmt:
-        conf["spark.driver.extraJavaOptions"] = (conf.get("spark.driver.extraJavaOptions", "")
-                                                 + " -XX:NativeMemoryTracking=summary").strip()
+        java_opts.append("-XX:NativeMemoryTracking=summary")
+    if args.gc_log:  # every collection, and why G1 resized the heap
+        (work / "diag").mkdir(parents=True, exist_ok=True)
+        java_opts.append(f"-Xlog:gc,gc+ergo+heap=debug:file={(work / 'diag' / 'gc.log').resolve()}:uptime")
+    if " ".join(java_opts).strip():
+        conf["spark.driver.extraJavaOptions"] = " ".join(java_opts).strip()
     spark = wire.spark(args.master, conf, log_file=work / "spark.log")
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     duration = args.minutes * 60
@@ -576,9 +607,12 @@ def main() -> None:
 
     def report(state: str, upto: int) -> list[Tenth]:
         ts = tenths(run, upto)
-        extra = []
+        extra: list[str] = []
+        if args.nmt and upto >= 3:
+            extra += ["", f"JVM native memory (NMT, committed), tenth 2 -> {upto}:", "", "```",
+                      *nmt_growth(work / "diag", 2, upto), "```"]
         if args.histo and upto >= 3:
-            extra = ["", f"Live JVM heap growth, tenth 2 -> {upto} (`jmap -histo:live`):", "", "```",
+            extra += ["", f"Live JVM heap growth, tenth 2 -> {upto} (`jmap -histo:live`):", "", "```",
                      *histo_growth(work / "diag", 2, upto), "```"]
         write_md(args.out, args, run, ts, state, started, load_start, extra)
         return ts
@@ -636,7 +670,7 @@ def main() -> None:
         "heap": run.heap,
         "procs": [vars(pr) for pr in run.procs.values()],
         "progress": [run.progress[b] for b in sorted(run.progress)],
-    }))
+    }, default=str))
     print(f"wrote {args.out}; raw samples in {work / 'samples.json'}")
 
 
