@@ -239,32 +239,30 @@ def collect_progress(run: Run, query: Any) -> None:
 
 
 class Sampler(threading.Thread):
-    """Samples the tree every second, the JVM heap and Spark's progress every 5 s."""
+    """Samples the tree every second (``kind="tree"``), or the JVM heap and Spark's progress every
+    5 s (``kind="jvm"``: a py4j call can wait on a busy JVM, so it has its own thread)."""
 
-    def __init__(self, run: Run, spark: Any) -> None:
-        super().__init__(daemon=True, name="soak-sampler")
-        self.run_, self.spark = run, spark
+    def __init__(self, run: Run, spark: Any, kind: str) -> None:
+        super().__init__(daemon=True, name=f"soak-{kind}")
+        self.run_, self.spark, self.kind = run, spark, kind
         self.query: Any = None
         self.done = threading.Event()
 
     def run(self) -> None:
-        last_jvm = last_progress = 0.0
+        every = 1.0 if self.kind == "tree" else JVM_EVERY_S
         while not self.done.is_set():
             start = time.time()
-            sample_tree(self.run_, os.getpid())
-            if start - last_jvm >= JVM_EVERY_S:
-                last_jvm = start
-                try:
+            if self.kind == "tree":
+                sample_tree(self.run_, os.getpid())
+            else:
+                with contextlib.suppress(Exception):  # the JVM is going away: no heap figure
                     used, committed, old = jvm_heap(self.spark)
                     with self.run_.lock:
                         self.run_.heap.append((start, used, committed, old))
-                except Exception:  # the JVM is going away: no heap figure
-                    pass
-            if self.query is not None and start - last_progress >= PROGRESS_EVERY_S:
-                last_progress = start
-                with contextlib.suppress(Exception):  # the query is ending
-                    collect_progress(self.run_, self.query)
-            self.done.wait(max(0.0, 1.0 - (time.time() - start)))
+                if self.query is not None:
+                    with contextlib.suppress(Exception):  # the query is ending
+                        collect_progress(self.run_, self.query)
+            self.done.wait(max(0.0, every - (time.time() - start)))
 
 
 # ------------------------------------------------------------------------------ tenths
@@ -406,7 +404,14 @@ def verdict(ts: list[Tenth]) -> list[str]:
 # ------------------------------------------------------------------------------ report
 
 
-def machine(load_start: float) -> list[str]:
+def machine(load_start: float, cache: dict[str, list[str]] = {}) -> list[str]:  # noqa: B006
+    """CPU, RAM, the source tree's git revision, Java and Spark versions: read once, at the start."""
+    if "lines" not in cache:
+        cache["lines"] = _machine(load_start)
+    return cache["lines"]
+
+
+def _machine(load_start: float) -> list[str]:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown")
     ram = next((f"{int(line.split()[1]) / 2**20:.1f} GiB"
@@ -593,16 +598,20 @@ def main() -> None:
     events = int(args.rate * duration)
     flow = build_flow(args.query, args.rate, events, args.epoch_max, args.partitions, work / "out")
     run = Run(duration_s=duration)
-    sampler = Sampler(run, spark)
+    samplers = [Sampler(run, spark, "tree"), Sampler(run, spark, "jvm")]
     diag = Diagnostics(args, work / "diag")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupted = threading.Event()  # Ctrl-C / SIGTERM: stop the flow, keep the completed tenths
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+    signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    machine(load_start)
     print(f"soak: {args.query}, {args.rate:,} events/s for {args.minutes} min ({events:,} events), "
           f"{args.master}; JVM pid {jvm_pid}; load {load_start:.2f}", flush=True)
     run.t0 = time.time()
-    sampler.start()
+    for sampler in samplers:
+        sampler.start()
     running = flow.start(str(work / "ck"), spark=spark)
-    sampler.query = running.query
+    samplers[1].query = running.query
     done_tenths = [0]
 
     def report(state: str, upto: int) -> list[Tenth]:
@@ -637,18 +646,22 @@ def main() -> None:
 
     ticker = threading.Thread(target=tenth_loop, daemon=True, name="soak-tenths")
     ticker.start()
-    state = "finished"
-    try:
+    while running.is_active() and not interrupted.wait(1.0):
+        pass
+    if interrupted.is_set():
+        with contextlib.suppress(Exception):
+            running.stop(graceful=True, timeout_s=60)
+        state = "interrupted"
+    else:
         summary = running.await_termination()
         state = f"finished: {summary.epochs:,} epochs, {summary.input_events:,} input events"
-    except KeyboardInterrupt:
-        running.stop(graceful=False)
-        state = "interrupted"
     stop.set()
     ticker.join()
-    collect_progress(run, running.query)
-    sampler.done.set()
-    sampler.join()
+    with contextlib.suppress(Exception):
+        collect_progress(run, running.query)
+    for sampler in samplers:
+        sampler.done.set()
+        sampler.join()
     completed = 10 if state.startswith("finished") else done_tenths[0]
     if state == "interrupted":
         state = f"interrupted after {completed} of 10 tenths (the table has the completed tenths)"
