@@ -233,9 +233,23 @@ def jvm_heap(spark: Any) -> tuple[float, float, float]:
 
 
 def collect_progress(run: Run, query: Any) -> None:
-    with run.lock:
-        for p in query.recentProgress:
-            run.progress.setdefault(int(p["batchId"]), dict(p))
+    """Record the epochs of ``query.recentProgress`` not seen yet, only the fields the table uses
+    (a whole progress is a few kB: kept for every epoch of an hour it would grow the driver)."""
+    for p in query.recentProgress:
+        batch = int(p["batchId"])
+        if batch in run.progress:
+            continue
+        compact = {"batchId": batch, "timestamp": p["timestamp"], "durationMs": dict(p["durationMs"]),
+                   "numInputRows": p.get("numInputRows", 0),
+                   "sources": [{"numInputRows": s["numInputRows"]} for s in p.get("sources") or []],
+                   "stateOperators": [
+                       {"numRowsTotal": o.get("numRowsTotal", 0),
+                        "memoryUsedBytes": o.get("memoryUsedBytes", 0),
+                        "customMetrics": {"rocksdbSstFileSize":
+                                          (o.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)}}
+                       for o in p.get("stateOperators") or []]}
+        with run.lock:
+            run.progress[batch] = compact
 
 
 class Sampler(threading.Thread):
