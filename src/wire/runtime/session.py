@@ -41,6 +41,22 @@ whole store (snapshots are taken in the background), which took ~100 ms per stat
 partition per epoch on this machine. Python workers fork from
 :mod:`wire.runtime.daemon`, which has imported Wire once, instead of each importing it."""
 
+JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+DEFAULT_JAVA_OPTIONS = "-XX:GCTimeRatio=4 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+"""JVM options put before any ``spark.driver.extraJavaOptions`` of the caller (a later option
+wins, so the caller's own values of these flags override them).
+
+G1's heap sizing: with Java's default ``GCTimeRatio=12`` G1 grows the committed heap whenever
+its pauses take more than ~8 % of the time, and returns memory only after a concurrent cycle,
+which a flow whose live heap is small (Wire keeps state in RocksDB and the Python workers)
+rarely starts. On a busy machine pauses stretch (the GC threads wait for a core), so the
+heap of a long run kept growing towards ``spark.driver.memory`` (4g) while its live data
+stayed near 60 MB: the soak (``bench/soak.py``, ``bench/results/soak.md``) saw the JVM's
+committed heap go 374 -> 784 MB in 6 minutes, with "Expand the heap ... pause time ratio
+14 %" in the GC log. ``GCTimeRatio=4`` lets collections take up to 20 % of the time before
+the heap grows, and ``Min/MaxHeapFreeRatio=10/30`` shrink it back towards the live data
+after a collection that finds it mostly free."""
+
 
 def check_java() -> None:
     """Raise ``WireError`` with one clear line if Java 17+ is not available."""
@@ -56,6 +72,41 @@ def check_java() -> None:
         return
     if major < 17:
         raise WireError(f"Java 17 or newer is required by Spark; found Java {version} at {java}")
+
+
+NO_UI_RETENTION: dict[str, str] = {
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "1000",
+    "spark.ui.dagGraph.retainedRootRDDs": "50",
+}
+"""What the driver's status store keeps when the Spark UI is off (Spark's defaults: 1,000
+SQL executions, jobs and stages, 100,000 tasks per stage, every DAG graph).
+
+Spark records every SQL execution, job and stage in the driver's status store whether or
+not the UI runs, until the retention limits; a flow runs two or three SQL executions per
+epoch, each with its plan description, plan graph and one ``SQLPlanMetric`` per operator
+metric. In the soak (``bench/soak.py``) that held about 190,000 ``SQLPlanMetric`` objects and
+their strings after 15 minutes, and the JVM's heap after each collection climbed 220 ->
+312 MB while it filled. Nothing in Wire reads them (its progress comes from the query and
+the epoch log), so with the UI off Wire keeps 50."""
+
+
+def session_settings(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of a session Wire creates: :data:`DEFAULT_CONF` overridden by ``conf``.
+
+    ``spark.driver.extraJavaOptions`` is :data:`DEFAULT_JAVA_OPTIONS` followed by the one in
+    ``conf`` (if any), so the caller's options add to Wire's and win where they repeat a flag.
+    With the UI off (``spark.ui.enabled`` ``"false"``, Wire's default), the status store's
+    retention is :data:`NO_UI_RETENTION` unless ``conf`` sets it; with the UI on, Spark's.
+    """
+    settings = {**DEFAULT_CONF, **dict(conf or {})}
+    settings[JAVA_OPTIONS_KEY] = f"{DEFAULT_JAVA_OPTIONS} {settings.get(JAVA_OPTIONS_KEY, '')}".strip()
+    if str(settings.get("spark.ui.enabled", "true")).lower() == "false":
+        for key, value in NO_UI_RETENTION.items():
+            settings.setdefault(key, value)
+    return settings
 
 
 def spark_session(
@@ -83,7 +134,7 @@ def spark_session(
         if home is not None:
             os.environ["SPARK_HOME"] = home
     builder = SparkSession.builder.master(master).appName(app_name)
-    for k, v in {**DEFAULT_CONF, **dict(conf or {})}.items():
+    for k, v in session_settings(conf).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate() if log_file is None else _with_stderr_to(log_file, builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
