@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import json
 import os
+import pickle
 import re
 
 import pyarrow as pa
@@ -221,10 +222,9 @@ def test_replaying_the_same_offsets_gives_identical_batches(tmp_path, monkeypatc
         assert again == out["batches"]
 
 
-def test_planner_parses_each_file_once(tmp_path, monkeypatch):
-    write(tmp_path / "a.csv", csv_rows([(i, i, 1) for i in range(20)]))
-    write(tmp_path / "b.csv", csv_rows([(i, i, 1) for i in range(20)]))
-    calls = []
+def count_parses(monkeypatch) -> list[str]:
+    """The names of the files parsed from now on, in order (``parse_file`` counted)."""
+    calls: list[str] = []
     real = file_readers.parse_file
 
     def counting(path, spec):
@@ -232,6 +232,13 @@ def test_planner_parses_each_file_once(tmp_path, monkeypatch):
         return real(path, spec)
 
     monkeypatch.setattr(file_readers, "parse_file", counting)
+    return calls
+
+
+def test_planner_parses_each_file_once(tmp_path, monkeypatch):
+    write(tmp_path / "a.csv", csv_rows([(i, i, 1) for i in range(20)]))
+    write(tmp_path / "b.csv", csv_rows([(i, i, 1) for i in range(20)]))
+    calls = count_parses(monkeypatch)
     reader = WireFileStreamReader(binding(files(str(tmp_path / "*.csv"), format="csv")))
     start = reader.initialOffset()
     for _ in range(13):
@@ -474,18 +481,9 @@ def counters(out):
 def test_planner_indexes_the_next_file_ahead_once_and_pickles(tmp_path, monkeypatch):
     """After planning an epoch in file a, the next file in reading order is indexed in the
     background; planning it later parses nothing again; the reader still pickles."""
-    import pickle
-
     write(tmp_path / "a.csv", csv_rows([(i, i, 1) for i in range(5)]))
     write(tmp_path / "b.csv", csv_rows([(i, 10 + i, 1) for i in range(5)]))
-    calls = []
-    real = file_readers.parse_file
-
-    def counting(path, spec):
-        calls.append(os.path.basename(path))
-        return real(path, spec)
-
-    monkeypatch.setattr(file_readers, "parse_file", counting)
+    calls = count_parses(monkeypatch)
     reader = WireFileStreamReader(binding(files(str(tmp_path / "*.csv"), format="csv")))
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(3))
