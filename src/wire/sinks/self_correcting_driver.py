@@ -238,10 +238,7 @@ class SelfCorrectingSink(ExecutorSink):
         except WireError:
             raise
         except Exception as e:
-            if run.conn is not None:
-                with contextlib.suppress(Exception):
-                    run.conn.close()
-                run.conn, run.table = None, None
+            _drop_connection(run)
             raise WireError(f"{self.describe()}: epoch {epoch} not written: {e}") from e
         for old in (run.state_dir / "input").glob("*"):
             if old.name.isdigit() and int(old.name) <= epoch:
@@ -315,10 +312,7 @@ class SelfCorrectingSink(ExecutorSink):
             except WireError:
                 raise
             except Exception as e:
-                if run.conn is not None:
-                    with contextlib.suppress(Exception):
-                        run.conn.close()
-                    run.conn, run.table = None, None
+                _drop_connection(run)
                 raise WireError(f"{self.describe()}: check after epoch {epoch} failed: {e}") from e
             self._count(run, out)
             run.counters["sc_quiet_checks"] += 1
@@ -410,3 +404,11 @@ def _default_partitions() -> int:
 
     sc = SparkContext._active_spark_context
     return max(2, int(sc.defaultParallelism)) if sc is not None else 2
+
+
+def _drop_connection(run: Any) -> None:
+    """Close a run's database connection after a failed write (the next write reconnects)."""
+    if run.conn is not None:
+        with contextlib.suppress(Exception):
+            run.conn.close()
+        run.conn, run.table = None, None
