@@ -15,14 +15,19 @@ The rules, for a source with partitions ``p`` and ``max_delay`` ``D``:
   planner's wall-clock time when it last admitted a record of ``p`` (valid or
   malformed), or the time the source started if ``p`` never had one. A partition
   whose records wait for admission (back-pressure) is never idle. Without ``T``
-  no partition is ever idle.
+  no partition is ever idle. The idle clock restarts with the process: ``last_p``
+  is at least ``resumed``, the time this process's planner started, since a flow
+  that was down (killed, stopped, restarting) did not hear its partitions and
+  cannot call them silent. Without that rule a restart that takes longer than
+  ``T`` would make every partition idle at once and move the watermark by the
+  downtime, turning the backlog that waited in the meantime into late events.
 * **Done partition.** In a bounded source a partition with no record left that
   admitted none in the epoch is done: it will never produce another event, so it no
   longer counts (in the epoch that admits its last records it still counts).
 * **Source watermark.** ``W = max(W, candidate)`` (monotonic), where the candidate is
   the minimum of ``W_p`` over the partitions that are neither idle nor done; if every
   remaining partition is idle, the watermark follows processing time from where each
-  partition went idle: ``max over p of W_p + (now - last_p - T)`` (partitions that
+  partition went idle: ``max over p of W_p + (now - max(last_p, resumed) - T)`` (partitions that
   never had an event take no part; if none had one, the candidate is
   :data:`NO_WATERMARK`). The extrapolation starts at ``W_p`` the moment ``p`` turns
   idle, so a single-partition source does not jump when it goes quiet.
@@ -128,13 +133,28 @@ def fair_split(demands: Sequence[int], budget: int | None, first: int = 0) -> li
 
 
 def is_idle(
-    *, pending: bool, last_arrival: int | None, started: int, now: int, idle_timeout_ms: int | None
+    *,
+    pending: bool,
+    last_arrival: int | None,
+    started: int,
+    now: int,
+    idle_timeout_ms: int | None,
+    resumed: int | None = None,
 ) -> bool:
-    """Whether a partition is idle at ``now`` (see the module rules)."""
+    """Whether a partition is idle at ``now`` (see the module rules).
+
+    ``resumed`` (ms): when this process's planner started; silence before it (a flow that
+    was down) does not count. None: no restart to account for.
+    """
     if idle_timeout_ms is None or pending:
         return False
-    since = started if last_arrival is None else last_arrival
-    return now - since > idle_timeout_ms
+    last = started if last_arrival is None else last_arrival
+    return now - _silent_since(last, resumed) > idle_timeout_ms
+
+
+def _silent_since(last: int, resumed: int | None) -> int:
+    """Where a partition's idle clock starts: its last admission, not before this process started."""
+    return last if resumed is None else max(last, resumed)
 
 
 def advance_partition(
@@ -149,11 +169,13 @@ def advance_partition(
     now: int,
     started: int,
     policy: WatermarkPolicy,
+    resumed: int | None = None,
 ) -> PartitionState:
     """Return the partition after admitting ``taken`` records ending at ``(file, record)``.
 
     ``max_event_time`` is the largest event time among the admitted records (None: no
-    valid record); ``pending`` says whether records are left to admit now.
+    valid record); ``pending`` says whether records are left to admit now; ``resumed``
+    is when this process's planner started (:func:`is_idle`).
     """
     max_et = prev.max_event_time
     if max_event_time is not None:
@@ -163,7 +185,8 @@ def advance_partition(
         watermark = max(watermark, max_et - policy.max_delay_ms)
     last = now if taken else prev.last_arrival
     idle = is_idle(
-        pending=pending, last_arrival=last, started=started, now=now, idle_timeout_ms=policy.idle_timeout_ms
+        pending=pending, last_arrival=last, started=started, now=now, idle_timeout_ms=policy.idle_timeout_ms,
+        resumed=resumed,
     )
     return replace(
         prev,
@@ -179,9 +202,17 @@ def advance_partition(
 
 
 def source_watermark(
-    prev: int, partitions: Mapping[str, PartitionState], now: int, policy: WatermarkPolicy
+    prev: int,
+    partitions: Mapping[str, PartitionState],
+    now: int,
+    policy: WatermarkPolicy,
+    resumed: int | None = None,
 ) -> int:
-    """Return the source watermark after ``prev`` given the partitions' states (monotonic)."""
+    """Return the source watermark after ``prev`` given the partitions' states (monotonic).
+
+    ``resumed`` (ms): when this process's planner started; an all-idle source extrapolates
+    from its partitions' last admissions but not from before it (module rules).
+    """
     live = [p for p in partitions.values() if not p.done]
     if not live:
         return prev
@@ -192,7 +223,7 @@ def source_watermark(
         timeout = policy.idle_timeout_ms or 0
         candidate = max(
             (
-                p.watermark + (now - p.last_arrival - timeout)
+                p.watermark + (now - _silent_since(p.last_arrival, resumed) - timeout)
                 for p in live
                 if p.last_arrival is not None and p.watermark != NO_WATERMARK
             ),

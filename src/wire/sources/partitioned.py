@@ -369,7 +369,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             state = advance_partition(prev, file="", record=0, taken=count,
                                       max_event_time=int(ets.max()) if len(ets) else None,
                                       pending=count >= a and a < want, bounded=bounded, now=now,
-                                      started=started, policy=self._policy)
+                                      started=started, policy=self._policy, resumed=admission.resumed)
             if n not in listed and not count:
                 state = replace(state, done=True)
             backlog = backlogs[n]
@@ -383,7 +383,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         if not taken and not dead and bounded and budget != 0:
             return self._ended(start, now)
         watermark = source_watermark(start["watermark"], {n: p.state for n, p in after.items()}, now,
-                                     self._policy)
+                                     self._policy, resumed=admission.resumed)
         if not taken and not dead and (
             self._available_now or bounded  # a fixed input: no watermark-only epochs
             or not should_tick(start["watermark"], watermark, start["at"], now, self._policy)

@@ -33,6 +33,9 @@ class Admission:
     """At most this many records (None: everything available, ``availableNow``)."""
     started: int
     """When the run started (ms): recorded in the offsets, else this process's first planning."""
+    resumed: int
+    """When this process's planner first planned (ms): the idle clock starts no earlier
+    (:func:`wire.core.watermarks.is_idle`)."""
 
 
 class AdmissionBinding(Protocol):
@@ -146,4 +149,5 @@ class SizedAdmission:
             budget = min(rows, sized)
         if self._started is None:
             self._started = now
-        return Admission(now, budget, self._started if start["started"] is None else start["started"])
+        return Admission(now, budget, self._started if start["started"] is None else start["started"],
+                         self._started)

@@ -335,3 +335,66 @@ def test_dead_letters_found_while_planning_are_recorded_and_replayed():
         assert data == [] and dead == [("a", "a problem found while planning")]
         assert (metrics["problems"], metrics["records"]) == (1, 0)
     assert r.latestOffset(o1, r.getDefaultReadLimit()) == o1  # found once
+
+
+class ColdReader(MemoryReader):
+    """A reader whose first reads after a (re)start come back empty, like a Kafka consumer
+    whose first fetch has not arrived yet, while the records are there (backlog)."""
+
+    def __init__(self, data, *, clock, idle_timeout: int) -> None:
+        super().__init__(data, budget=2, delay=10, clock=clock)
+        self._binding = MemoryBinding("mem", MemorySource(idle_timeout=idle_timeout), SCHEMA, "t", 10, 2, 2)
+        self._init_live(self._binding, clock)
+        self.cold = False
+
+    def read_from(self, name: str, position: Position, budget: int) -> Admitted:
+        return super().read_from(name, position, 0 if self.cold else budget)
+
+
+def test_a_restart_does_not_count_the_downtime_as_idleness():
+    """Hand-derived: idle_timeout 2 s, delay 10. The flow is down for 60 s after epoch 1; the
+    restarted planner's first reads come back empty. Silence before the restart is not
+    idleness (SPEC §2: a partition *silent* for idle_timeout), so the watermark stays at 90
+    and the backlog that waited is on time; only 2 s after the restart, still without a
+    record, do the partitions go idle, and the watermark extrapolates from the restart."""
+    data = {"a": [100, 200, 5_000], "b": [150, 250, 5_100]}
+    now = [1_000]
+    r1 = ColdReader(data, clock=lambda: now[0], idle_timeout=2_000)
+    o1 = r1.latestOffset(r1.initialOffset(), r1.getDefaultReadLimit())
+    assert o1["watermark"] == min(100, 150) - 10 == 90
+    now[0] = 61_000  # killed at 1 s, the new process plans at 61 s
+    r2 = ColdReader(data, clock=lambda: now[0], idle_timeout=2_000)
+    r2.cold = True
+    assert r2.latestOffset(o1, r2.getDefaultReadLimit()) == o1  # no jump, so no epoch
+    now[0] = 62_500
+    assert r2.latestOffset(o1, r2.getDefaultReadLimit()) == o1  # 1.5 s since the restart
+    r2.cold = False
+    o2 = r2.latestOffset(o1, r2.getDefaultReadLimit())
+    assert o2["watermark"] == min(200, 250) - 10 == 190  # the waiting records are on time
+    r3 = ColdReader(data, clock=lambda: now[0], idle_timeout=2_000)
+    r3.cold = True
+    now[0] = 70_000  # restarted again at 70 s, silent until 73 s
+    assert r3.latestOffset(o2, r3.getDefaultReadLimit()) == o2
+    now[0] = 73_000
+    o3 = r3.latestOffset(o2, r3.getDefaultReadLimit())
+    # every partition idle since 70 s + 2 s; the largest partition watermark (b: 240) moves on
+    assert o3["watermark"] == 240 + (73_000 - 70_000 - 2_000) == 1_240
+
+
+@given(down=st.integers(0, 10**7), wait=st.integers(0, 10_000), timeout=st.integers(1, 5_000))
+@settings(max_examples=200, deadline=None)
+def test_after_any_downtime_the_watermark_moves_only_by_silence_after_the_restart(down, wait, timeout):
+    """For every downtime, idle timeout and silence after the restart: the watermark after
+    the restart is the old one, plus (silence - timeout) once the silence passes the timeout."""
+    data = {"a": [100, 200], "b": [150, 250]}
+    now = [1_000]
+    r1 = ColdReader(data, clock=lambda: now[0], idle_timeout=timeout)
+    o1 = r1.latestOffset(r1.initialOffset(), r1.getDefaultReadLimit())
+    now[0] = 1_000 + down
+    r2 = ColdReader(data, clock=lambda: now[0], idle_timeout=timeout)
+    r2.cold = True
+    r2.latestOffset(o1, r2.getDefaultReadLimit())  # the restarted planner's first planning
+    now[0] += wait
+    o2 = r2.latestOffset(o1, r2.getDefaultReadLimit())
+    want = 140 + (wait - timeout) if wait > timeout else 90  # idle only after `timeout` ms of silence
+    assert o2["watermark"] == want
