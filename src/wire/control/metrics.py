@@ -117,8 +117,8 @@ class FlowCollector(Collector):
                     malformed.add_metric([fid, step], value)
             for sink, n in sorted(c.rows_written.items()):
                 written.add_metric([fid, sink], n)
-            driver_rows.add_metric([fid], sum(c.driver_rows))
-            driver_bytes.add_metric([fid], sum(c.driver_bytes))
+            driver_rows.add_metric([fid], c.driver_rows_total)
+            driver_bytes.add_metric([fid], c.driver_bytes_total)
             for emit, n in sorted(c.emitted.items()):
                 emitted.add_metric([fid, emit], n)
             restarts.add_metric([fid], int(getattr(flow.summary, "restarts", 0)))

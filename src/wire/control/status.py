@@ -69,10 +69,15 @@ class Counters:
     rows_written: dict[str, int]
     emitted: dict[str, int]
     source_steps: tuple[str, ...]
-    driver_rows: tuple[int, ...] = ()
-    """Per epoch, data rows that reached the driver (0 when every sink is an executor sink)."""
-    driver_bytes: tuple[int, ...] = ()
-    """Per epoch, bytes of the epoch job's result that reached the driver."""
+    driver_rows_last: int | None = None
+    """Data rows that reached the driver in the last epoch (0 when every sink is an executor
+    sink; None before the first epoch)."""
+    driver_rows_total: int = 0
+    """Data rows that reached the driver over the run."""
+    driver_bytes_last: int | None = None
+    """Bytes of the last epoch job's result that reached the driver (None before the first)."""
+    driver_bytes_total: int = 0
+    """Bytes of the epoch jobs' results that reached the driver over the run."""
 
     def per_step(self, counter: str) -> dict[str, int]:
         """``{step: value}`` of one counter, e.g. ``"late"``."""
@@ -92,6 +97,17 @@ class Counters:
         return out
 
 
+def _series(summary: Any, name: str) -> dict[str, Any]:
+    """``<name>_last`` and ``<name>_total`` of a per-epoch series of ``summary``.
+
+    Without copying it: a :class:`~wire.runtime.recent.RecentEpochs` knows its total.
+    """
+    values = getattr(summary, name, [])
+    last = values[-1] if len(values) else None
+    total = getattr(values, "total", None)
+    return {f"{name}_last": last, f"{name}_total": int(sum(values) if total is None else total)}
+
+
 def counters_of(summary: Any, *, attempts: int = 5) -> Counters:
     """Copy ``summary``'s counters; retry if the epoch thread changed them meanwhile."""
     for attempt in range(attempts):
@@ -103,8 +119,8 @@ def counters_of(summary: Any, *, attempts: int = 5) -> Counters:
                 rows_written=dict(summary.rows_written),
                 emitted=dict(summary.emitted),
                 source_steps=tuple(summary.source_steps),
-                driver_rows=tuple(getattr(summary, "driver_rows", ())),
-                driver_bytes=tuple(getattr(summary, "driver_bytes", ())),
+                **_series(summary, "driver_rows"),
+                **_series(summary, "driver_bytes"),
             )
         except RuntimeError:  # "dictionary changed size during iteration"
             if attempt == attempts - 1:
@@ -329,10 +345,10 @@ def status_of(flow_id: str, flow: FlowHandle, rate: RateMeter) -> FlowStatus:
         malformed=counters.per_step("malformed"),
         rows_written=dict(sorted(counters.rows_written.items())),
         driver=DriverTraffic(
-            rows_last_epoch=counters.driver_rows[-1] if counters.driver_rows else None,
-            bytes_last_epoch=counters.driver_bytes[-1] if counters.driver_bytes else None,
-            rows_total=sum(counters.driver_rows),
-            bytes_total=sum(counters.driver_bytes),
+            rows_last_epoch=counters.driver_rows_last,
+            bytes_last_epoch=counters.driver_bytes_last,
+            rows_total=counters.driver_rows_total,
+            bytes_total=counters.driver_bytes_total,
         ),
         sources=sources,
         breakers=breakers_of(flow),

@@ -61,6 +61,7 @@ from wire.runtime.dataplane import RESULT_TYPE, EpochResult, PartitionWriter, Ro
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
 from wire.runtime.progress import ProgressReporter
+from wire.runtime.recent import RecentEpochs
 from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
@@ -76,6 +77,11 @@ class RunSummary:
     waited for input, was paused or held by a breaker (the dashboard's and ``wire
     report``'s epoch duration); ``epoch_wall_seconds`` the time between consecutive epoch
     completions (the full epoch latency including Spark's work, and any wait before it).
+
+    The four per-epoch series (``epoch_seconds``, ``epoch_wall_seconds``, ``driver_rows``,
+    ``driver_bytes``) are lists of the newest 10,000 epochs' values
+    (:class:`~wire.runtime.recent.RecentEpochs`: ``.total`` sums them all, ``.dropped``
+    counts the older values let go), so that a run of millions of epochs stays bounded.
     """
 
     flow_id: str
@@ -84,13 +90,13 @@ class RunSummary:
     metrics: Counter[tuple[str, str]] = field(default_factory=Counter)
     rows_written: Counter[str] = field(default_factory=Counter)
     emitted: Counter[str] = field(default_factory=Counter)
-    epoch_wall_seconds: list[float] = field(default_factory=list)
-    epoch_seconds: list[float] = field(default_factory=list)
-    driver_rows: list[int] = field(default_factory=list)
+    epoch_wall_seconds: RecentEpochs = field(default_factory=RecentEpochs)
+    epoch_seconds: RecentEpochs = field(default_factory=RecentEpochs)
+    driver_rows: RecentEpochs = field(default_factory=RecentEpochs)
     """Per epoch, the data rows that reached the driver: zero when every sink is an
     executor sink (Parquet, JSON Lines, Delta, PostgreSQL, SQLite); driver sinks
     (console, webhook, Redis stream, memory, guarded, round_robin) receive theirs there."""
-    driver_bytes: list[int] = field(default_factory=list)
+    driver_bytes: RecentEpochs = field(default_factory=RecentEpochs)
     """Per epoch, the bytes of the epoch job's result that reached the driver:
     receipts, metric records, previews of dead letters and late events, and the rows of
     driver sinks."""
