@@ -35,7 +35,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wire.state.assigners import Session
 from wire.state.kernels import FIRED, WINDOW_END, le_bound
 from wire.state.segments import Segments
 from wire.state.sessions import closed_by
@@ -51,7 +50,7 @@ SLICE_ROWS = 500_000
 
 def bucketed(spec: WindowSpec) -> bool:
     """True when ``spec``'s state is bucketed by window end (tumbling or sliding, no callbacks)."""
-    return not isinstance(spec.assigner, Session) and not spec.needs_events
+    return not spec.sessions and not spec.needs_events
 
 
 def _with_fired(table: pa.Table, fired: bool) -> pa.Table:
