@@ -46,6 +46,7 @@ from wire.core.envelope import (
     side_batch,
 )
 from wire.core.time import NO_WATERMARK
+from wire.state.operator_watermarks import Mark, fold_marks, input_watermark
 from wire.state.packed_chunks import PackedChunks
 
 OPERATOR_STATE = StructType(
@@ -219,7 +220,7 @@ class GroupInput:
     """All rows (envelope-only schema)."""
     blobs: dict[str, list[pa.Table]]
     """Data blobs by port."""
-    marks: list[tuple[str | None, int]]
+    marks: list[Mark]
     """Watermark rows: (channel, watermark)."""
 
 
@@ -266,18 +267,15 @@ class OperatorState:
         packed = pa.table({n: pa.array([encode_table(t)], pa.binary()) for n, t in tables.items()})
         return (self.wm_in, self.wm_out, json.dumps(self.channels or {}), encode_table(packed))
 
-    def advance_input(self, marks: list[tuple[str | None, int]], expected: tuple[str, ...]) -> int:
+    def advance_input(self, marks: list[Mark], expected: tuple[str, ...]) -> int:
         """Fold watermark rows into the channels; return the new input watermark.
 
-        ``in' = max(in, min over expected channels)`` (Beam rule, SPEC §2).
+        ``in' = max(in, min over expected channels)`` (Beam rule, SPEC §2:
+        :mod:`wire.state.operator_watermarks`). ``wm_in`` is left as it is: the epoch's
+        processing still needs the input watermark in force while its events arrived.
         """
-        channels = self.channels if self.channels is not None else {}
-        for channel, wm in marks:
-            name = channel or expected[0]
-            channels[name] = max(int(wm), channels.get(name, NO_WATERMARK))
-        self.channels = channels
-        upstream = min(channels.get(c, NO_WATERMARK) for c in expected)
-        return max(self.wm_in, upstream)
+        self.channels = fold_marks(self.channels or {}, marks, expected)
+        return input_watermark(self.wm_in, self.channels, expected)
 
 
 def output_frame(

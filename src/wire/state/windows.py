@@ -59,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 
 from wire.core.time import INT64_MAX, INT64_MIN
+from wire.state import operator_watermarks as OW
 from wire.state.aggregator import Aggregator
 from wire.state.assigners import Session, Sliding, Tumbling, earliest_start
 from wire.state.emission import ORDER, callback_rows
@@ -562,7 +563,6 @@ def output_watermark(old_out: int, new_in: int, state: pa.Table | None, spec: Wi
 
 def watermark_with_hold(old_out: int, new_in: int, hold: int | None, spec: WindowSpec) -> int:
     """:func:`output_watermark` given the hold of the windows in state (None: no hold)."""
-    if INT64_MIN < new_in < INT64_MAX:  # no watermark yet / end of input: nothing to add
-        possible = earliest_start(new_in, spec.assigner)
-        hold = possible if hold is None else min(hold, possible)
-    return max(old_out, new_in if hold is None else min(new_in, hold))
+    # no watermark yet / end of input: no window an on-time event could open to add
+    possible = earliest_start(new_in, spec.assigner) if INT64_MIN < new_in < INT64_MAX else None
+    return OW.output_watermark(old_out, new_in, hold, possible)
