@@ -112,7 +112,7 @@ def chain_of(plan: Plan) -> list[Node]:
         ports, or a sink on a port that the compiled flow does not produce.
     """
     ops = operators(plan)
-    if not any(isinstance(n, SourceNode) for n in ops):
+    if not source_steps(plan):
         raise PlanError(f"flow {plan.flow_id!r} has no source")
     steps = {n.step: n for n in ops}
     readers = port_readers(plan)
