@@ -68,6 +68,18 @@ class Window(ABC):
             kernels then merge.
         """
 
+    def start_of(self, end: int) -> int:
+        """The start (ms) of the window of this kind that ends at ``end`` (ms).
+
+        ``end - size`` for tumbling and sliding windows.
+
+        Raises
+        ------
+        ValueError
+            For merging windows: a session's start is not set by its end.
+        """
+        raise ValueError(f"{self.describe()}: a merged window's start is not set by its end")
+
     @abstractmethod
     def describe(self) -> str:
         """The kind and its durations in ms, stable across runs, e.g. ``"Tumbling(size=10000 ms)"``.
@@ -110,6 +122,10 @@ class Tumbling(Window):
         t = np.asarray(event_time, dtype=np.int64)
         start = t - np.mod(t, np.int64(self.size_ms))
         return np.arange(len(t), dtype=np.int64), start, add_saturating(start, self.size_ms)
+
+    def start_of(self, end: int) -> int:
+        """``end - size``."""
+        return end - self.size_ms
 
     def describe(self) -> str:
         """``"Tumbling(size=<size> ms)"``."""
@@ -223,6 +239,10 @@ class Sliding(Window):
         keep = representable & (np.repeat(t, n_max) - start < np.int64(size))
         rows, start = rows[keep], start[keep]
         return rows, start, add_saturating(start, size)
+
+    def start_of(self, end: int) -> int:
+        """``end - size``."""
+        return end - self.size_ms
 
     def describe(self) -> str:
         """``"Sliding(size=<size> ms, slide=<slide> ms)"``."""

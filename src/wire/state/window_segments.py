@@ -232,7 +232,7 @@ def hold(segments: Segments, wm_out: int, spec: WindowSpec) -> int | None:
     """Earliest start (ms) of a window in state that has not fired at ``wm_out`` (None: none)."""
     stored = np.asarray(segments.buckets(), dtype=np.int64)
     open_ = stored[~le_bound(stored, wm_out)]
-    return int(open_.min()) - spec.assigner.size_ms if len(open_) else None  # type: ignore[union-attr]
+    return spec.assigner.start_of(int(open_.min())) if len(open_) else None
 
 
 def output_watermark(old_out: int, new_in: int, segments: Segments, spec: WindowSpec) -> int:
