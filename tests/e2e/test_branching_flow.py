@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
-from wire.compiler.plan_compiler import chain_of, outputs_of
+from wire.plan.graph import chain_of, outputs_of
 from wire.runtime.checkpoint import list_epochs, source_count
 from wire.sources.base import ALL_CAPABILITIES, Capability
 from wire.sources.file_source import FileSource

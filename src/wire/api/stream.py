@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
-from wire.core.windowing import Session, Sliding, Tumbling, Window
+from wire.core.windowing import Window
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError, PlanError
-from wire.plan.fingerprint import key_of
+from wire.plan.graph import key_of
 from wire.plan.nodes import (
     ALL_STEPS,
     DEAD_LETTER,
@@ -143,7 +143,7 @@ class Stream:
     def overflow(self) -> Stream:
         """The overflow port of a ``throttle(..., mode="overflow")`` step."""
         node = self.flow.plan().node(self.ref.step)
-        if not isinstance(node, ThrottleNode) or node.mode != "overflow":
+        if OVERFLOW not in node.side_ports():
             raise PlanError(f"overflow(): step {self.ref.step!r} is not a throttle in overflow mode")
         return Stream(self.flow, PortRef(self.ref.step, OVERFLOW))
 
@@ -194,7 +194,7 @@ class Stream:
             On an unknown window type, emission mode or non-callable callback.
         """
         self._require_out("window")
-        if not isinstance(window, Tumbling | Sliding | Session):
+        if not isinstance(window, Window):
             raise ConfigError(
                 "window", window, "wire.Tumbling(size), wire.Sliding(size, slide) or wire.Session(gap)"
             )
@@ -468,7 +468,7 @@ class Stream:
         ``.late().drop()`` discards it on purpose.
         """
         node = self.flow.plan().node(self.ref.step)
-        if not isinstance(node, WindowAggregateNode | IntervalJoinNode | ProcessNode):
+        if LATE not in node.side_ports():
             raise PlanError(f"late(): step {self.ref.step!r} is not a window aggregation, join or process")
         return Stream(self.flow, PortRef(self.ref.step, LATE))
 

@@ -19,15 +19,12 @@ and the end of input once the input ended.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -37,26 +34,16 @@ from wire.compiler.keyed import (
     GroupInput,
     KeyedProcessor,
     OperatorState,
-    output_frame,
-    pack_events,
-    pandas_safe,
-    passthrough,
-    seeded,
-    stage_name,
+    PackEvents,
+    packed,
+    stateful_stage,
 )
-from wire.core.arrow_types import arrow_payload_schema, spark_schema
+from wire.core.arrow_types import arrow_payload_schema
 from wire.core.envelope import (
-    ENVELOPE_ARROW,
-    KG,
-    KIND,
-    KIND_DATA,
-    METRICS_PORT,
-    metrics_table,
-    side_batch,
     with_envelope,
 )
 from wire.errors import ConfigError
-from wire.plan.nodes import LATE, IntervalJoinNode, PortRef
+from wire.plan.nodes import IntervalJoinNode
 from wire.state import join as J
 from wire.state import join_epoch as JE
 
@@ -108,33 +95,10 @@ class JoinStage:
     channels: tuple[str, ...]
     key_groups: int
 
-class PackSide:
-    """``mapInArrow`` function: one side's events, one blob row per key group."""
-
-    def __init__(self, stage: JoinStage, side: str) -> None:
-        self.stage = stage
-        self.side = side
-        self.__name__ = stage_name(stage.step)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Pack one partition's batches."""
-        return pandas_safe(self._rows(batches))
-
-    def _rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        payload = self.stage.left if self.side == LEFT else self.stage.right
-        n = 0
-        for batch in batches:
-            control = passthrough(batch)
-            if control is not None:
-                yield control
-            data = batch.filter(pc.equal(batch.column(KIND), KIND_DATA))
-            if data.num_rows:
-                n += data.num_rows
-                yield from pack_events(self.side, data, payload)
-        if n:
-            stats = {f"events:{self.side}": n}
-            yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(self.stage.step, stats),
-                             key_group=0)
+def pack_side(stage: JoinStage, side: str) -> PackEvents:
+    """The pre-stage of one side: its events, one blob row per key group on port ``side``."""
+    payload = stage.left if side == LEFT else stage.right
+    return PackEvents(stage.step, side, payload, metric=f"events:{side}")
 
 
 class JoinProcessor(KeyedProcessor[JoinStage]):
@@ -145,13 +109,16 @@ class JoinProcessor(KeyedProcessor[JoinStage]):
         super().init(handle)
         self.hashes = MapStateHashes(handle.getMapState("keyindex", SEGMENT_KEY, KEY_INDEX_VALUE))
 
+    def state_calls(self) -> int:
+        """The base's state calls and the key index's."""
+        return self.chunks.calls + self.hashes.calls
+
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
     ) -> pd.DataFrame:
         """Run :func:`wire.state.join_epoch.on_epoch` on the key group's state; pack its outputs."""
         st = self.stage
         tables = dict(op.tables or {})
-        calls0 = self.chunks.calls + self.hashes.calls
         out = JE.on_epoch(
             self.chunks, tables.get(SEGMENT_INDEX),
             JE.JoinInputs(left=group.blobs.get(LEFT, []), right=group.blobs.get(RIGHT, [])),
@@ -160,22 +127,10 @@ class JoinProcessor(KeyedProcessor[JoinStage]):
             # a checkpoint written before the bucketed layout
             legacy_left=tables.pop(LEFT, None), legacy_right=tables.pop(RIGHT, None),
         )
-        old_out = op.wm_out
-        op.wm_in, op.wm_out = new_in, out.wm_out
-        op.tables = {**tables, SEGMENT_INDEX: out.index}
-        stats = {**out.stats, "state_calls": self.chunks.calls + self.hashes.calls - calls0}
-        return output_frame(
-            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=out.joined,
-            event_time=out.joined.column("event_time"), watermark=old_out, side_in=group.table,
-            late=out.late, late_port=PortRef(st.step, LATE).port_id(), new_out=out.wm_out, stats=stats,
+        return self.finish(
+            kg, group, op, new_in=new_in, new_out=out.wm_out, tables={**tables, SEGMENT_INDEX: out.index},
+            results=out.joined, event_time=out.joined.column("event_time"), late=out.late, stats=out.stats,
         )
-
-
-def _keyed(df: DataFrame, key: str, key_groups: int) -> DataFrame:
-    kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")
-    return df.withColumn(
-        KG, F.when(F.col(KIND) == KIND_DATA, kg).otherwise(F.coalesce(F.col(KG), F.lit(0)))
-    )
 
 
 def compile_join(
@@ -214,13 +169,6 @@ def compile_join(
     except ConfigError as e:
         raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
     stage = JoinStage(node.step, spec, lp, rp, with_envelope(out), channels, key_groups)
-    env = spark_schema(ENVELOPE_ARROW)
-    packed_left = _keyed(left, left_key, key_groups).mapInArrow(PackSide(stage, LEFT), env)
-    packed_right = _keyed(right, left_key, key_groups).mapInArrow(PackSide(stage, RIGHT), env)
-    return packed_left.unionByName(packed_right).groupBy(KG).transformWithStateInPandas(
-        statefulProcessor=JoinProcessor(stage),
-        outputStructType=spark_schema(stage.out),
-        outputMode="Append",
-        timeMode="None",
-        initialState=seeded(packed_left, seed),
-    )
+    sides = packed(left, left_key, key_groups, pack_side(stage, LEFT)).unionByName(
+        packed(right, left_key, key_groups, pack_side(stage, RIGHT)))
+    return stateful_stage(sides, JoinProcessor(stage), seed)

@@ -1,13 +1,16 @@
 """Shared machinery of Wire's keyed (stateful) operators on Spark.
 
-A keyed operator is a ``mapInArrow`` pre-stage on executors that packs each key
-group's events into one Arrow IPC blob row, then ``groupBy(key group)
-.transformWithStateInPandas`` with one call per key group per epoch. This module
-holds the parts every such operator shares: blob packing, decoding the
-envelope-only rows Spark hands the processor, watermark channels (SPEC §2:
-an operator's input watermark is the minimum over its input channels), and the
-output rows (results, side rows, watermark rows to every downstream key group,
-metrics).
+A keyed operator (window, join, process) is a ``mapInArrow`` pre-stage on executors
+that packs each key group's events into one Arrow IPC blob row
+(:class:`KeyedPreStage`, :class:`PackEvents`; the key group is ``hash(key) mod
+key_groups``, :func:`with_key_group`), then ``groupBy(key group)
+.transformWithStateInPandas`` with one call per key group per epoch
+(:func:`stateful_stage`, :class:`KeyedProcessor`). This module holds the parts every
+such operator shares: blob packing, decoding the envelope-only rows Spark hands the
+processor, watermark channels (SPEC §2: an operator's input watermark is the minimum
+over its input channels, :mod:`wire.state.operator_watermarks`), and the output rows
+(results, side rows, watermark rows to every downstream key group, metrics). An
+operator's module brings only its pure kernel's call.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, GroupedData
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from wire.core.arrow_types import spark_schema
 from wire.core.envelope import (
     BLOB,
     ENVELOPE_ARROW,
@@ -46,6 +51,8 @@ from wire.core.envelope import (
     side_batch,
 )
 from wire.core.time import NO_WATERMARK
+from wire.plan.nodes import LATE, PortRef
+from wire.state.operator_watermarks import Mark, fold_marks, input_watermark
 from wire.state.packed_chunks import PackedChunks
 
 OPERATOR_STATE = StructType(
@@ -211,6 +218,89 @@ def passthrough(batch: pa.RecordBatch) -> pa.RecordBatch | None:
     return conform(control, ENVELOPE_ARROW) if control.num_rows else None
 
 
+def with_key_group(df: DataFrame, key: str, key_groups: int) -> DataFrame:
+    """``df`` with its data rows' key group (``__kg``): ``xxhash64(key) mod key_groups``.
+
+    Watermark and side rows keep the key group they carry (0 when they carry none).
+    """
+    kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")
+    return df.withColumn(KG, F.when(F.col(KIND) == KIND_DATA, kg).otherwise(F.coalesce(F.col(KG), F.lit(0))))
+
+
+class KeyedPreStage:
+    """Base of a keyed operator's ``mapInArrow`` pre-stage (a function on executors).
+
+    It is named after the step (:func:`stage_name`: :mod:`wire.runtime.rescale` finds the
+    operator by it) and turns one partition's envelope batches into envelope-only rows
+    (:meth:`rows`, with the partition's counters as its locals).
+    """
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+        self.__name__ = stage_name(step)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Transform one partition's batches into envelope-only rows."""
+        return pandas_safe(self.rows(batches))
+
+    def rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One partition's envelope-only rows."""
+        raise NotImplementedError
+
+
+def each_batch(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[pa.RecordBatch | None, pa.RecordBatch]]:
+    """Per batch: its watermark and side rows (:func:`passthrough`; None: none) and its data rows."""
+    for batch in batches:
+        yield passthrough(batch), batch.filter(pc.equal(batch.column(KIND), KIND_DATA))
+
+
+class PackEvents(KeyedPreStage):
+    """Pre-stage that packs the events into one blob row per key group on ``port``.
+
+    Watermark and side rows pass through. ``payload``: the events' payload columns. With
+    ``metric``, one metrics row per partition counts its events under that name (e.g.
+    ``"events:left"``).
+    """
+
+    def __init__(self, step: str, port: str, payload: pa.Schema, metric: str | None = None) -> None:
+        super().__init__(step)
+        self.port, self.payload, self.metric = port, payload, metric
+
+    def rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Control rows, then each batch's events per key group; the metrics row last."""
+        n = 0
+        for control, data in each_batch(batches):
+            if control is not None:
+                yield control
+            if data.num_rows:
+                n += data.num_rows
+                yield from pack_events(self.port, data, self.payload)
+        if n and self.metric is not None:
+            stats = {self.metric: n}
+            yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(self.step, stats), key_group=0)
+
+
+def packed(df: DataFrame, key: str, key_groups: int, pre: KeyedPreStage) -> DataFrame:
+    """``df`` by key group (:func:`with_key_group`) through the pre-stage ``pre``: envelope-only rows."""
+    return with_key_group(df, key, key_groups).mapInArrow(pre, spark_schema(ENVELOPE_ARROW))
+
+
+def stateful_stage(rows: DataFrame, processor: KeyedProcessor[Any], seed: str | None) -> DataFrame:
+    """``rows`` (envelope-only, from :func:`packed`) through ``processor``, once per key group and epoch.
+
+    ``groupBy(__kg).transformWithStateInPandas`` in append mode without Spark timers; the
+    output rows have the schema of the processor's stage (``stage.out``). ``seed``: the
+    operator's initial state after a rescale (:func:`seeded`).
+    """
+    return rows.groupBy(KG).transformWithStateInPandas(
+        statefulProcessor=processor,
+        outputStructType=spark_schema(processor.stage.out),
+        outputMode="Append",
+        timeMode="None",
+        initialState=seeded(rows, seed),
+    )
+
+
 @dataclass
 class GroupInput:
     """One key group's input of one epoch, decoded."""
@@ -219,7 +309,7 @@ class GroupInput:
     """All rows (envelope-only schema)."""
     blobs: dict[str, list[pa.Table]]
     """Data blobs by port."""
-    marks: list[tuple[str | None, int]]
+    marks: list[Mark]
     """Watermark rows: (channel, watermark)."""
 
 
@@ -266,18 +356,15 @@ class OperatorState:
         packed = pa.table({n: pa.array([encode_table(t)], pa.binary()) for n, t in tables.items()})
         return (self.wm_in, self.wm_out, json.dumps(self.channels or {}), encode_table(packed))
 
-    def advance_input(self, marks: list[tuple[str | None, int]], expected: tuple[str, ...]) -> int:
+    def advance_input(self, marks: list[Mark], expected: tuple[str, ...]) -> int:
         """Fold watermark rows into the channels; return the new input watermark.
 
-        ``in' = max(in, min over expected channels)`` (Beam rule, SPEC §2).
+        ``in' = max(in, min over expected channels)`` (Beam rule, SPEC §2:
+        :mod:`wire.state.operator_watermarks`). ``wm_in`` is left as it is: the epoch's
+        processing still needs the input watermark in force while its events arrived.
         """
-        channels = self.channels if self.channels is not None else {}
-        for channel, wm in marks:
-            name = channel or expected[0]
-            channels[name] = max(int(wm), channels.get(name, NO_WATERMARK))
-        self.channels = channels
-        upstream = min(channels.get(c, NO_WATERMARK) for c in expected)
-        return max(self.wm_in, upstream)
+        self.channels = fold_marks(self.channels or {}, marks, expected)
+        return input_watermark(self.wm_in, self.channels, expected)
 
 
 def output_frame(
@@ -351,8 +438,23 @@ class Stage(Protocol):
     """What a :class:`KeyedProcessor` needs of its operator's compiled stage."""
 
     @property
+    def step(self) -> str:
+        """The operator's step id."""
+        ...
+
+    @property
+    def out(self) -> pa.Schema:
+        """Output rows: result columns + envelope."""
+        ...
+
+    @property
     def channels(self) -> tuple[str, ...]:
         """The operator's input watermark channels."""
+        ...
+
+    @property
+    def key_groups(self) -> int:
+        """Key groups downstream: one watermark row to each."""
         ...
 
 
@@ -370,6 +472,8 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
         self.stage = stage
         self.channels = stage.channels
         """The operator's input watermark channels."""
+        self.calls_before = 0
+        """:meth:`state_calls` when the key group's epoch started."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the state variables (called by Spark once per task)."""
@@ -387,6 +491,7 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
         op = OperatorState.load(self.state.get())
         wm_in = op.wm_in
         new_in = op.advance_input(group.marks, self.channels)
+        self.calls_before = self.state_calls()
         frame = self.process(int(key[0]), group, op, wm_in, new_in)
         self.chunks.flush()
         self.state.update(op.dump())
@@ -414,9 +519,36 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
         """One epoch of key group ``kg``: update ``op`` (watermarks, tables), return output.
 
         ``wm_in`` is the input watermark in force while the epoch's events arrived,
-        ``new_in`` the input watermark after the epoch.
+        ``new_in`` the input watermark after the epoch. An operator runs its pure kernel
+        and ends with :meth:`finish`.
         """
         raise NotImplementedError
+
+    def state_calls(self) -> int:
+        """Python↔JVM state calls so far (metric ``state_calls``: the epoch's difference)."""
+        return self.chunks.calls
+
+    def finish(
+        self, kg: int, group: GroupInput, op: OperatorState, *, new_in: int, new_out: int,
+        tables: dict[str, pa.Table], results: pa.Table, event_time: pa.Array,
+        late: pa.Table | None, stats: dict[str, int],
+    ) -> pd.DataFrame:
+        """End key group ``kg``'s epoch: keep its watermarks and state tables; its output frame.
+
+        ``op`` takes ``new_in``, ``new_out`` and ``tables``. Results leave with the output
+        watermark in force during the epoch (``op.wm_out`` before it), late events on the
+        step's ``late`` port, the watermark rows with ``new_out``; ``stats`` gets the
+        epoch's ``state_calls`` (:func:`output_frame`).
+        """
+        old_out = op.wm_out
+        op.wm_in, op.wm_out, op.tables = new_in, new_out, tables
+        st = self.stage
+        return output_frame(
+            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=results,
+            event_time=event_time, watermark=old_out, side_in=group.table, late=late,
+            late_port=PortRef(st.step, LATE).port_id(), new_out=new_out,
+            stats={**stats, "state_calls": self.state_calls() - self.calls_before},
+        )
 
     def close(self) -> None:
         """Nothing to release."""

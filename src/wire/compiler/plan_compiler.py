@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import singledispatch
 from typing import Any
 
 import pyarrow as pa
@@ -37,13 +38,9 @@ from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import NO_KEY, compile_window
 from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_SIDE, KIND_WATERMARK, PORT
 from wire.errors import ConfigError, PlanError
+from wire.plan.graph import chain_of, outputs_of, paused_admission, sinks, source_reads, source_steps
 from wire.plan.nodes import (
-    ALL_STEPS,
-    DEAD_LETTER,
     LATE,
-    OUT,
-    OVERFLOW,
-    DropNode,
     ExplodeNode,
     FilterNode,
     IntervalJoinNode,
@@ -53,12 +50,10 @@ from wire.plan.nodes import (
     Plan,
     ProcessNode,
     SelectNode,
-    SinkNode,
     SourceNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
-    upstreams,
 )
 from wire.sources.base import ReadRequest, Source, can
 
@@ -79,104 +74,6 @@ class CompiledFlow:
     """Per source step, the payload columns its source produces (None: all of them)."""
     state_keys: dict[str, str] = field(default_factory=dict)
     """Per keyed stateful step (window, join, process), the key column its state rows carry."""
-
-
-def chain_of(plan: Plan) -> list[Node]:
-    """The plan's operators in compile order (upstream first), checking the topology.
-
-    A flow is a directed acyclic graph: sources, merged by ``union`` or joined; any
-    stream may feed any number of operators and sinks (branches). The order is the
-    plan's (a step is built after its upstreams). Late, dead-letter and overflow ports
-    of any step may be sunk.
-
-    Raises
-    ------
-    PlanError
-        No source, no sink, a stream that ends without any sink reading one of its
-        ports, a sink on a port that the compiled flow does not produce, or a source that
-        acknowledges its input (``acknowledges = True``: Redis Streams, HTTP ingest) read
-        by more than one branch (:func:`source_reads`).
-    """
-    ops = [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode)]
-    if not any(isinstance(n, SourceNode) for n in ops):
-        raise PlanError(f"flow {plan.flow_id!r} has no source")
-    steps = {n.step: n for n in ops}
-    port_readers: tuple[SinkNode | DropNode, ...] = (*plan.sinks(), *plan.drops())
-    for sink in port_readers:
-        ref = sink.source
-        if ref.port == OUT and ref.step not in steps:
-            raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
-        if ref.port == LATE and not isinstance(
-            steps.get(ref.step), WindowAggregateNode | IntervalJoinNode | ProcessNode
-        ):
-            raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no late port")
-        throttle = steps.get(ref.step)
-        if ref.port == OVERFLOW and not (
-            isinstance(throttle, ThrottleNode) and throttle.mode == "overflow"
-        ):
-            raise PlanError(f"sink {sink.step!r}: {ref.step!r} has no overflow port")
-        if ref.port == DEAD_LETTER and ref.step != ALL_STEPS and ref.step not in steps:
-            raise PlanError(f"sink {sink.step!r}: unknown step {ref.step!r}")
-    if not plan.sinks():
-        raise PlanError(f"flow {plan.flow_id!r} has no sink: nothing would be written")
-    read_by_ops = {up for n in ops for up in upstreams(n)}
-    read_by_sinks = {s.source.step for s in port_readers}
-    dangling = [n.step for n in ops if n.step not in read_by_ops and n.step not in read_by_sinks]
-    if dangling:
-        raise PlanError(
-            f"flow {plan.flow_id!r}: stream(s) {dangling} end without a sink; sink them "
-            "(a branch may end in its own sink) or remove them"
-        )
-    return ops
-
-
-def source_reads(plan: Plan, order: list[Node] | None = None) -> dict[str, int]:
-    """Per source step, how many times the source appears in the compiled query's plan.
-
-    Spark's plan is a tree: a stream read by several branches is repeated in each. Spark
-    makes one stream of the repetitions (one admission and one commit per epoch) but
-    records its offset once per repetition in the offset log; the scans are shared
-    (:func:`wire.compiler.branches.read_once`), so the source is read once per epoch. The
-    count is the number of paths from the query's outputs (:func:`outputs_of`) down to
-    the source.
-    """
-    order = chain_of(plan) if order is None else order
-    steps = {n.step: n for n in order}
-    paths: dict[str, dict[str, int]] = {}
-
-    def below(step: str) -> dict[str, int]:
-        if step not in paths:
-            node = steps[step]
-            total: dict[str, int] = {step: 1} if isinstance(node, SourceNode) else {}
-            for up in upstreams(node):
-                for src, k in below(up).items():
-                    total[src] = total.get(src, 0) + k
-            paths[step] = total
-        return paths[step]
-
-    main, others = outputs_of(plan, order)
-    reads: dict[str, int] = {}
-    for step in [main, *(s for s, _ in others)]:
-        for src, k in below(step).items():
-            reads[src] = reads.get(src, 0) + k
-    return reads
-
-
-def outputs_of(plan: Plan, order: list[Node]) -> tuple[str, list[tuple[str, bool]]]:
-    """The compiled query's outputs: the main step, and the other streams that reach it.
-
-    The main step is the first terminal stream (no operator reads it) whose ``out``
-    port a sink reads, else the first terminal; its data rows are the query's data
-    rows. Every other terminal, and every other step whose ``out`` port a sink reads,
-    is returned as ``(step, pack)``: its side rows reach the query's result, and with
-    ``pack`` its data rows too, as side rows of port ``"<step>.out"``.
-    """
-    read_by_ops = {up for n in order for up in upstreams(n)}
-    terminals = [n.step for n in order if n.step not in read_by_ops]
-    sunk = {s.source.step for s in plan.sinks() if s.source.port == OUT}
-    main = next((t for t in terminals if t in sunk), terminals[0])
-    others = [n.step for n in order if n.step != main and (n.step in sunk or n.step not in read_by_ops)]
-    return main, [(step, step in sunk) for step in others]
 
 
 @dataclass
@@ -239,6 +136,48 @@ class _Opened:
     attributes: SourceAttributes
 
 
+@dataclass
+class _Build:
+    """One compilation of a plan: its settings, and the streams compiled so far."""
+
+    plan: Plan
+    spark: SparkSession
+    key_groups: int
+    control_file: str | None
+    columns: dict[str, tuple[tuple[str, ...], StructType]]
+    """Per source step, the payload columns it produces and its complete Spark schema."""
+    seeds: dict[str, str]
+    resume: dict[str, dict[str, Any]]
+    admission: dict[str, int]
+    """Per source step, its admission per epoch lowered by a ``throttle(..., mode="pause")``."""
+    reads: dict[str, int]
+    """Per source step, :func:`~wire.plan.graph.source_reads`."""
+    late_read: set[str]
+    """The steps whose late port a user sink reads."""
+    done: dict[str, _Compiled] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    state_keys: dict[str, str] = field(default_factory=dict)
+    opened: list[_Opened] = field(default_factory=list)
+    """The sources that can prune (first compilation only)."""
+    bounded: bool = True
+
+    def take(self, step: str) -> _Compiled:
+        """A step's stream for one more reader (a branch).
+
+        The first reader gets every row; later readers get the data and watermark rows
+        only, so that side rows (late events, dead letters, metrics) reach the result once.
+        """
+        cur = self.done[step]
+        if step not in self.taken:
+            self.taken.add(step)
+            return cur
+        return replace(cur, df=cur.df.where(F.col(KIND) != F.lit(KIND_SIDE)))
+
+    def keyed_channels(self, step: str) -> tuple[str, ...]:
+        """The watermark channels a keyed step's output carries: ``<step>/<key group>``."""
+        return tuple(f"{step}/{g}" for g in range(self.key_groups))
+
+
 def _compile(
     plan: Plan,
     order: list[Node],
@@ -249,126 +188,140 @@ def _compile(
     seeds: dict[str, str],
     resume: dict[str, dict[str, Any]],
 ) -> tuple[CompiledFlow, list[_Opened]]:
-    """Compile ``order`` (from :func:`chain_of`); also return the sources that can prune.
+    """Compile ``order`` (from :func:`~wire.plan.graph.chain_of`); also return the sources that can prune.
 
     ``columns``: per source step, the payload columns its source produces and its
     complete Spark schema (from the first compilation); other sources produce every
     column, and only these are returned (with what pruning needs to know of them).
+    Each step is compiled by the :func:`_step` of its node kind.
     """
-    admission = _paused_admission(plan)
-    reads = source_reads(plan, order)
-    late_read = {s.source.step for s in plan.sinks() if s.source.port == LATE and not s.kept}
-    done: dict[str, _Compiled] = {}
-    taken: set[str] = set()
-    state_keys: dict[str, str] = {}
-
-    def take(step: str) -> _Compiled:
-        """A step's stream for one more reader (a branch).
-
-        The first reader gets every row; later readers get the data and watermark rows
-        only, so that side rows (late events, dead letters, metrics) reach the result once.
-        """
-        cur = done[step]
-        if step not in taken:
-            taken.add(step)
-            return cur
-        return replace(cur, df=cur.df.where(F.col(KIND) != F.lit(KIND_SIDE)))
-
-    opened: list[_Opened] = []  # sources that can prune (first compilation only)
-    bounded = True
+    late_read = {s.source.step for s in sinks(plan) if s.source.port == LATE and not s.kept}
+    b = _Build(plan, spark, key_groups, control_file, columns, seeds, resume,
+               paused_admission(plan), source_reads(plan, order), late_read)
     for node in order:
-        if isinstance(node, SourceNode):
-            if node.step in admission:
-                node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch,
-                                                              admission[node.step]))
-            subset, struct = columns.get(node.step, (None, None))
-            df, payload, ends = _open_source(spark, node, key_groups, control_file, subset,
-                                             resume.get(node.step))
-            if node.key is not None and node.key not in payload.names:
-                raise ConfigError("key", node.key, f"a column of the source: {payload.names}",
-                                  step=node.step)
-            if subset is None and _prunable(node.connector):
-                attributes = source_attributes(node.step, df)
-                if attributes is not None:
-                    opened.append(_Opened(node, payload, df.schema, attributes))
-            elif subset is not None:
-                assert struct is not None  # columns holds both or neither
-                df = _restore_columns(df, struct, subset)
-            # watermark rows travel on the source's channel
-            df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step))
-                               .otherwise(F.col(PORT)))
-            if reads[node.step] > 1 and not can(node.connector, "replay"):
-                df = read_once(df, node.step)  # several branches, one scan (branches.read_once)
-            done[node.step] = _Compiled(df, node.key, (node.step,), True)
-            bounded = bounded and ends
-            continue
-        if isinstance(node, IntervalJoinNode):
-            left, right = take(node.left), take(node.right)
-            df = compile_join(left.df, right.df, node, left_key=left.key, right_key=right.key,
-                              key_groups=key_groups, channels=left.channels + right.channels,
-                              seed=seeds.get(node.step))
-            state_keys[node.step] = str(left.key)
-            done[node.step] = _Compiled(df, left.key, tuple(f"{node.step}/{g}" for g in range(key_groups)),
-                                        False)
-            continue
-        if isinstance(node, UnionNode):
-            ins = [take(u) for u in node.upstreams]
-            df = ins[0].df
-            for other in ins[1:]:
-                if sorted(other.df.columns) != sorted(df.columns):
-                    raise ConfigError("others", node.upstreams,
-                                      f"streams with the same columns: {df.columns} vs "
-                                      f"{other.df.columns}", step=node.step)
-                df = df.unionByName(other.df)
-            keys = {c.key for c in ins}
-            channels = tuple(ch for c in ins for ch in c.channels)
-            done[node.step] = _Compiled(df, keys.pop() if len(keys) == 1 else None, channels,
-                                        all(c.from_source for c in ins))
-            continue
-        cur = take(upstreams(node)[0])
-        df, key, channels, from_source = cur.df, cur.key, cur.channels, cur.from_source
-        if isinstance(node, FilterNode):
-            df = apply_filter(df, node.predicate, node.step)
-        elif isinstance(node, MapNode):
-            df = apply_map(df, node.columns, node.step)
-        elif isinstance(node, SelectNode):
-            df = apply_select(df, node.columns, node.step)
-            if key is not None and key not in df.columns:
-                key = None
-        elif isinstance(node, ExplodeNode):
-            df = apply_explode(df, node.column, node.step)
-        elif isinstance(node, ThrottleNode):
-            if node.mode == "overflow":
-                df = apply_overflow(df, node)
-        elif isinstance(node, KeyByNode):
-            if node.key not in df.columns:
-                raise ConfigError("key", node.key, f"a column: {df.columns}", step=node.step)
-            key = node.key
-        elif isinstance(node, WindowAggregateNode):
-            df = compile_window(df, node, key, key_groups=key_groups, channels=channels,
-                                from_source=from_source, late_read=node.step in late_read,
-                                seed=seeds.get(node.step))
-            state_keys[node.step] = key if key is not None else NO_KEY
-            channels = tuple(f"{node.step}/{g}" for g in range(key_groups))
-            from_source = False
-        elif isinstance(node, ProcessNode):
-            df = compile_process(df, node, key, key_groups=key_groups, channels=channels,
-                                 seed=seeds.get(node.step))
-            state_keys[node.step] = str(key)
-            key = key if key in node.schema.names else None
-            channels, from_source = tuple(f"{node.step}/{g}" for g in range(key_groups)), False
-        else:  # pragma: no cover - the builder creates no other node types
-            raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
-        done[node.step] = _Compiled(df, key, channels, from_source)
+        b.done[node.step] = _step(node, b)
     terminal, others = outputs_of(plan, order)
-    result = take(terminal).df
+    result = b.take(terminal).df
     for step, pack in others:
-        result = result.unionByName(pack_port(take(step).df, result.schema, step, pack=pack))
-    sources = tuple(n.step for n in order if isinstance(n, SourceNode))
+        result = result.unionByName(pack_port(b.take(step).df, result.schema, step, pack=pack))
+    sources = source_steps(plan)
     produced = {step: columns[step][0] if step in columns else None for step in sources}
-    compiled = CompiledFlow(plan, result, terminal, sources, bounded, key_groups, produced, state_keys)
-    return compiled, opened
+    compiled = CompiledFlow(plan, result, terminal, sources, b.bounded, key_groups, produced, b.state_keys)
+    return compiled, b.opened
 
+
+@singledispatch
+def _step(node: Node, b: _Build) -> _Compiled:
+    """Compile one step of the plan onto the streams it reads (registered per node kind)."""
+    raise PlanError(f"cannot compile step {node.step!r} ({type(node).__name__})")
+
+
+@_step.register
+def _source(node: SourceNode, b: _Build) -> _Compiled:
+    if node.step in b.admission:
+        node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch, b.admission[node.step]))
+    subset, struct = b.columns.get(node.step, (None, None))
+    df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
+                                     b.resume.get(node.step))
+    if node.key is not None and node.key not in payload.names:
+        raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
+    if subset is None and _prunable(node.connector):
+        attributes = source_attributes(node.step, df)
+        if attributes is not None:
+            b.opened.append(_Opened(node, payload, df.schema, attributes))
+    elif subset is not None:
+        assert struct is not None  # columns holds both or neither
+        df = _restore_columns(df, struct, subset)
+    # watermark rows travel on the source's channel
+    df = df.withColumn(PORT, F.when(F.col(KIND) == KIND_WATERMARK, F.lit(node.step)).otherwise(F.col(PORT)))
+    if b.reads[node.step] > 1 and not can(node.connector, "replay"):
+        df = read_once(df, node.step)  # several branches, one scan (branches.read_once)
+    b.bounded = b.bounded and ends
+    return _Compiled(df, node.key, (node.step,), True)
+
+
+@_step.register
+def _join(node: IntervalJoinNode, b: _Build) -> _Compiled:
+    left, right = b.take(node.left), b.take(node.right)
+    df = compile_join(left.df, right.df, node, left_key=left.key, right_key=right.key,
+                      key_groups=b.key_groups, channels=left.channels + right.channels,
+                      seed=b.seeds.get(node.step))
+    b.state_keys[node.step] = str(left.key)
+    return _Compiled(df, left.key, b.keyed_channels(node.step), False)
+
+
+@_step.register
+def _union(node: UnionNode, b: _Build) -> _Compiled:
+    ins = [b.take(u) for u in node.upstreams]
+    df = ins[0].df
+    for other in ins[1:]:
+        if sorted(other.df.columns) != sorted(df.columns):
+            raise ConfigError("others", node.upstreams,
+                              f"streams with the same columns: {df.columns} vs {other.df.columns}",
+                              step=node.step)
+        df = df.unionByName(other.df)
+    keys = {c.key for c in ins}
+    channels = tuple(ch for c in ins for ch in c.channels)
+    return _Compiled(df, keys.pop() if len(keys) == 1 else None, channels, all(c.from_source for c in ins))
+
+
+@_step.register
+def _filter(node: FilterNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    return replace(cur, df=apply_filter(cur.df, node.predicate, node.step))
+
+
+@_step.register
+def _map(node: MapNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    return replace(cur, df=apply_map(cur.df, node.columns, node.step))
+
+
+@_step.register
+def _select(node: SelectNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    df = apply_select(cur.df, node.columns, node.step)
+    return replace(cur, df=df, key=cur.key if cur.key in df.columns else None)
+
+
+@_step.register
+def _explode(node: ExplodeNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    return replace(cur, df=apply_explode(cur.df, node.column, node.step))
+
+
+@_step.register
+def _throttle(node: ThrottleNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    return replace(cur, df=apply_overflow(cur.df, node)) if node.mode == "overflow" else cur
+
+
+@_step.register
+def _key_by(node: KeyByNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    if node.key not in cur.df.columns:
+        raise ConfigError("key", node.key, f"a column: {cur.df.columns}", step=node.step)
+    return replace(cur, key=node.key)
+
+
+@_step.register
+def _window(node: WindowAggregateNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    df = compile_window(cur.df, node, cur.key, key_groups=b.key_groups, channels=cur.channels,
+                        from_source=cur.from_source, late_read=node.step in b.late_read,
+                        seed=b.seeds.get(node.step))
+    b.state_keys[node.step] = cur.key if cur.key is not None else NO_KEY
+    return _Compiled(df, cur.key, b.keyed_channels(node.step), False)
+
+
+@_step.register
+def _process(node: ProcessNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    df = compile_process(cur.df, node, cur.key, key_groups=b.key_groups, channels=cur.channels,
+                         seed=b.seeds.get(node.step))
+    b.state_keys[node.step] = str(cur.key)
+    key = cur.key if cur.key in node.schema.names else None
+    return _Compiled(df, key, b.keyed_channels(node.step), False)
 
 
 def _prunable(connector: object) -> bool:
@@ -410,23 +363,6 @@ def _restore_columns(df: DataFrame, struct: StructType, columns: tuple[str, ...]
         F.col(f"`{f.name}`") if f.name in produced else F.lit(None).cast(f.dataType).alias(f.name)
         for f in struct.fields
     ])
-
-
-def _paused_admission(plan: Plan) -> dict[str, int]:
-    """Per source step, the lowest ``throttle(..., mode="pause")`` limit downstream of it."""
-    limits: dict[str, int] = {}
-    for node in plan.nodes:
-        if not (isinstance(node, ThrottleNode) and node.mode == "pause"):
-            continue
-        stack = [node.upstream]
-        while stack:
-            up = plan.node(stack.pop())
-            if isinstance(up, SourceNode):
-                limits[up.step] = min(limits.get(up.step, node.max_events_per_epoch),
-                                      node.max_events_per_epoch)
-            else:
-                stack.extend(upstreams(up))
-    return limits
 
 
 def _open_source(

@@ -18,39 +18,29 @@ Two stages, as for windows and joins (:mod:`wire.compiler.keyed`):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from wire.compiler.keyed import (
     SEGMENT_INDEX,
     GroupInput,
     KeyedProcessor,
     OperatorState,
-    output_frame,
-    pack_events,
-    pandas_safe,
-    passthrough,
-    seeded,
-    stage_name,
+    PackEvents,
+    packed,
+    stateful_stage,
 )
-from wire.core.arrow_types import arrow_payload_schema, spark_schema
+from wire.core.arrow_types import arrow_payload_schema
 from wire.core.envelope import (
-    ENVELOPE_ARROW,
     ET,
-    KG,
-    KIND,
-    KIND_DATA,
     SEQ,
     with_envelope,
 )
 from wire.errors import ConfigError
-from wire.plan.nodes import LATE, PortRef, ProcessNode
+from wire.plan.nodes import ProcessNode
 from wire.state.keyed_state import StateSpec
 from wire.state.process import EVENT_TIME, ProcessSpec, on_epoch
 from wire.state.segments import Segments
@@ -68,30 +58,15 @@ class ProcessStage:
     channels: tuple[str, ...]
     key_groups: int
 
+    @property
+    def step(self) -> str:
+        """The process step's id."""
+        return self.spec.step
+
     def inputs(self) -> pa.Schema:
         """Events as the kernel takes them: payload + ``__et`` + ``__seq``."""
         return pa.schema([*self.spec.payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
 
-
-class PackEvents:
-    """``mapInArrow`` function on executors: one blob row per key group."""
-
-    def __init__(self, stage: ProcessStage) -> None:
-        self.stage = stage
-        self.__name__ = stage_name(stage.spec.step)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Pack one partition's batches."""
-        return pandas_safe(self._rows(batches))
-
-    def _rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            control = passthrough(batch)
-            if control is not None:
-                yield control
-            data = batch.filter(pc.equal(batch.column(KIND), KIND_DATA))
-            if data.num_rows:
-                yield from pack_events(EVENTS, data, self.stage.spec.payload)
 
 
 class ProcessProcessor(KeyedProcessor[ProcessStage]):
@@ -106,24 +81,18 @@ class ProcessProcessor(KeyedProcessor[ProcessStage]):
         parts = [t.select(schema.names).cast(schema) for t in group.blobs.get(EVENTS, [])]
         events = pa.concat_tables(parts) if parts else schema.empty_table()
         tables = op.tables or {}
-        calls0 = self.chunks.calls
         segments = Segments(tables.get(SEGMENT_INDEX), self.chunks, pa.concat_tables)
-        old_out = op.wm_out
-        r = on_epoch(segments, events, wm_in, new_in, old_out, int(time.time() * 1000), st.spec)
-        op.wm_in, op.wm_out = new_in, r.output_watermark
-        op.tables = {**tables, SEGMENT_INDEX: segments.index()}
+        r = on_epoch(segments, events, wm_in, new_in, op.wm_out, int(time.time() * 1000), st.spec)
         stats = {k: v for k, v in r.stats.items() if k != "pending_timers"}
         stats.update({
             "gauge:pending_timers": r.stats["pending_timers"],
             "gauge:input_watermark": new_in,
             "gauge:output_watermark": r.output_watermark,
-            "state_calls": self.chunks.calls - calls0,
         })
-        return output_frame(
-            st.out, step=st.spec.step, kg=kg, key_groups=st.key_groups, results=r.outputs,
-            event_time=r.outputs.column(EVENT_TIME), watermark=old_out, side_in=group.table,
-            late=r.late, late_port=PortRef(st.spec.step, LATE).port_id(),
-            new_out=r.output_watermark, stats=stats,
+        return self.finish(
+            kg, group, op, new_in=new_in, new_out=r.output_watermark,
+            tables={**tables, SEGMENT_INDEX: segments.index()}, results=r.outputs,
+            event_time=r.outputs.column(EVENT_TIME), late=r.late, stats=stats,
         )
 
 
@@ -161,15 +130,5 @@ def compile_process(
         on_timer=node.on_timer,
     )
     stage = ProcessStage(spec, with_envelope(node.schema), channels, key_groups)
-    kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")
-    df = df.withColumn(
-        KG, F.when(F.col(KIND) == KIND_DATA, kg).otherwise(F.coalesce(F.col(KG), F.lit(0)))
-    )
-    packed = df.mapInArrow(PackEvents(stage), spark_schema(ENVELOPE_ARROW))
-    return packed.groupBy(KG).transformWithStateInPandas(
-        statefulProcessor=ProcessProcessor(stage),
-        outputStructType=spark_schema(stage.out),
-        outputMode="Append",
-        timeMode="None",
-        initialState=seeded(packed, seed),
-    )
+    pre = PackEvents(node.step, EVENTS, payload)
+    return stateful_stage(packed(df, key, key_groups, pre), ProcessProcessor(stage), seed)

@@ -49,26 +49,23 @@ from pyspark.sql import functions as F
 from wire.compiler.keyed import (
     SEGMENT_INDEX,
     GroupInput,
+    KeyedPreStage,
     KeyedProcessor,
     OperatorState,
     blob_row,
+    each_batch,
     events_of,
-    output_frame,
     pack_events,
-    pandas_safe,
-    passthrough,
-    seeded,
+    packed,
     split_by_group,
-    stage_name,
+    stateful_stage,
 )
-from wire.core.arrow_types import arrow_payload_schema, spark_schema
+from wire.core.arrow_types import arrow_payload_schema
 from wire.core.envelope import (
     ENVELOPE_ARROW,
     ENVELOPE_COLUMNS,
     ET,
     KG,
-    KIND,
-    KIND_DATA,
     METRICS_PORT,
     SEQ,
     WM,
@@ -122,27 +119,22 @@ class WindowStage:
     """Schema of input events: payload + __et + __seq."""
 
 
-class PreStage:
+class PreStage(KeyedPreStage):
     """``mapInArrow`` function on executors: route, pre-aggregate, pack per key group."""
 
     def __init__(self, stage: WindowStage) -> None:
+        super().__init__(stage.step)
         self.stage = stage
-        self.__name__ = stage_name(stage.step)
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Transform one partition's batches into envelope-only rows."""
-        return pandas_safe(self._rows(batches))
-
-    def _rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def rows(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Control rows; per key group the partials, candidates or events; late rows; metrics."""
         st = self.stage
         events_n = late_n = 0
         pending: list[pa.Table] = []  # accepted (event, window) rows not yet pre-aggregated
         pending_rows = 0
-        for batch in batches:
-            control = passthrough(batch)
+        for control, data in each_batch(batches):
             if control is not None:
                 yield control
-            data = batch.filter(pc.equal(batch.column(KIND), KIND_DATA))
             if not data.num_rows:
                 continue
             events_n += data.num_rows
@@ -193,7 +185,6 @@ class WindowProcessor(KeyedProcessor[WindowStage]):
         """Run :func:`wire.state.window_epoch.on_epoch` on the key group's state; pack its outputs."""
         st = self.stage
         tables = dict(op.tables or {})
-        calls0 = self.chunks.calls
         out = WE.on_epoch(
             self.chunks, tables.get(SEGMENT_INDEX),
             WE.WindowInputs(partials=group.blobs.get(PARTIALS, []),
@@ -202,15 +193,10 @@ class WindowProcessor(KeyedProcessor[WindowStage]):
             events_schema=st.inputs,
             legacy_state=tables.pop("windows", None),  # a checkpoint written before the bucketed layout
         )
-        old_out = op.wm_out
-        op.wm_in, op.wm_out = new_in, out.wm_out
-        op.tables = {**tables, SEGMENT_INDEX: out.index}
-        stats = {**out.stats, "state_calls": self.chunks.calls - calls0}
-        results = out.results
-        return output_frame(
-            st.out, step=st.step, kg=kg, key_groups=st.key_groups, results=results,
-            event_time=results.column("window_start"), watermark=old_out, side_in=group.table,
-            late=out.late, late_port=PortRef(st.step, LATE).port_id(), new_out=out.wm_out, stats=stats,
+        return self.finish(
+            kg, group, op, new_in=new_in, new_out=out.wm_out, tables={**tables, SEGMENT_INDEX: out.index},
+            results=out.results, event_time=out.results.column("window_start"), late=out.late,
+            stats=out.stats,
         )
 
 
@@ -307,18 +293,7 @@ def compile_window(
         partial=W.partial_schema(spec, with_times),
         inputs=with_times,
     )
-    kg = F.pmod(F.xxhash64(F.col(f"`{key}`")), F.lit(key_groups)).cast("int")
-    df = df.withColumn(
-        KG, F.when(F.col(KIND) == KIND_DATA, kg).otherwise(F.coalesce(F.col(KG), F.lit(0)))
-    )
-    pre = df.mapInArrow(PreStage(stage), spark_schema(ENVELOPE_ARROW))
-    out = pre.groupBy(KG).transformWithStateInPandas(
-        statefulProcessor=WindowProcessor(stage),
-        outputStructType=spark_schema(stage.out),
-        outputMode="Append",
-        timeMode="None",
-        initialState=seeded(pre, seed),
-    )
+    out = stateful_stage(packed(df, key, key_groups, PreStage(stage)), WindowProcessor(stage), seed)
     cols = [
         F.timestamp_millis(F.col(c)).alias(c) if c in ("window_start", "window_end") else F.col(c)
         for c in out.columns

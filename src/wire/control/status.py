@@ -29,6 +29,7 @@ from wire.control.models import (
 )
 from wire.core.control_file import control_path, read_control
 from wire.core.time import NO_WATERMARK
+from wire.plan.graph import sinks
 from wire.plan.nodes import SourceNode
 
 MAX_EVENT_TIME_GAUGE = "max_event_time"
@@ -308,7 +309,7 @@ def partitions_of(counters: Counters, step: str) -> dict[str, PartitionStatus]:
 
 def self_correcting_sinks(flow: FlowHandle) -> dict[str, Any]:
     """The flow's self-correcting sinks by step (the sinks that report ``epoch_metrics``)."""
-    return {node.step: node.sink for node in flow.plan.sinks() if hasattr(node.sink, "epoch_metrics")}
+    return {node.step: node.sink for node in sinks(flow.plan) if hasattr(node.sink, "epoch_metrics")}
 
 
 def self_correcting_state(counters: Counters, step: str, sink: Any) -> SelfCorrectingState:

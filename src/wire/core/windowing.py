@@ -1,18 +1,95 @@
-"""Window assignment and watermark policies, as immutable plan values.
+"""Window kinds and watermark policies, as immutable plan values.
 
-Durations are converted to int milliseconds here, once (STYLE §4).
+Durations are converted to int milliseconds here, once (STYLE §4). Each window kind
+(:class:`Tumbling`, :class:`Sliding`, :class:`Session`) owns how events are assigned to
+its windows (:meth:`Window.assign`, vectorized, int64 ms) and says whether its windows
+merge (:attr:`Window.merges`); the kernels (:mod:`wire.state.windows`) ask the kind and
+never test which kind it is.
+
+Windows are aligned to the Unix epoch and half-open ``[start, end)``; negative times
+use floor division (``-1`` falls in ``[-size, 0)``). An event of a sliding window is
+replicated once per window containing it, with ``numpy.repeat``; never a Python loop
+per event. Sessions: an event at ``t`` opens ``[t, t + gap)``, and sessions of a key
+that *overlap* (``a.start < b.end and b.start < a.end``) merge into ``[min start, max
+end)`` (:mod:`wire.state.sessions`); events exactly ``gap`` apart stay in separate
+sessions (Beam's rule; Flink also merges windows that merely touch).
+
+Extremes: a window end past the int64 range saturates at int64 max; windows that
+would start below int64 min are not representable (event times within ``size`` of
+``-2**63`` are not supported).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
-from wire.core.time import Duration, to_millis
+import numpy as np
+
+from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
 from wire.errors import ConfigError
+
+Assigned = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""``(rows, start, end)`` of :meth:`Window.assign`: one int64 entry per (event, window)."""
+
+
+def add_saturating(values: np.ndarray, delta: int) -> np.ndarray:
+    """``values + delta`` (``delta >= 0``) clamped to int64 max instead of wrapping."""
+    if delta >= INT64_MAX:
+        return np.full(len(values), INT64_MAX, dtype=np.int64)
+    d = np.int64(delta)
+    over = values > np.int64(INT64_MAX) - d
+    return np.where(over, np.int64(INT64_MAX), values + np.where(over, 0, d))
+
+
+class Window(ABC):
+    """A window kind: :class:`Tumbling`, :class:`Sliding` or :class:`Session`."""
+
+    merges: ClassVar[bool] = False
+    """True when windows of one key that overlap merge into one (sessions)."""
+
+    @abstractmethod
+    def assign(self, event_time: np.ndarray) -> Assigned:
+        """Assign events to their windows.
+
+        Parameters
+        ----------
+        event_time : numpy.ndarray
+            int64 event times (ms).
+
+        Returns
+        -------
+        rows, start, end : numpy.ndarray
+            One entry per (event, window): the event's row index (non-decreasing: an
+            event's windows are adjacent, by ascending start), the window start and end
+            (int64; an end past the int64 range saturates at int64 max). A merging kind
+            gives each event its own window (``rows`` is ``0 .. n - 1``), which the
+            kernels then merge.
+        """
+
+    def start_of(self, end: int) -> int:
+        """The start (ms) of the window of this kind that ends at ``end`` (ms).
+
+        ``end - size`` for tumbling and sliding windows.
+
+        Raises
+        ------
+        ValueError
+            For merging windows: a session's start is not set by its end.
+        """
+        raise ValueError(f"{self.describe()}: a merged window's start is not set by its end")
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The kind and its durations in ms, stable across runs, e.g. ``"Tumbling(size=10000 ms)"``.
+
+        A checkpoint's plan fingerprint records it (:mod:`wire.plan.fingerprint`).
+        """
 
 
 @dataclass(frozen=True)
-class Tumbling:
+class Tumbling(Window):
     """Tumbling (fixed, non-overlapping) event-time windows of ``size``.
 
     Windows are aligned to the Unix epoch (1970-01-01T00:00Z) and half-open:
@@ -39,6 +116,20 @@ class Tumbling:
 
     def __init__(self, size: Duration) -> None:
         object.__setattr__(self, "size_ms", to_millis(size, parameter="size", allow_zero=False))
+
+    def assign(self, event_time: np.ndarray) -> Assigned:
+        """One window per event: ``[t - t mod size, t - t mod size + size)``."""
+        t = np.asarray(event_time, dtype=np.int64)
+        start = t - np.mod(t, np.int64(self.size_ms))
+        return np.arange(len(t), dtype=np.int64), start, add_saturating(start, self.size_ms)
+
+    def start_of(self, end: int) -> int:
+        """``end - size``."""
+        return end - self.size_ms
+
+    def describe(self) -> str:
+        """``"Tumbling(size=<size> ms)"``."""
+        return f"Tumbling(size={self.size_ms} ms)"
 
 
 @dataclass(frozen=True)
@@ -97,7 +188,7 @@ class BoundedOutOfOrderness:
 
 
 @dataclass(frozen=True)
-class Sliding:
+class Sliding(Window):
     """Sliding (hopping) event-time windows of ``size`` every ``slide``.
 
     Windows start at multiples of ``slide`` (aligned to the Unix epoch) and are
@@ -132,9 +223,34 @@ class Sliding:
         object.__setattr__(self, "size_ms", size_ms)
         object.__setattr__(self, "slide_ms", slide_ms)
 
+    def assign(self, event_time: np.ndarray) -> Assigned:
+        """Every window ``[k * slide, k * slide + size)`` that contains the event, by ascending start."""
+        t = np.asarray(event_time, dtype=np.int64)
+        rows = np.arange(len(t), dtype=np.int64)
+        size, slide = self.size_ms, self.slide_ms
+        n_max = -(-size // slide)
+        last = t - np.mod(t, np.int64(slide))  # the latest window containing t starts here
+        rows = np.repeat(rows, n_max)
+        j = np.tile(np.arange(n_max - 1, -1, -1, dtype=np.int64), len(t))  # ascending starts
+        last = np.repeat(last, n_max)
+        # start = last - j * slide must stay in int64 and contain t: t - start < size
+        representable = last >= np.int64(INT64_MIN) + j * np.int64(slide)
+        start = np.where(representable, last - np.where(representable, j, 0) * np.int64(slide), 0)
+        keep = representable & (np.repeat(t, n_max) - start < np.int64(size))
+        rows, start = rows[keep], start[keep]
+        return rows, start, add_saturating(start, size)
+
+    def start_of(self, end: int) -> int:
+        """``end - size``."""
+        return end - self.size_ms
+
+    def describe(self) -> str:
+        """``"Sliding(size=<size> ms, slide=<slide> ms)"``."""
+        return f"Sliding(size={self.size_ms} ms, slide={self.slide_ms} ms)"
+
 
 @dataclass(frozen=True)
-class Session:
+class Session(Window):
     """Session windows per key: activity separated by gaps of at least ``gap``.
 
     An event at ``t`` opens ``[t, t + gap)``; windows of the same key that overlap
@@ -159,9 +275,16 @@ class Session:
 
     gap_ms: int
 
+    merges = True
+
     def __init__(self, gap: Duration) -> None:
         object.__setattr__(self, "gap_ms", to_millis(gap, parameter="gap", allow_zero=False))
 
+    def assign(self, event_time: np.ndarray) -> Assigned:
+        """Each event's own proto-session ``[t, t + gap)`` (merged by :mod:`wire.state.sessions`)."""
+        t = np.asarray(event_time, dtype=np.int64)
+        return np.arange(len(t), dtype=np.int64), t, add_saturating(t, self.gap_ms)
 
-Window = Tumbling | Sliding | Session
-"""A window assignment."""
+    def describe(self) -> str:
+        """``"Session(gap=<gap> ms)"``."""
+        return f"Session(gap={self.gap_ms} ms)"

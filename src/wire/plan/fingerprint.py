@@ -17,36 +17,27 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from functools import singledispatch
 from typing import Any
 
-from wire.core.windowing import Session, Sliding, Tumbling
+from wire.core.windowing import Window
+from wire.plan.graph import key_of, origins, sources_of
 from wire.plan.nodes import (
     OUT,
-    DropNode,
-    ExplodeNode,
-    FilterNode,
     IntervalJoinNode,
-    KeyByNode,
-    MapNode,
     Node,
     Plan,
     PortRef,
     ProcessNode,
-    SelectNode,
     SinkNode,
     SourceNode,
-    ThrottleNode,
-    UnionNode,
     WindowAggregateNode,
-    upstreams,
 )
 
 Fingerprint = dict[str, dict[str, Any]]
 """Per step id, ``{"kind": ..., <parameter>: <JSON value>}``."""
 
 SOURCE, WINDOW, JOIN, PROCESS, SINK = "source", "window", "interval_join", "process", "sink"
-STATELESS = (FilterNode, MapNode, SelectNode, ExplodeNode, ThrottleNode, KeyByNode, UnionNode, DropNode)
-"""Node types without state: not recorded, free to change (their ports are not sinks)."""
 
 
 def readable(value: Any) -> Any:
@@ -60,12 +51,8 @@ def readable(value: Any) -> Any:
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    if isinstance(value, Tumbling):
-        return f"Tumbling(size={value.size_ms} ms)"
-    if isinstance(value, Sliding):
-        return f"Sliding(size={value.size_ms} ms, slide={value.slide_ms} ms)"
-    if isinstance(value, Session):
-        return f"Session(gap={value.gap_ms} ms)"
+    if isinstance(value, Window):
+        return value.describe()
     if isinstance(value, list | tuple):
         return [readable(v) for v in value]
     if isinstance(value, dict):
@@ -97,58 +84,6 @@ def _inline(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(readable(value))
 
 
-def _key_of(plan: Plan, step: str) -> str | None:
-    """The key column of ``step``'s output, as the compiler derives it (best effort)."""
-    node = plan.node(step)
-    if isinstance(node, SourceNode):
-        return node.key
-    if isinstance(node, KeyByNode):
-        return node.key
-    if isinstance(node, UnionNode):
-        keys = {_key_of(plan, u) for u in node.upstreams}
-        return keys.pop() if len(keys) == 1 else None
-    if isinstance(node, IntervalJoinNode):
-        return _key_of(plan, node.left)
-    if isinstance(node, ProcessNode):
-        key = _key_of(plan, node.upstream)
-        return key if key in node.schema.names else None
-    ups = upstreams(node)
-    key = _key_of(plan, ups[0]) if ups else None
-    if isinstance(node, SelectNode) and key is not None:
-        names = {c if isinstance(c, str) else c[0] for c in node.columns
-                 if isinstance(c, str) or (isinstance(c, tuple) and len(c) == 2)}
-        if key not in names and len(names) == len(node.columns):
-            return None  # only plain names and (name, expr): the key is not among them
-    return key
-
-
-def key_of(plan: Plan, step: str) -> str | None:
-    """The key column of ``step``'s output stream (None: unkeyed), as the compiler derives it.
-
-    Best effort when a ``select`` computes columns; the compiler checks again.
-    """
-    return _key_of(plan, step)
-
-
-def _sources_of(plan: Plan, step: str) -> list[str]:
-    node = plan.node(step)
-    if isinstance(node, SourceNode):
-        return [node.step]
-    return sorted({s for up in upstreams(node) for s in _sources_of(plan, up)})
-
-
-def _stateless(node: Node) -> bool:
-    return isinstance(node, STATELESS)
-
-
-def _origins(plan: Plan, step: str) -> list[str]:
-    """The recorded steps (sources, stateful steps) that feed ``step`` through stateless steps."""
-    node = plan.node(step)
-    if not _stateless(node):
-        return [step]
-    return sorted({o for up in upstreams(node) for o in _origins(plan, up)})
-
-
 def _reads(plan: Plan, ref: PortRef) -> str:
     """What a sink reads, e.g. ``"hourly.out"`` or ``"hourly.late"``.
 
@@ -157,7 +92,7 @@ def _reads(plan: Plan, ref: PortRef) -> str:
     """
     if ref.port != OUT:
         return ref.port_id()
-    return "+".join(_origins(plan, ref.step)) + "." + OUT
+    return "+".join(origins(plan, ref.step)) + "." + OUT
 
 
 def _sink_path(value: Any, checkpoint: str | None) -> Any:
@@ -202,49 +137,69 @@ def node_fingerprint(plan: Plan, node: Node, *, checkpoint: str | None = None) -
     A node type this module does not know is taken as stateful: every field, callables
     by their qualified name (a user state operator: its function).
     """
-    if _stateless(node):
+    if node.stateless:
         return None
-    if isinstance(node, SourceNode):
-        return {"kind": SOURCE, "connector": type(node.connector).__qualname__}
-    if isinstance(node, WindowAggregateNode):
-        return {
-            "kind": WINDOW,
-            "key": _key_of(plan, node.upstream),
-            "window": readable(node.window),
-            "allowed_lateness_ms": node.allowed_lateness_ms,
-            "emit": node.emit,
-            "aggregations": {name: readable(agg) for name, agg in node.aggregations},
-            "before_update": readable(node.before_update),
-            "after_update": readable(node.after_update),
-        }
-    if isinstance(node, IntervalJoinNode):
-        return {
-            "kind": JOIN,
-            "left_key": _key_of(plan, node.left),
-            "right_key": _key_of(plan, node.right),
-            "left_sources": _sources_of(plan, node.left),
-            "right_sources": _sources_of(plan, node.right),
-            "lower_ms": node.lower_ms,
-            "upper_ms": node.upper_ms,
-            "allowed_lateness_ms": node.allowed_lateness_ms,
-        }
-    if isinstance(node, ProcessNode):
-        return {
-            "kind": PROCESS,
-            "key": _key_of(plan, node.upstream),
-            "on_events": _function(node.on_events),
-            "on_timer": _function(node.on_timer),
-            "schema": [f"{f.name}: {f.type}" for f in node.schema],
-            "state": {name: repr(spec) for name, spec in node.states},
-        }
-    if isinstance(node, SinkNode):
-        return {"kind": SINK, "reads": _reads(plan, node.source),
-                "sink": _sink_fingerprint(node.sink, checkpoint)}
+    return _fingerprint(node, plan, checkpoint)
+
+
+@singledispatch
+def _fingerprint(node: Node, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
     fp: dict[str, Any] = {"kind": type(node).__qualname__}
     for f in dataclasses.fields(node):
         if f.name != "step":
             fp[f.name] = readable(getattr(node, f.name))
     return fp
+
+
+@_fingerprint.register
+def _source(node: SourceNode, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
+    return {"kind": SOURCE, "connector": type(node.connector).__qualname__}
+
+
+@_fingerprint.register
+def _window(node: WindowAggregateNode, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
+    return {
+        "kind": WINDOW,
+        "key": key_of(plan, node.upstream),
+        "window": readable(node.window),
+        "allowed_lateness_ms": node.allowed_lateness_ms,
+        "emit": node.emit,
+        "aggregations": {name: readable(agg) for name, agg in node.aggregations},
+        "before_update": readable(node.before_update),
+        "after_update": readable(node.after_update),
+    }
+
+
+@_fingerprint.register
+def _join(node: IntervalJoinNode, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
+    return {
+        "kind": JOIN,
+        "left_key": key_of(plan, node.left),
+        "right_key": key_of(plan, node.right),
+        "left_sources": sources_of(plan, node.left),
+        "right_sources": sources_of(plan, node.right),
+        "lower_ms": node.lower_ms,
+        "upper_ms": node.upper_ms,
+        "allowed_lateness_ms": node.allowed_lateness_ms,
+    }
+
+
+@_fingerprint.register
+def _process(node: ProcessNode, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
+    return {
+        "kind": PROCESS,
+        "key": key_of(plan, node.upstream),
+        "on_events": _function(node.on_events),
+        "on_timer": _function(node.on_timer),
+        "schema": [f"{f.name}: {f.type}" for f in node.schema],
+        "state": {name: repr(spec) for name, spec in node.states},
+    }
+
+
+@_fingerprint.register
+def _sink(node: SinkNode, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
+    return {"kind": SINK, "reads": _reads(plan, node.source),
+            "sink": _sink_fingerprint(node.sink, checkpoint)}
 
 
 def plan_fingerprint(plan: Plan, *, checkpoint: str | os.PathLike[str] | None = None) -> Fingerprint:

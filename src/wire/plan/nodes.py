@@ -6,13 +6,16 @@ and the tests all read the same :class:`Plan`.
 A node's ``step`` is its unique, stable id within the flow: it names the node's
 state, metrics and output ports (STYLE §3). Ports are addressed as
 ``PortRef(step, port)`` with ``port`` one of :data:`PORTS`.
+
+A node knows only its own edges and ports (:meth:`Node.inputs`, :meth:`Node.side_ports`,
+:meth:`Node.output_key`); every query over the whole graph is in :mod:`wire.plan.graph`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
 
 import pyarrow as pa
 
@@ -56,6 +59,37 @@ class Node:
 
     step: str
 
+    stateless: ClassVar[bool] = False
+    """True for a step without state (its definition may change between runs of one
+    checkpoint); a node type that does not say so is taken as stateful."""
+
+    def inputs(self) -> tuple[str, ...]:
+        """The steps whose ``out`` port this step reads (a sink's or drop's port: ``source``)."""
+        return ()
+
+    def side_ports(self) -> tuple[str, ...]:
+        """The side ports (``late``, ``dead_letter``, ``overflow``) this step produces."""
+        return ()
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """The key column of this step's ``out`` stream, given its inputs' key columns.
+
+        None: unkeyed. Best effort where a ``select`` computes columns; the compiler
+        derives the key again from the compiled columns. Default: the first input's key.
+        """
+        return input_keys[0] if input_keys else None
+
+
+@dataclass(frozen=True, eq=False)
+class UnaryNode(Node):
+    """A step that reads the ``out`` port of one ``upstream`` step."""
+
+    upstream: str
+
+    def inputs(self) -> tuple[str, ...]:
+        """``(upstream,)``."""
+        return (self.upstream,)
+
 
 @dataclass(frozen=True)
 class SourceNode(Node):
@@ -69,41 +103,62 @@ class SourceNode(Node):
     target_epoch_ms: int | None = None
     """Epoch sizing from a target duration (ms; :mod:`wire.sources.epoch_sizing`); None: off."""
 
+    def side_ports(self) -> tuple[str, ...]:
+        """Malformed records leave on ``dead_letter``."""
+        return (DEAD_LETTER,)
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """The source's ``key`` column."""
+        return self.key
+
 
 @dataclass(frozen=True, eq=False)
-class FilterNode(Node):
+class FilterNode(UnaryNode):
     """Keep the events for which ``predicate`` is true (null counts as false)."""
 
-    upstream: str
+    stateless = True
     predicate: Expr
 
 
 @dataclass(frozen=True, eq=False)
-class MapNode(Node):
+class MapNode(UnaryNode):
     """Add or replace columns: ``columns`` is a tuple of (name, expression)."""
 
-    upstream: str
+    stateless = True
     columns: tuple[tuple[str, Expr], ...]
 
 
 @dataclass(frozen=True, eq=False)
-class SelectNode(Node):
+class SelectNode(UnaryNode):
     """Keep (and compute) exactly ``columns``: names, expressions, or (name, expression)."""
 
-    upstream: str
+    stateless = True
     columns: tuple[str | Column | tuple[str, Expr], ...]
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """The input's key, unless no column can be the key.
+
+        That is when every column is a plain name or ``(name, expression)`` and none is
+        the key; a computed ``Column`` may keep it (the compiler decides).
+        """
+        key = input_keys[0]
+        if key is None:
+            return None
+        names = {c if isinstance(c, str) else c[0] for c in self.columns
+                 if isinstance(c, str) or (isinstance(c, tuple) and len(c) == 2)}
+        return None if key not in names and len(names) == len(self.columns) else key
 
 
 @dataclass(frozen=True, eq=False)
-class ExplodeNode(Node):
+class ExplodeNode(UnaryNode):
     """One row per element of the list column ``column``; the element replaces the list."""
 
-    upstream: str
+    stateless = True
     column: str
 
 
 @dataclass(frozen=True)
-class ThrottleNode(Node):
+class ThrottleNode(UnaryNode):
     """Flow control (SPEC §5): at most ``max_events_per_epoch`` events pass per epoch.
 
     ``mode="pause"`` holds the excess at the sources (their admission per epoch is
@@ -111,28 +166,35 @@ class ThrottleNode(Node):
     to the ``overflow`` port.
     """
 
-    upstream: str
+    stateless = True
     max_events_per_epoch: int
     mode: str
 
+    def side_ports(self) -> tuple[str, ...]:
+        """``overflow`` in mode ``"overflow"``."""
+        return (OVERFLOW,) if self.mode == "overflow" else ()
+
 
 @dataclass(frozen=True)
-class KeyByNode(Node):
+class KeyByNode(UnaryNode):
     """Re-key the stream by the column ``key``."""
 
-    upstream: str
+    stateless = True
     key: str
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """``key``."""
+        return self.key
 
 
 @dataclass(frozen=True)
-class WindowAggregateNode(Node):
+class WindowAggregateNode(UnaryNode):
     """Keyed event-time window aggregation with allowed lateness and a late port.
 
     ``emit`` is ``"final"`` or ``"update"``; ``before_update`` / ``after_update`` are
-    optional vectorized callbacks that emit a window early.
+    optional vectorized callbacks that emit a window early. Results keep the input's key.
     """
 
-    upstream: str
     window: Window
     allowed_lateness_ms: int
     aggregations: tuple[tuple[str, Aggregator], ...]
@@ -140,9 +202,13 @@ class WindowAggregateNode(Node):
     before_update: Callback | None = None
     after_update: Callback | None = None
 
+    def side_ports(self) -> tuple[str, ...]:
+        """Late events leave on ``late``."""
+        return (LATE,)
+
 
 @dataclass(frozen=True, eq=False)
-class ProcessNode(Node):
+class ProcessNode(UnaryNode):
     """Keyed process function with per-key state and timers (``Stream.process``).
 
     ``on_events(ctx, events)`` / ``on_timer(ctx, fired)`` are the user's functions
@@ -151,18 +217,27 @@ class ProcessNode(Node):
     states as ``(name, wire.state.keyed_state.StateSpec)``, sorted by name.
     """
 
-    upstream: str
     on_events: Callable[..., object]
     on_timer: Callable[..., object] | None
     schema: pa.Schema
     states: tuple[tuple[str, object], ...]
+
+    def side_ports(self) -> tuple[str, ...]:
+        """Late events leave on ``late``."""
+        return (LATE,)
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """The input's key when the declared output has that column, else None."""
+        key = input_keys[0]
+        return key if key in self.schema.names else None
 
 
 @dataclass(frozen=True)
 class IntervalJoinNode(Node):
     """Event-time interval join of two keyed streams (Flink's interval join).
 
-    ``left.t + lower_ms <= right.t <= left.t + upper_ms`` for equal keys.
+    ``left.t + lower_ms <= right.t <= left.t + upper_ms`` for equal keys. The output
+    keeps the left stream's key.
     """
 
     left: str
@@ -172,12 +247,30 @@ class IntervalJoinNode(Node):
     allowed_lateness_ms: int
     right_prefix: str
 
+    def inputs(self) -> tuple[str, ...]:
+        """``(left, right)``."""
+        return (self.left, self.right)
+
+    def side_ports(self) -> tuple[str, ...]:
+        """Late events leave on ``late``."""
+        return (LATE,)
+
 
 @dataclass(frozen=True)
 class UnionNode(Node):
     """Merge several streams with the same columns; watermark = minimum of the inputs."""
 
+    stateless = True
     upstreams: tuple[str, ...]
+
+    def inputs(self) -> tuple[str, ...]:
+        """``upstreams``."""
+        return self.upstreams
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """The inputs' key when they all have the same one, else None."""
+        keys = set(input_keys)
+        return keys.pop() if len(keys) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -202,17 +295,8 @@ class DropNode(Node):
     (see :mod:`wire.runtime.kept_ports`); this node is how a flow says "drop it".
     """
 
+    stateless = True
     source: PortRef
-
-
-def upstreams(node: Node) -> tuple[str, ...]:
-    """The steps whose ``out`` port ``node`` reads (a sink's or drop's port: ``node.source``)."""
-    if isinstance(node, UnionNode):
-        return node.upstreams
-    if isinstance(node, IntervalJoinNode):
-        return (node.left, node.right)
-    up = getattr(node, "upstream", None)
-    return () if up is None else (up,)
 
 
 @dataclass(frozen=True)
@@ -228,14 +312,6 @@ class Plan:
             if n.step == step:
                 return n
         raise KeyError(step)
-
-    def sinks(self) -> tuple[SinkNode, ...]:
-        """The sink nodes, in the order they were added."""
-        return tuple(n for n in self.nodes if isinstance(n, SinkNode))
-
-    def drops(self) -> tuple[DropNode, ...]:
-        """The side ports dropped on purpose (``Stream.drop()``)."""
-        return tuple(n for n in self.nodes if isinstance(n, DropNode))
 
     def describe(self) -> str:
         """A multi-line, human-readable listing of the plan."""

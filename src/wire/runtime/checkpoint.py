@@ -364,9 +364,9 @@ def source_count(plan: Plan) -> int:
     """The source offsets each epoch records in Spark's offset log: one per source read.
 
     A branch that starts at or above a source reads it again, and Spark counts every read
-    as a source of its own (:func:`wire.compiler.plan_compiler.source_reads`).
+    as a source of its own (:func:`wire.plan.graph.source_reads`).
     """
-    from wire.compiler.plan_compiler import source_reads
+    from wire.plan.graph import source_reads
     from wire.plan.nodes import SourceNode
 
     try:

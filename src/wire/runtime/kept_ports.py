@@ -3,8 +3,8 @@
 A flow's side ports are the late port of every window aggregation and interval join,
 the dead-letter port of every source, and the overflow port of every
 ``throttle(..., mode="overflow")``. When the user neither sinks a side port nor drops
-it on purpose (``Stream.drop()``), :func:`keep_unsunk_ports` adds a Parquet sink for
-it under the checkpoint:
+it on purpose (``Stream.drop()``: :func:`wire.plan.graph.unsunk_ports` finds them),
+:func:`keep_unsunk_ports` adds a Parquet sink for it under the checkpoint:
 
 ==========================================  ==========================================
 port                                        kept in
@@ -35,49 +35,12 @@ import os
 from pathlib import Path
 
 from wire.errors import PlanError
-from wire.plan.nodes import (
-    ALL_STEPS,
-    DEAD_LETTER,
-    LATE,
-    OVERFLOW,
-    DropNode,
-    IntervalJoinNode,
-    Plan,
-    PortRef,
-    ProcessNode,
-    SinkNode,
-    SourceNode,
-    ThrottleNode,
-    WindowAggregateNode,
-)
+from wire.plan.graph import unsunk_ports
+from wire.plan.nodes import Plan, PortRef, SinkNode
 from wire.sinks.file_sinks import parquet
 
 KEPT_DIR = "kept"
 """The directory under a checkpoint that holds the kept side ports."""
-
-
-def side_ports(plan: Plan) -> list[PortRef]:
-    """Every side port the plan's operators produce, in plan order."""
-    ports: list[PortRef] = []
-    for node in plan.nodes:
-        if isinstance(node, SourceNode):
-            ports.append(PortRef(node.step, DEAD_LETTER))
-        elif isinstance(node, WindowAggregateNode | IntervalJoinNode | ProcessNode):
-            ports.append(PortRef(node.step, LATE))
-        elif isinstance(node, ThrottleNode) and node.mode == "overflow":
-            ports.append(PortRef(node.step, OVERFLOW))
-    return ports
-
-
-def unsunk_ports(plan: Plan) -> list[PortRef]:
-    """The side ports that no sink reads and no ``drop()`` names."""
-    port_readers: tuple[SinkNode | DropNode, ...] = (*plan.sinks(), *plan.drops())
-    read = {n.source for n in port_readers}
-    all_dead_letters = PortRef(ALL_STEPS, DEAD_LETTER) in read
-    return [
-        ref for ref in side_ports(plan)
-        if ref not in read and not (ref.port == DEAD_LETTER and all_dead_letters)
-    ]
 
 
 def kept_step(ref: PortRef) -> str:

@@ -46,6 +46,7 @@ from wire.core.envelope import metrics_table
 from wire.core.time import NO_WATERMARK
 from wire.delivery.sink import ExecutorSink, Sink
 from wire.errors import CheckpointError, ConfigError, FlowFailed
+from wire.plan.graph import sinks as plan_sinks
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import (
     begin_start_over,
@@ -687,7 +688,7 @@ def start_plan(
         if start_over is not None:  # no sink was touched: the old checkpoint comes back
             start_over.undo()
         raise
-    sinks = list(plan.sinks())
+    sinks = list(plan_sinks(plan))
     summary = RunSummary(plan.flow_id, source_steps=compiled.source_steps, kept=kept, spark_log=spark_log)
     dispatcher = EpochDispatcher(compiled, sinks, summary, max_epochs=max_epochs, progress=progress)
     dispatcher.epoch_base = meta.epoch_base

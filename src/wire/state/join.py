@@ -55,6 +55,7 @@ import pyarrow.compute as pc
 from wire.core.envelope import ENVELOPE_COLUMNS, ET, MAX_WATERMARK, SEQ
 from wire.core.time import INT64_MAX, INT64_MIN
 from wire.errors import ConfigError
+from wire.state import operator_watermarks as OW
 
 LATE_REASON = "interval join: event_time + allowed_lateness < watermark"
 """The ``reason`` of every row of the late table."""
@@ -454,7 +455,6 @@ def output_watermark(old_out: int, new_in: int, spec: IntervalJoinSpec) -> int:
         Never below ``old_out``; :data:`~wire.core.envelope.MAX_WATERMARK` once the
         input ended (no event can arrive any more, so nothing holds).
     """
-    if new_in >= MAX_WATERMARK:
-        return MAX_WATERMARK
     lateness = spec.allowed_lateness_ms
-    return max(old_out, new_in - lateness if new_in > INT64_MIN + lateness else new_in)
+    hold = new_in - lateness if INT64_MIN + lateness < new_in < MAX_WATERMARK else None
+    return OW.output_watermark(old_out, new_in, hold)

@@ -195,15 +195,6 @@ def le_bound(values: np.ndarray, bound: int) -> np.ndarray:
     return values <= np.int64(bound)
 
 
-def add_saturating(values: np.ndarray, delta: int) -> np.ndarray:
-    """``values + delta`` (``delta >= 0``) clamped to int64 max instead of wrapping."""
-    if delta >= INT64_MAX:
-        return np.full(len(values), INT64_MAX, dtype=np.int64)
-    d = np.int64(delta)
-    over = values > np.int64(INT64_MAX) - d
-    return np.where(over, np.int64(INT64_MAX), values + np.where(over, 0, d))
-
-
 def column(table: pa.Table, name: str) -> pa.Array:
     """The column ``name`` of ``table`` as one contiguous Arrow array."""
     return table.column(name).combine_chunks()

@@ -61,6 +61,7 @@ import pyarrow.compute as pc
 from wire.core.envelope import ET, MAX_WATERMARK, SEQ
 from wire.errors import WireError
 from wire.state import keyed_state as K
+from wire.state import operator_watermarks as OW
 from wire.state.keyed_state import (
     ListState,
     MapState,
@@ -366,7 +367,7 @@ def on_epoch(
 
     pending = timer_table.table
     hold = pc.min(pending.column(K.OUTPUT_TIME)).as_py() if pending.num_rows else None
-    new_out = max(old_out, new_in if hold is None else min(new_in, hold))
+    new_out = OW.output_watermark(old_out, new_in, hold)
     for name, table in tables.items():
         if table.dirty:
             segments.replace(_bucket(spec, name), table.table if table.table.num_rows else None)

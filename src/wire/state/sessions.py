@@ -17,7 +17,6 @@ from wire.state.kernels import (
     WINDOW_END,
     WINDOW_START,
     Groups,
-    add_saturating,
     changes,
     le_bound,
     running_arg,
@@ -73,7 +72,7 @@ def candidates_alive(live: pa.Table, candidates: pa.Table, watermark: int, spec:
         {
             key: candidates.column(key).cast(key_type),
             WINDOW_START: pa.array(t, pa.int64()),
-            WINDOW_END: pa.array(add_saturating(t, spec.assigner.gap_ms), pa.int64()),  # type: ignore[union-attr]
+            WINDOW_END: pa.array(spec.assigner.assign(t)[2], pa.int64()),  # [t, t + gap)
         }
     )
     both = pa.concat_tables([live, cand.cast(live.schema)]).append_column(

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from wire.errors import ConfigError
 from wire.state.aggregator import Aggregator
-from wire.state.assigners import Assigner, Session, Sliding, Tumbling
+from wire.state.assigners import Assigner, Tumbling
 from wire.state.kernels import ARRIVAL, EVENT_TIME, FIRED, WINDOW_END, WINDOW_START, is_int
 
 RESULT_COLUMNS = ("window_start", "window_end", "emit")
@@ -72,7 +72,7 @@ class WindowSpec:
     after_update: Callback | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.assigner, Tumbling | Sliding | Session):
+        if not isinstance(self.assigner, Assigner):
             accepted = "Tumbling(size_ms), Sliding(size_ms, slide_ms) or Session(gap_ms)"
             raise ConfigError("assigner", self.assigner, accepted)
         if not is_int(self.allowed_lateness_ms) or self.allowed_lateness_ms < 0:
@@ -112,8 +112,8 @@ class WindowSpec:
 
     @property
     def sessions(self) -> bool:
-        """True for session windows (merging windows; late candidates)."""
-        return isinstance(self.assigner, Session)
+        """True for session windows, the kind whose windows merge (late candidates)."""
+        return self.assigner.merges
 
 
 def TumblingSpec(

@@ -35,7 +35,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wire.state.assigners import Session
 from wire.state.kernels import FIRED, WINDOW_END, le_bound
 from wire.state.segments import Segments
 from wire.state.sessions import closed_by
@@ -51,7 +50,7 @@ SLICE_ROWS = 500_000
 
 def bucketed(spec: WindowSpec) -> bool:
     """True when ``spec``'s state is bucketed by window end (tumbling or sliding, no callbacks)."""
-    return not isinstance(spec.assigner, Session) and not spec.needs_events
+    return not spec.sessions and not spec.needs_events
 
 
 def _with_fired(table: pa.Table, fired: bool) -> pa.Table:
@@ -233,7 +232,7 @@ def hold(segments: Segments, wm_out: int, spec: WindowSpec) -> int | None:
     """Earliest start (ms) of a window in state that has not fired at ``wm_out`` (None: none)."""
     stored = np.asarray(segments.buckets(), dtype=np.int64)
     open_ = stored[~le_bound(stored, wm_out)]
-    return int(open_.min()) - spec.assigner.size_ms if len(open_) else None  # type: ignore[union-attr]
+    return spec.assigner.start_of(int(open_.min())) if len(open_) else None
 
 
 def output_watermark(old_out: int, new_in: int, segments: Segments, spec: WindowSpec) -> int:

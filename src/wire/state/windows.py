@@ -59,14 +59,9 @@ import numpy as np
 import pyarrow as pa
 
 from wire.core.time import INT64_MAX, INT64_MIN
+from wire.state import operator_watermarks as OW
 from wire.state.aggregator import Aggregator
-from wire.state.assigners import (
-    Session,
-    Sliding,
-    Tumbling,
-    assign,
-    earliest_start,
-)
+from wire.state.assigners import Session, Sliding, Tumbling, earliest_start
 from wire.state.emission import ORDER, callback_rows
 from wire.state.kernels import (
     ARRIVAL,
@@ -75,7 +70,6 @@ from wire.state.kernels import (
     WINDOW_END,
     WINDOW_START,
     Groups,
-    add_saturating,
     arrival,
     changes,
     le_bound,
@@ -188,14 +182,12 @@ def split_late(events: pa.Table, watermark: int, spec: WindowSpec) -> tuple[pa.T
     """
     events = _prepare(events)
     et = events.column(EVENT_TIME).to_numpy()
-    if isinstance(spec.assigner, Session):
-        end = add_saturating(et, spec.assigner.gap_ms)
-        closed = closed_by(end, watermark, spec)
-        accepted = _with_window(events.filter(pa.array(~closed)), et[~closed], end[~closed])
-        late = _late(events.slice(0, 0), watermark, LATE_REASON, spec)
-        return accepted, late, events.filter(pa.array(closed))
-    rows, start, end = assign(et, spec.assigner)
+    rows, start, end = spec.assigner.assign(et)
     open_ = ~closed_by(end, watermark, spec)
+    if spec.sessions:  # one proto-session per event: a closed one may still merge into a live one
+        accepted = _with_window(events.filter(pa.array(open_)), start[open_], end[open_])
+        late = _late(events.slice(0, 0), watermark, LATE_REASON, spec)
+        return accepted, late, events.filter(pa.array(~open_))
     alive = np.zeros(events.num_rows, dtype=bool)
     alive[rows[open_]] = True
     accepted = _with_window(events.take(pa.array(rows[open_])), start[open_], end[open_])
@@ -233,9 +225,9 @@ def resolve_candidates(
     """
     candidates = _prepare(candidates)
     et = candidates.column(EVENT_TIME).to_numpy()
-    if isinstance(spec.assigner, Session) and state is not None:
+    if spec.sessions and state is not None:
         alive = candidates_alive(state, candidates, watermark, spec)
-        end = add_saturating(et, spec.assigner.gap_ms)
+        end = spec.assigner.assign(et)[2]
     else:
         alive, end = np.zeros(candidates.num_rows, dtype=bool), et
     accepted = _with_window(candidates.filter(pa.array(alive)), et[alive], end[alive])
@@ -245,7 +237,7 @@ def resolve_candidates(
 
 def _windows(table: pa.Table, spec: WindowSpec) -> Groups:
     """Groups of rows sorted by (key, ``__ws``, ...) that form one window (sessions: merged)."""
-    if isinstance(spec.assigner, Session):
+    if spec.sessions:
         return session_groups(table, spec.key)
     return Groups.from_new(changes(table, [spec.key, WINDOW_START, WINDOW_END]))
 
@@ -571,7 +563,6 @@ def output_watermark(old_out: int, new_in: int, state: pa.Table | None, spec: Wi
 
 def watermark_with_hold(old_out: int, new_in: int, hold: int | None, spec: WindowSpec) -> int:
     """:func:`output_watermark` given the hold of the windows in state (None: no hold)."""
-    if INT64_MIN < new_in < INT64_MAX:  # no watermark yet / end of input: nothing to add
-        possible = earliest_start(new_in, spec.assigner)
-        hold = possible if hold is None else min(hold, possible)
-    return max(old_out, new_in if hold is None else min(new_in, hold))
+    # no watermark yet / end of input: no window an on-time event could open to add
+    possible = earliest_start(new_in, spec.assigner) if INT64_MIN < new_in < INT64_MAX else None
+    return OW.output_watermark(old_out, new_in, hold, possible)

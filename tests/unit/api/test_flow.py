@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 import wire
-from wire.compiler.plan_compiler import chain_of, outputs_of
 from wire.core.time import to_millis
+from wire.plan.graph import chain_of, outputs_of, sinks
 from wire.plan.nodes import FilterNode, PortRef, SinkNode, SourceNode, WindowAggregateNode
 
 
@@ -54,7 +54,7 @@ def test_building_records_an_immutable_plan():
     kinds = [type(n) for n in plan.nodes]
     assert kinds == [SourceNode, FilterNode, WindowAggregateNode, SinkNode, SinkNode]
     assert plan.node("hourly").allowed_lateness_ms == 5_400_000
-    assert plan.sinks()[1].source == PortRef("hourly", "late")
+    assert sinks(plan)[1].source == PortRef("hourly", "late")
     with pytest.raises(AttributeError):
         plan.node("hourly").allowed_lateness_ms = 1  # frozen
     assert [n.step for n in chain_of(plan)] == ["source_1", "filter_1", "hourly"]
@@ -138,7 +138,7 @@ def test_join_bounds_and_validation():
 
 def test_source_reads_count_one_read_per_path_from_an_output():
     """Hand-derived: Spark repeats a branched stream's lineage in each branch, one offset-log line each."""
-    from wire.compiler.plan_compiler import source_reads
+    from wire.plan.graph import source_reads
     from wire.runtime.checkpoint import source_count
 
     linear = wire.Flow("a")
@@ -163,7 +163,7 @@ def test_a_redis_stream_may_branch():
     """It is read once per epoch however many branches read it (compiler.branches.read_once)."""
     import pyarrow as pa
 
-    from wire.compiler.plan_compiler import source_reads
+    from wire.plan.graph import source_reads
 
     red = wire.sources.redis_stream("redis://127.0.0.1:1", "s", group="g",
                                     schema=pa.schema([("t", pa.int64())]))

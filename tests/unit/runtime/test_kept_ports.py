@@ -7,7 +7,8 @@ import pytest
 
 import wire
 from wire.errors import PlanError
-from wire.runtime.kept_ports import keep_unsunk_ports, unsunk_ports
+from wire.plan.graph import sinks, unsunk_ports
+from wire.runtime.kept_ports import keep_unsunk_ports
 from wire.sinks.file_sinks import ParquetSink
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string())])
@@ -36,7 +37,7 @@ def test_every_unsunk_side_port_is_kept_under_the_checkpoint(tmp_path):
         "limit.overflow": str(tmp_path / "ck" / "kept" / "limit.overflow"),
         "hourly.late": str(tmp_path / "ck" / "kept" / "hourly.late"),
     }
-    added = {n.step: n for n in plan.sinks()}
+    added = {n.step: n for n in sinks(plan)}
     assert set(added) == {"out", "kept-events-dead_letter", "kept-limit-overflow", "kept-hourly-late"}
     late = added["kept-hourly-late"]
     assert late.source.port_id() == "hourly.late"

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from wire.errors import ConfigError
-from wire.state.assigners import Session, Sliding, Tumbling, assign
+from wire.state.assigners import Session, Sliding, Tumbling
 
 
 def windows(t, assigner):
-    rows, start, end = assign(np.asarray(t, np.int64), assigner)
+    rows, start, end = assigner.assign(np.asarray(t, np.int64))
     return [(int(r), int(s), int(e)) for r, s, e in zip(rows, start, end, strict=True)]
 
 

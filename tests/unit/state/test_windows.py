@@ -13,7 +13,7 @@ import pytest
 from wire.core.envelope import MAX_WATERMARK
 from wire.errors import ConfigError
 from wire.state import aggregations as agg
-from wire.state.assigners import Tumbling, assign
+from wire.state.assigners import Tumbling
 from wire.state.windows import (
     FIRED,
     LATE_REASON,
@@ -69,7 +69,7 @@ def run(state, rows, wm_in, wm_out, spec=SPEC):
 
 
 def starts_of(t, size):
-    return assign(np.asarray(t, np.int64), Tumbling(size))[1].tolist()
+    return Tumbling(size).assign(np.asarray(t, np.int64))[1].tolist()
 
 
 def rows_of(table, *cols):
