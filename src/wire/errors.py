@@ -49,6 +49,29 @@ class ControlPlaneError(WireError):
         super().__init__(message)
 
 
+class ProcessFunctionError(WireError, RuntimeError):
+    """A process function broke its contract (bad output, late output, timer misuse).
+
+    Raised in the epoch that runs ``Stream.process``'s ``on_events`` / ``on_timer``; the
+    message names the step and the function. The epoch fails, so nothing of it is committed.
+    """
+
+
+class TimerError(WireError, ValueError):
+    """A timer set with an output time that would be late downstream (or none allowed).
+
+    Raised by ``ctx.timers`` inside a process function; the process stage reports it
+    as :class:`ProcessFunctionError` naming the step and the function.
+    """
+
+
+class StagingFailed(WireError):
+    """An executor sink's stager raised in a task; names the sink, epoch and partition.
+
+    The epoch fails before any sink commits it, so a restart replays the whole epoch.
+    """
+
+
 EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "delta": ("deltalake",),

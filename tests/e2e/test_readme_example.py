@@ -1,12 +1,17 @@
-"""The README's first example runs as written (paths moved to a temporary directory).
+"""The README's example and the main job's flow (docs/operating.md) run as written; outputs checked.
 
-Input: a few hand-made flights. Oracles: pandas for the hourly windows; by hand for the
-burst alert (JFK has three departures more than 2 h late within 30 min, LGA two).
+README: the clicks of docs/data/clicks.csv, with a 10 s watermark delay and epochs of four
+records; the windows, the late click and the dead letter are derived by hand (below).
+Main job's flow: a few hand-made flights (paths moved to a temporary directory). Oracles:
+pandas for the hourly windows; by hand for the burst alert (JFK has three departures more
+than 2 h late within 30 min, LGA two).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -16,12 +21,48 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+OPERATING = ROOT / "docs" / "operating.md"
 HOUR = 3_600_000
 
 
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.S | re.M)
+
+
 def example() -> str:
-    return re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+    """The main job's flow in docs/operating.md (the README's first example until issue 27)."""
+    return next(b for b in python_blocks(OPERATING) if 'wire.Flow("flight-delays")' in b)
+
+
+def at(hh_mm_ss: str) -> datetime:
+    return datetime.fromisoformat(f"2026-01-01T{hh_mm_ss}+00:00")
+
+
+def test_the_readme_example_runs_and_its_outputs_are_right(spark, tmp_path, monkeypatch):
+    (tmp_path / "docs").symlink_to(ROOT / "docs")
+    monkeypatch.chdir(tmp_path)
+    code = python_blocks(README)[0]
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+
+    windows = read(tmp_path / "out/clicks/per_minute")
+    got = sorted((r.user, r.window_start.to_pydatetime(), r.clicks, r.emit) for r in windows.itertuples())
+    # by hand from docs/data/clicks.csv: bob's 10:00:40 is late, the line with three fields malformed
+    assert got == [("ann", at("10:00:00"), 2, "final"), ("ann", at("10:01:00"), 1, "final"),
+                   ("ann", at("10:02:00"), 1, "final"), ("bob", at("10:00:00"), 1, "final"),
+                   ("bob", at("10:01:00"), 1, "final")]
+    assert set(windows.loc[windows.window_start == pd.Timestamp(at("10:00:00")), "epoch"]) == {0}
+
+    late = read(tmp_path / "out/clicks/late")
+    assert late[["user", "event_time", "epoch"]].values.tolist() == [
+        ["bob", int(at("10:00:40").timestamp() * 1000), 1]]
+    # the first epoch read up to 10:01:15: its watermark is 10:01:05
+    assert late["watermark"].tolist() == [int(at("10:01:05").timestamp() * 1000)]
+
+    dead = read(tmp_path / "out/clicks/dead_letters")
+    assert [(r.step, os.path.basename(r.location), r.record) for r in dead.itertuples()] == [
+        ("source_1", "clicks.csv:8", "2026-01-01T10:01:20Z,ann,oops")]
 
 
 def flights() -> pd.DataFrame:
@@ -39,13 +80,13 @@ def read(path: Path) -> pd.DataFrame:
     return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas() if files else pd.DataFrame()
 
 
-def test_the_readme_example_runs_and_its_outputs_are_right(spark, tmp_path):
+def test_the_main_jobs_flow_runs_and_its_outputs_are_right(spark, tmp_path):
     base = tmp_path / "flights"
     (base / "input").mkdir(parents=True)
     df = flights()
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), base / "input" / "part-0.parquet")
     code = example().replace('"out/flights', f'"{base}')
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "docs/operating.md", "exec"), {"__name__": "main_job_example"})
 
     hourly = read(base / "windows")
     epoch = pd.Timestamp(0, tz="UTC")

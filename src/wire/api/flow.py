@@ -172,7 +172,8 @@ class Flow:
         """
         if not all(callable(getattr(connector, m, None)) for m in ("read_stream", "resolve_schema")):
             raise ConfigError("connector", connector,
-                              "a Wire source connector (wire.sources.Source), e.g. wire.sources.files(...)")
+                              "a Wire source connector: wire.sources.files(...), kafka(...), "
+                              "redis_stream(...) or http_ingest(...)")
         if not isinstance(event_time, str) or not event_time:
             raise ConfigError("event_time", event_time, "a column name (non-empty string)")
         if key is not None and (not isinstance(key, str) or not key):

@@ -2,20 +2,26 @@
 
 Every method records one immutable node in its :class:`~wire.api.flow.Flow`'s plan
 (:mod:`wire.plan.nodes`) and returns a handle on the new step's port; nothing runs until
-the flow runs.
+the flow runs. Times are int64 milliseconds since the Unix epoch (UTC); durations are
+ms, ``"5m"``-style strings or ``timedelta``. Every sink row also gets an ``epoch``
+column (int64, the epoch that wrote it).
+
+The examples are doctests that ``tests/unit/api/test_stream_docs.py`` runs, most on
+Spark through :class:`wire.testing.TestStream` (one epoch per scripted step, the real
+engine).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 import pyarrow as pa
 
 from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
 from wire.core.windowing import Window
-from wire.delivery.sink import Sink
+from wire.delivery.sink import GUARANTEES, Sink
 from wire.errors import ConfigError, PlanError
 from wire.plan.graph import key_of
 from wire.plan.nodes import (
@@ -35,6 +41,7 @@ from wire.plan.nodes import (
     ProcessNode,
     SelectNode,
     SinkNode,
+    SourceNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
@@ -47,13 +54,21 @@ from wire.state.spec import Callback, Emit
 if TYPE_CHECKING:
     from wire.api.flow import Flow
 
+ThrottleMode = Literal["pause", "overflow"]
+"""``Stream.throttle``'s modes: hold the excess at the sources, or divert it to ``.overflow()``."""
+THROTTLE_MODES: tuple[ThrottleMode, ...] = get_args(ThrottleMode)
+
 
 @dataclass(frozen=True)
 class Stream:
     """A handle on one port of one step; operators return new streams.
 
-    Expressions (``Expr``) are Spark ``Column`` objects (which need an active
-    SparkSession, e.g. ``wire.spark()``) or Spark SQL strings.
+    Obtained from ``Flow.source`` (a source's events), from an operator, or from a
+    side port (``late()``, ``dead_letters()``, ``overflow()``). Expressions (``Expr``)
+    are Spark ``Column`` objects (which need an active SparkSession, e.g.
+    ``wire.spark()``) or Spark SQL strings over the stream's columns. A stream may feed
+    any number of operators and sinks (branches); every stream must end in a sink or
+    ``drop()`` (checked when the flow runs).
     """
 
     flow: Flow
@@ -66,7 +81,33 @@ class Stream:
     def filter(self, predicate: Expr, *, name: str | None = None) -> Stream:
         """Keep events for which ``predicate`` is true; null counts as false.
 
-        Columns are unchanged; stateless (no state, emits per epoch).
+        Columns in and out: unchanged, as are the key and the event time. Stateless: no
+        state; each event passes or not in the epoch it arrives in.
+
+        Parameters
+        ----------
+        predicate:
+            A boolean Spark SQL expression (``"n > 10"``) or ``Column``.
+        name:
+            The step id (default ``filter_<n>``).
+
+        Raises
+        ------
+        PlanError
+            On the flow's dead-letter output (``flow.dead_letters()``), which can only be sunk.
+        ConfigError
+            When the flow runs (compiles), if ``predicate`` is neither a Column nor a
+            non-empty string; Spark's ``AnalysisException`` if it does not resolve
+            against the stream's columns.
+
+        Examples
+        --------
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("n", pa.int64())], event_time="t")
+        >>> ts = ts.add_events([{"t": 1, "n": 5}, {"t": 2, "n": None}, {"t": 3, "n": 50}])  # epoch 0
+        >>> out = ts.run(lambda events: events.filter("n > 10"))
+        >>> out["main"]
+        [{'t': 3, 'n': 50, 'epoch': 0}]
         """
         self._require_out("filter")
         step = self.flow._step_id(name, "filter")
@@ -74,7 +115,39 @@ class Stream:
         return Stream(self.flow, PortRef(step))
 
     def map(self, *, name: str | None = None, **columns: Expr) -> Stream:
-        """Add or replace columns, ``name=expression`` each; other columns pass through."""
+        """Add or replace columns, ``name=expression`` each; other columns pass through.
+
+        Columns out: the input's, a replaced column in its place, new ones appended in
+        argument order. Every expression reads the *input* columns (one ``map`` cannot
+        use a column it adds). The key and the event time are kept (replacing the key
+        column changes the key's values; the event time is fixed at the source).
+        Stateless: each event is mapped in the epoch it arrives in.
+
+        Parameters
+        ----------
+        name:
+            The step id (default ``map_<n>``).
+        **columns:
+            ``column_name=expression``: a Spark SQL string or ``Column``.
+
+        Raises
+        ------
+        ConfigError
+            If no column is given; when the flow runs (compiles), for a name starting
+            with ``__`` (Wire's envelope) or an expression that is not a Column or a
+            non-empty string (Spark's ``AnalysisException`` if it does not resolve).
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("n", pa.int64())], event_time="t")
+        >>> ts = ts.add_events([{"t": 1, "n": 5}, {"t": 2, "n": None}])
+        >>> out = ts.run(lambda events: events.map(n10="n * 10", n="coalesce(n, 0)"))
+        >>> out["main"]
+        [{'t': 1, 'n': 5, 'n10': 50, 'epoch': 0}, {'t': 2, 'n': 0, 'n10': None, 'epoch': 0}]
+        """
         self._require_out("map")
         if not columns:
             raise ConfigError("columns", columns, "at least one name=expression")
@@ -83,7 +156,36 @@ class Stream:
         return Stream(self.flow, PortRef(step))
 
     def select(self, *columns: Expr | tuple[str, Expr], name: str | None = None) -> Stream:
-        """Keep exactly ``columns``: names, expressions (with ``.alias``) or ``(name, expression)``."""
+        """Keep exactly ``columns``: names, expressions (with ``.alias``) or ``(name, expression)``.
+
+        Columns out: ``columns``, in this order; the event time is kept whether or not
+        its column is selected. A stream stays keyed while its key column is selected
+        (an unselected key leaves it unkeyed: ``key_by`` re-keys it). Stateless.
+
+        Parameters
+        ----------
+        *columns:
+            Column names, Spark SQL expressions, ``Column`` objects or
+            ``(name, expression)`` pairs.
+        name:
+            The step id (default ``select_<n>``).
+
+        Raises
+        ------
+        ConfigError
+            If no column is given; when the flow runs, as :meth:`map`.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("n", pa.int64())], event_time="t")
+        >>> out = ts.add_events([{"t": 1, "n": 5}, {"t": 2, "n": 50}]).run(
+        ...     lambda events: events.select("n", ("big", "n > 10")))
+        >>> out["main"]
+        [{'n': 5, 'big': False, 'epoch': 0}, {'n': 50, 'big': True, 'epoch': 0}]
+        """
         self._require_out("select")
         if not columns:
             raise ConfigError("columns", columns, "at least one column name or expression")
@@ -99,11 +201,27 @@ class Stream:
         ``wire.top_k``'s result) becomes a struct column: pick its fields with
         ``select`` (``"column.field"``).
 
+        Columns out: the input's, with ``column`` holding one element (of the list's
+        element type). Stateless: the elements are emitted in the epoch their event
+        arrives in, in list order.
+
         Raises
         ------
         ConfigError
-            If ``column`` is not a str; when the flow is compiled, if it is not a list
-            column of the stream.
+            If ``column`` is not a non-empty str; when the flow runs (compiles), if it
+            is not a list column of the stream.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("tags", pa.list_(pa.string()))],
+        ...                              event_time="t")
+        >>> ts = ts.add_events([{"t": 1, "tags": ["a", "b"]}, {"t": 2, "tags": []}, {"t": 3, "tags": None}])
+        >>> out = ts.run(lambda events: events.explode("tags"))
+        >>> out["main"]
+        [{'t': 1, 'tags': 'a', 'epoch': 0}, {'t': 1, 'tags': 'b', 'epoch': 0}]
         """
         self._require_out("explode")
         if not isinstance(column, str) or not column:
@@ -113,7 +231,7 @@ class Stream:
         return Stream(self.flow, PortRef(step))
 
     def throttle(
-        self, max_events_per_epoch: int, *, mode: str = "pause", name: str | None = None
+        self, max_events_per_epoch: int, *, mode: ThrottleMode = "pause", name: str | None = None
     ) -> Stream:
         """Flow control (SPEC §5): let at most ``max_events_per_epoch`` events pass per epoch.
 
@@ -124,31 +242,117 @@ class Stream:
         partition for a single-partition source) and diverts the rest to
         ``.overflow()``, with their columns unchanged. Columns pass through unchanged.
 
+        Columns in and out: unchanged (the ``overflow`` port has the same columns).
+        State: none; the limit counts per epoch (and, for ``"overflow"``, per task).
+        Emission: in the epoch the events arrive in (``"pause"``: in a later epoch, as
+        the sources admit them).
+
+        Parameters
+        ----------
+        max_events_per_epoch:
+            The limit, a positive int (events per epoch).
+        mode:
+            ``"pause"`` or ``"overflow"`` (:data:`ThrottleMode`).
+        name:
+            The step id (default ``throttle_<n>``).
+
         Raises
         ------
         ConfigError
-            If the limit is not a positive int or the mode is unknown.
+            If the limit is not a positive int or the mode is not ``"pause"`` or
+            ``"overflow"``.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        The overflow port is not sunk here, so the run keeps it under the checkpoint:
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64())], event_time="t")
+        >>> ts = ts.add_events([{"t": t} for t in range(5)])
+        >>> out = ts.run(lambda events: events.throttle(2, mode="overflow", name="limit"))
+        >>> [row["t"] for row in out["main"]], list(out.summary.kept)
+        ([0, 1], ['limit.overflow'])
+        >>> ts.run(lambda events: events.throttle(2, mode="drop"))
+        Traceback (most recent call last):
+            ...
+        wire.errors.ConfigError: invalid mode='drop'; accepted: 'pause' or 'overflow'
         """
         self._require_out("throttle")
         if isinstance(max_events_per_epoch, bool) or not isinstance(max_events_per_epoch, int) or (
             max_events_per_epoch <= 0
         ):
             raise ConfigError("max_events_per_epoch", max_events_per_epoch, "a positive int")
-        if mode not in ("pause", "overflow"):
+        if mode not in THROTTLE_MODES:
             raise ConfigError("mode", mode, "'pause' or 'overflow'")
         step = self.flow._step_id(name, "throttle")
         self.flow._add(ThrottleNode(step, self.ref.step, max_events_per_epoch, mode))
         return Stream(self.flow, PortRef(step))
 
     def overflow(self) -> Stream:
-        """The overflow port of a ``throttle(..., mode="overflow")`` step."""
+        """The overflow port of a ``throttle(..., mode="overflow")`` step.
+
+        Columns: those of the throttle's input, unchanged; the events beyond the limit,
+        in the epoch they arrived in. Not sunk, the port is kept under
+        ``<checkpoint>/kept/<step>.overflow/``; ``.overflow().drop()`` discards it.
+
+        Raises
+        ------
+        PlanError
+            If this stream is not a throttle step in ``"overflow"`` mode.
+
+        Examples
+        --------
+        >>> import wire
+        >>> flow = wire.Flow("throttled")
+        >>> events = flow.source(wire.sources.files("in/*.csv", format="csv"), event_time="t")
+        >>> limited = events.throttle(1_000, mode="overflow", name="limit")
+        >>> limited.overflow().sink(wire.sinks.parquet("out/overflow"))
+        >>> events.overflow()
+        Traceback (most recent call last):
+            ...
+        wire.errors.PlanError: overflow(): step 'source_1' is not a throttle in overflow mode
+        """
         node = self.flow.plan().node(self.ref.step)
         if OVERFLOW not in node.side_ports():
             raise PlanError(f"overflow(): step {self.ref.step!r} is not a throttle in overflow mode")
         return Stream(self.flow, PortRef(self.ref.step, OVERFLOW))
 
     def key_by(self, key: str, *, name: str | None = None) -> Stream:
-        """Re-key the stream by column ``key`` (it scopes the state of later windows)."""
+        """Re-key the stream by column ``key``: it scopes the state of later keyed operators.
+
+        Windows, joins and ``process`` after it keep their state per value of ``key``
+        and the window results carry a ``key`` column. Columns in and out: unchanged.
+        Stateless: events pass in the epoch they arrive in.
+
+        Parameters
+        ----------
+        key:
+            A column of the stream.
+        name:
+            The step id (default ``key_by_<n>``).
+
+        Raises
+        ------
+        ConfigError
+            If ``key`` is not a non-empty str; when the flow runs (compiles), if it is
+            not a column of the stream.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        Counts per user in 10 ms windows, after a source keyed by nothing:
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("user", pa.string())], event_time="t")
+        >>> ts = ts.add_events([{"t": 1, "user": "a"}, {"t": 2, "user": "b"}, {"t": 3, "user": "a"}])
+        >>> out = ts.advance_watermark_to_infinity().run(
+        ...     lambda events: events.key_by("user").window(wire.Tumbling(10)).aggregate(n=wire.count()))
+        >>> sorted((row["user"], row["n"], row["emit"]) for row in out["main"])
+        [('a', 2, 'final'), ('b', 1, 'final')]
+        """
         self._require_out("key_by")
         if not isinstance(key, str) or not key:
             raise ConfigError("key", key, "a column name (non-empty string)")
@@ -166,6 +370,11 @@ class Stream:
         after_update: Callback | None = None,
     ) -> WindowedStream:
         """Assign events to event-time windows; call ``.aggregate(...)`` next.
+
+        Records nothing by itself: :meth:`WindowedStream.aggregate` adds the step, and
+        its docstring gives the output columns, the emission and the state. The stream
+        should be keyed (the source's ``key=`` or :meth:`key_by`); unkeyed, every event
+        shares one key (one key group holds all the state).
 
         Parameters
         ----------
@@ -191,7 +400,32 @@ class Stream:
         Raises
         ------
         ConfigError
-            On an unknown window type, emission mode or non-callable callback.
+            On an unknown window type, emission mode, non-callable callback or invalid
+            ``allowed_lateness`` (parameter named in the message).
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        10 ms tumbling windows with 5 ms of allowed lateness (``window_start`` is a UTC
+        timestamp; shown here as ms):
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("user", pa.string())],
+        ...                              event_time="t", key="user")
+        >>> ts = (ts.add_events([{"t": 1, "user": "a"}, {"t": 12, "user": "a"}])  # epoch 0
+        ...         .advance_watermark(10)              # epoch 1: the watermark passes [0, 10)'s end
+        ...         .add_events([{"t": 5, "user": "a"}])  # epoch 2: behind the watermark, within lateness
+        ...         .advance_watermark_to_infinity())   # epoch 3: the end of the input
+        >>> out = ts.run(lambda events: events.window(wire.Tumbling(10), allowed_lateness=5)
+        ...                                   .aggregate(n=wire.count()))
+        >>> [(int(row["window_start"].timestamp() * 1000), row["n"], row["emit"], row["epoch"])
+        ...  for row in out["main"]]
+        [(0, 1, 'final', 1), (0, 2, 'update', 2), (10, 1, 'final', 3)]
+        >>> ts.run(lambda events: events.window(wire.Tumbling(10), emit="always"))
+        Traceback (most recent call last):
+            ...
+        wire.errors.ConfigError: invalid emit='always'; accepted: 'final' or 'update'
         """
         self._require_out("window")
         if not isinstance(window, Window):
@@ -267,21 +501,26 @@ class Stream:
         rewritten only when they change it (the timers are read every epoch); purge
         state with timers (``clear`` in ``on_timer``).
 
-        Example (deduplication within 10 s of event time; :mod:`wire.examples.process_examples`
-        has it and an alert on three events of a key within a minute, both run by the
-        test suite)::
+        Example: deduplication within 10 ms of event time, with
+        :class:`wire.examples.process_examples.Dedupe` (that module also has an alert on
+        three events of a key within a minute). Its ``on_events`` reads
+        ``ctx.value_state("last_seen").get(keys)`` once for the epoch, keeps the rows with
+        ``event_time - last_seen >= within_ms`` (numpy), writes each key's newest time
+        back and moves the key's timer (``ctx.timers.set_event_time(keys, newest +
+        within_ms, tag="expire")``); its ``on_timer`` clears the fired keys' state.
 
-            from wire.examples.process_examples import Dedupe
-            fn = Dedupe(within_ms=10_000)   # state {"last_seen": wire.value_state(pa.int64())}
-            unique = events.process(fn.on_events, on_timer=fn.on_timer, state=fn.state,
-                                    schema=fn.schema(input_schema), name="dedupe")
-
-            # inside Dedupe.on_events(ctx, events):
-            #   last = ctx.value_state("last_seen").get(events.column(ctx.key))  # one call
-            #   ... keep rows with event_time - last >= within_ms (numpy) ...
-            #   ctx.value_state("last_seen").update(keys, newest)
-            #   ctx.timers.set_event_time(keys, pc.add(newest, within_ms), tag="expire")
-            # and Dedupe.on_timer(ctx, fired) clears the fired keys' last_seen.
+        >>> import pyarrow as pa, wire
+        >>> from wire.examples.process_examples import Dedupe
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("user", pa.string())],
+        ...                              event_time="t", key="user")
+        >>> ts = ts.add_events([{"t": 1, "user": "a"}, {"t": 5, "user": "a"}, {"t": 30, "user": "a"},
+        ...                     {"t": 2, "user": "b"}])
+        >>> fn = Dedupe(within_ms=10)  # state: {"last_seen": wire.value_state(pa.int64())}
+        >>> out = ts.run(lambda events: events.process(
+        ...     fn.on_events, on_timer=fn.on_timer, state=fn.state, schema=fn.schema(ts.schema),
+        ...     name="dedupe"))
+        >>> sorted((row["user"], row["t"], row["event_time"]) for row in out["main"])
+        [('a', 1, 1), ('a', 30, 30), ('b', 2, 2)]
 
         Parameters
         ----------
@@ -301,6 +540,11 @@ class Stream:
             When the flow is built: ``on_events`` / ``on_timer`` not callable, ``schema``
             not a schema with an int64 ``event_time``, ``state`` not a mapping of names
             to state specs, or the stream not keyed (parameter ``key``).
+        PlanError
+            On the flow's dead-letter output.
+        wire.errors.ProcessFunctionError
+            While the flow runs, when a function breaks the contract above (the epoch
+            fails; the message names the step and the function).
         """
         self._require_out("process")
         if not callable(on_events):
@@ -328,13 +572,35 @@ class Stream:
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """Merge this stream with ``others`` (same columns, same key).
 
-        The union's watermark is the minimum of its inputs' watermarks (SPEC §2); a
-        keyed operator after it classifies lateness against that minimum.
+        Columns in and out: every input must have the same columns (in any order);
+        the output has this stream's. The output is keyed when all inputs are keyed by
+        the same column. Stateless: each event passes in the epoch it arrives in. The
+        union's watermark is the minimum of its inputs' watermarks (SPEC §2); a keyed
+        operator after it classifies lateness against that minimum.
+
+        Parameters
+        ----------
+        *others:
+            Streams of the same flow (e.g. branches of one source, or other sources).
+        name:
+            The step id (default ``union_<n>``).
 
         Raises
         ------
         ConfigError
-            If ``others`` is empty or contains something other than streams of this flow.
+            If ``others`` is empty or contains something other than streams of this
+            flow; when the flow runs (compiles), if the columns differ.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("n", pa.int64())], event_time="t")
+        >>> ts = ts.add_events([{"t": 1, "n": 1}, {"t": 2, "n": 5}, {"t": 3, "n": 9}])
+        >>> out = ts.run(lambda events: events.filter("n < 2").union(events.filter("n > 8")))
+        >>> sorted((row["t"], row["n"]) for row in out["main"])
+        [(1, 1), (3, 9)]
         """
         self._require_out("union")
         if not others or any(not isinstance(o, Stream) or o.flow is not self.flow for o in others):
@@ -388,7 +654,31 @@ class Stream:
         Raises
         ------
         ConfigError
-            On invalid bounds or a stream of another flow.
+            On invalid bounds or a stream of another flow; when the flow runs
+            (compiles), if the streams are not keyed by columns of the same name and type.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        Each click with the purchases of its user up to 5 ms later:
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(
+        ...     schema=[("t", pa.int64()), ("user", pa.string()), ("action", pa.string())],
+        ...     event_time="t", key="user")
+        >>> ts = ts.add_events([
+        ...     {"t": 10, "user": "a", "action": "click"}, {"t": 12, "user": "a", "action": "buy"},
+        ...     {"t": 30, "user": "a", "action": "buy"}, {"t": 11, "user": "b", "action": "buy"}])
+        >>> def build(events):
+        ...     clicks, buys = events.filter("action = 'click'"), events.filter("action = 'buy'")
+        ...     return clicks.interval_join(buys, lower=0, upper=5)
+        >>> out = ts.run(build)
+        >>> list(out["main"][0])  # doctest: +NORMALIZE_WHITESPACE
+        ['user', 't', 'action', 'right_t', 'right_action', 'left_event_time', 'right_event_time',
+         'event_time', 'epoch']
+        >>> [(row["user"], row["t"], row["right_t"], row["event_time"]) for row in out["main"]]
+        [('a', 10, 12, 12)]
         """
         self._require_out("interval_join")
         if not isinstance(other, Stream) or other.flow is not self.flow:
@@ -440,12 +730,44 @@ class Stream:
         (SPEC §3); they are never dropped silently. The input watermark is the minimum
         of both inputs' (SPEC §2).
 
+        Parameters
+        ----------
+        other:
+            The right-hand stream (same flow, keyed by a column of the same name).
+        within:
+            None (default): no time bound. Else the largest ``|other.t - t|`` of a
+            pair: ms, ``"5m"``-style string or ``timedelta``.
+        allowed_lateness:
+            How far behind the watermark an event may be and still join.
+        right_prefix:
+            Prefix of ``other``'s payload columns in the output.
+        name:
+            The step id (default ``join_<n>``).
+
         Raises
         ------
         ConfigError
             If ``within`` is negative or not a duration, or ``other`` belongs to
             another flow; at compile time, if the streams are not keyed by columns of
             the same name and type.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        Every click with every purchase of its user, however far apart:
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(
+        ...     schema=[("t", pa.int64()), ("user", pa.string()), ("action", pa.string())],
+        ...     event_time="t", key="user")
+        >>> ts = ts.add_events([
+        ...     {"t": 10, "user": "a", "action": "click"}, {"t": 12, "user": "a", "action": "buy"},
+        ...     {"t": 30, "user": "a", "action": "buy"}, {"t": 11, "user": "b", "action": "buy"}])
+        >>> out = ts.run(lambda events: events.filter("action = 'click'")
+        ...                                   .join(events.filter("action = 'buy'")))
+        >>> sorted((row["user"], row["t"], row["right_t"], row["event_time"]) for row in out["main"])
+        [('a', 10, 12, 12), ('a', 10, 30, 30)]
         """
         if within is None:
             lower, upper = INT64_MIN, INT64_MAX
@@ -464,8 +786,32 @@ class Stream:
         ``event_time``, ``watermark`` or ``reason`` (e.g. a join's ``event_time``, when
         a window follows a join) is renamed ``input_<name>``.
 
+        A join's late port also has ``side`` (``"left"`` or ``"right"``; the other
+        side's columns are null). Emission: in the epoch the late event arrives in.
+
         Not sunk, the port is kept under ``<checkpoint>/kept/<step>.late/`` (SPEC §3);
         ``.late().drop()`` discards it on purpose.
+
+        Raises
+        ------
+        PlanError
+            If this stream is not a window aggregation, join or process step.
+
+        Examples
+        --------
+        ``TestStream.run`` sinks every late port to ``out["late"]``; in a flow,
+        ``hourly.late().sink(...)``:
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("user", pa.string())],
+        ...                              event_time="t", key="user")
+        >>> ts = (ts.add_events([{"t": 1, "user": "a"}])   # epoch 0
+        ...         .advance_watermark(20)                # epoch 1: window [0, 10) closes
+        ...         .add_events([{"t": 5, "user": "a"}]))  # epoch 2: for a closed window
+        >>> out = ts.run(lambda events: events.window(wire.Tumbling(10)).aggregate(n=wire.count()))
+        >>> out["late"]  # doctest: +NORMALIZE_WHITESPACE
+        [{'t': 5, 'user': 'a', 'event_time': 5, 'watermark': 20,
+          'reason': 'window closed: window_end + allowed_lateness <= watermark', 'epoch': 2}]
         """
         node = self.flow.plan().node(self.ref.step)
         if LATE not in node.side_ports():
@@ -473,17 +819,93 @@ class Stream:
         return Stream(self.flow, PortRef(self.ref.step, LATE))
 
     def dead_letters(self) -> Stream:
-        """The dead-letter port of this step (malformed records it rejected)."""
+        r"""The dead-letter port of this source: the malformed records it rejected.
+
+        Columns: ``step`` (string), ``location`` (string, e.g. ``"in/a.csv:3"``, the
+        file and 1-based line; Kafka ``topic:partition:offset``), ``reason`` (string),
+        ``record`` (string, the raw record). Emission: in the epoch that read the record;
+        the rest of the input is read on. Only sources reject records;
+        ``flow.dead_letters()`` has every source's. Not sunk (neither this port nor the
+        flow's), the port is kept under ``<checkpoint>/kept/<step>.dead_letter/``.
+
+        Raises
+        ------
+        PlanError
+            If this stream is not a source's (no other step has dead letters).
+
+        Examples
+        --------
+        >>> import pathlib, tempfile, pyarrow as pa, wire
+        >>> tmp = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (tmp / "in.csv").write_text("t,n\n1,5\n2,oops\n")  # line 3 is malformed
+        >>> flow = wire.Flow("dead-letters")
+        >>> events = flow.source(wire.sources.files(str(tmp / "*.csv"), format="csv",
+        ...                                         schema=pa.schema([("t", pa.int64()), ("n", pa.int64())])),
+        ...                      event_time="t", name="events")
+        >>> good, bad = wire.testing.MemorySink(), wire.testing.MemorySink()
+        >>> events.sink(good)
+        >>> events.dead_letters().sink(bad)
+        >>> _ = flow.run(str(tmp / "checkpoint"))
+        >>> [(row["t"], row["n"]) for row in good.rows()]
+        [(1, 5)]
+        >>> [(row["step"], row["location"].rsplit("/", 1)[1], row["record"]) for row in bad.rows()]
+        [('events', 'in.csv:3', '2,oops')]
+        >>> events.filter("n > 1").dead_letters()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        wire.errors.PlanError: dead_letters(): step 'filter_1' is not a source; only sources reject ...
+        """
+        if self.ref.step == ALL_STEPS or not isinstance(self.flow.plan().node(self.ref.step), SourceNode):
+            raise PlanError(f"dead_letters(): step {self.ref.step!r} is not a source; only sources "
+                            "reject records (flow.dead_letters() has every source's)")
         return Stream(self.flow, PortRef(self.ref.step, DEAD_LETTER))
 
     def sink(self, sink: Sink, *, name: str | None = None) -> None:
         """Write this stream to ``sink`` (e.g. ``wire.sinks.parquet(path)``).
 
-        Each epoch's rows of this port are written once per epoch, with an extra
-        ``epoch`` column (int64, the Spark batch id), in the sink's declared guarantee.
+        Columns written: the stream's, plus ``epoch`` (int64, the epoch id). Each
+        epoch's rows of this port are written once per epoch, inside the epoch (before
+        it is marked complete), in the sink's declared ``guarantee``
+        (``"exactly_once"``, ``"idempotent"`` or ``"at_least_once"``: what a replayed
+        epoch does). A stream may feed several sinks.
+
+        Parameters
+        ----------
+        sink:
+            A sink from ``wire.sinks`` (or a subclass of ``wire.sinks.Sink``).
+        name:
+            The step id (default ``sink_<n>``). Name sinks: automatic ids are numbered
+            in the order the code adds them, and the checkpoint knows a sink by its id.
+
+        Raises
+        ------
+        ConfigError
+            If ``sink`` is not a Wire sink, or its ``guarantee`` is not one of the three.
+        PlanError
+            If another sink of the flow writes the same path or table (or one inside it).
+
+        Examples
+        --------
+        >>> import wire
+        >>> flow = wire.Flow("copy")
+        >>> events = flow.source(wire.sources.files("in/*.csv", format="csv"), event_time="t")
+        >>> events.sink(wire.sinks.parquet("out/events"), name="raw")
+        >>> [node.step for node in flow.plan().nodes]
+        ['source_1', 'raw']
+        >>> events.sink(wire.sinks.jsonl("out/events/json"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        wire.errors.PlanError: flow 'copy': sinks 'raw' and 'sink_1' write to '.../out/events' and ...
+        >>> events.sink("out/copy")
+        Traceback (most recent call last):
+            ...
+        wire.errors.ConfigError: invalid sink='out/copy'; accepted: a Wire sink, e.g. wire.sinks.parquet(path)
         """
         if not isinstance(sink, Sink):
             raise ConfigError("sink", sink, "a Wire sink, e.g. wire.sinks.parquet(path)")
+        guarantee = getattr(sink, "guarantee", None)
+        if guarantee not in GUARANTEES:
+            raise ConfigError("guarantee", guarantee, " or ".join(map(repr, GUARANTEES)), step=name)
         step = self.flow._step_id(name, "sink")
         self.flow._add(SinkNode(step, self.ref, sink))
 
@@ -494,12 +916,26 @@ class Stream:
         the runner writes it as Parquet under ``<checkpoint>/kept/<step>.<port>/`` and
         the run summary says where (:mod:`wire.runtime.kept_ports`), so that no record
         is lost without a word. ``drop()`` says the loss is intended; the port's
-        records are still counted in the metrics (``late``, ``malformed``).
+        records are still counted in the metrics (``late``, ``malformed``), and their
+        columns are written nowhere.
 
         Raises
         ------
         PlanError
             On a data stream (an ``out`` port): a data stream ends in a sink.
+
+        Examples
+        --------
+        >>> import wire
+        >>> flow = wire.Flow("no-late")
+        >>> events = flow.source(wire.sources.files("in/*.csv", format="csv"), event_time="t", key="k")
+        >>> counts = events.window(wire.Tumbling("1m")).aggregate(n=wire.count())
+        >>> counts.sink(wire.sinks.parquet("out/counts"))
+        >>> counts.late().drop()
+        >>> counts.drop()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+            ...
+        wire.errors.PlanError: drop(): 'window_1' is a data stream; only side ports ...
         """
         if self.ref.port == OUT:
             raise PlanError(
@@ -512,7 +948,7 @@ class Stream:
 
 @dataclass(frozen=True)
 class WindowedStream:
-    """A stream with a window assignment, waiting for its aggregations."""
+    """A stream with a window assignment, waiting for its aggregations (``Stream.window``)."""
 
     stream: Stream
     window: Window
@@ -540,7 +976,42 @@ class WindowedStream:
         earliest window not yet emitted ``final`` (Beam's watermark hold, SPEC §2), so
         a second window operator downstream (a window of windows) is correct.
 
-        State: per key group, the open windows' partial aggregates (one Arrow table).
+        State: per key group, the open windows' partial aggregates (tumbling and
+        sliding windows: bucketed by window end; sessions: one Arrow table).
+
+        Parameters
+        ----------
+        name:
+            The step id (default ``window_<n>``); it names the state in the checkpoint.
+        **aggregations:
+            ``output_column=aggregator``: ``wire.count()``, ``sum``, ``min``, ``max``,
+            ``mean``, ``first``, ``last``, ``collect``, ``max_by``, ``min_by``,
+            ``top_k`` or ``wire.aggregate(create, add, merge, result)``.
+
+        Raises
+        ------
+        ConfigError
+            If no aggregation is given or one is not an aggregator; when the flow runs
+            (compiles), if an aggregation's column is missing or of a type it does not
+            take, or an output name collides with the key or another output.
+
+        Examples
+        --------
+        Per user and 10 ms window (``window_start`` is a UTC timestamp; shown as ms):
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(
+        ...     schema=[("t", pa.int64()), ("user", pa.string()), ("ms", pa.int64())],
+        ...     event_time="t", key="user")
+        >>> ts = ts.add_events([{"t": 1, "user": "a", "ms": 100}, {"t": 4, "user": "a", "ms": 300},
+        ...                     {"t": 15, "user": "a", "ms": 50}]).advance_watermark_to_infinity()
+        >>> out = ts.run(lambda events: events.window(wire.Tumbling(10)).aggregate(
+        ...     n=wire.count(), total=wire.sum("ms"), slowest=wire.max("ms")))
+        >>> list(out["main"][0])
+        ['user', 'window_start', 'window_end', 'n', 'total', 'slowest', 'emit', 'epoch']
+        >>> sorted((int(row["window_start"].timestamp() * 1000), row["n"], row["total"], row["slowest"],
+        ...         row["emit"]) for row in out["main"])
+        [(0, 2, 400, 300, 'final'), (10, 1, 50, 50, 'final')]
         """
         if not aggregations:
             raise ConfigError("aggregations", aggregations, "at least one name=wire.count()/...")

@@ -50,11 +50,14 @@ import os
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 import pyarrow as pa
 
-GUARANTEES = ("exactly_once", "idempotent", "at_least_once")
+Guarantee = Literal["exactly_once", "idempotent", "at_least_once"]
+"""What a sink promises for a replayed epoch (module docstring): the type of :attr:`Sink.guarantee`."""
+GUARANTEES: tuple[Guarantee, ...] = get_args(Guarantee)
+"""Every :data:`Guarantee`, strongest first."""
 
 
 class Sink(ABC):
@@ -64,8 +67,11 @@ class Sink(ABC):
     state that only exists while a flow runs is kept out of the comparable fields.
     """
 
-    guarantee: ClassVar[str]
-    """``"exactly_once"``, ``"idempotent"`` or ``"at_least_once"`` (module docstring)."""
+    guarantee: ClassVar[Guarantee]
+    """``"exactly_once"``, ``"idempotent"`` or ``"at_least_once"`` (module docstring).
+
+    Checked when the sink is added to a flow (``Stream.sink``): another value is a
+    ``ConfigError`` naming ``guarantee``."""
 
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:  # noqa: B027
         """Prepare to write; called once at run start, before the first epoch.

@@ -34,7 +34,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from wire.delivery.breaker import CLOSED, OPEN, CircuitBreaker, check_seconds
-from wire.delivery.sink import Sink
+from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError
 
 BreakerCallback = Callable[[CircuitBreaker], object]
@@ -73,7 +73,7 @@ class GuardedSink(Sink):
         object.__setattr__(self, "_interrupted", threading.Event())
 
     @property
-    def guarantee(self) -> str:  # type: ignore[override]
+    def guarantee(self) -> Guarantee:  # type: ignore[override]
         """The inner sink's guarantee: every retry repeats the same epoch id and rows."""
         return self.inner.guarantee
 
@@ -147,7 +147,7 @@ class RoundRobinSink(Sink):
     runtime state, excluded from equality.
     """
 
-    guarantee: ClassVar[str] = "at_least_once"
+    guarantee: ClassVar[Guarantee] = "at_least_once"
 
     members: tuple[Sink, ...]
     failure_threshold: int = 3

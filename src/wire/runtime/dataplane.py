@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from wire.core.arrow_types import spark_schema
 from wire.core.envelope import decode_table, encode_table
 from wire.delivery.sink import EpochStager, StagedPart
-from wire.errors import WireError
+from wire.errors import StagingFailed
 from wire.plan.nodes import ALL_STEPS, PortRef
 from wire.runtime.ports import split_ports
 from wire.runtime.samples import SAMPLE_SIZE, preview_rows
@@ -66,10 +66,6 @@ previews of its last rows, :func:`wire.runtime.samples.preview_rows`)."""
 RESULT_TYPE = spark_schema(RESULT_SCHEMA)
 """:data:`RESULT_SCHEMA` as the Spark type ``mapInArrow`` is given (a StructType, not a DDL
 string: Spark would parse a DDL string in the JVM at every epoch)."""
-
-
-class StagingFailed(WireError):
-    """An executor sink's stager raised in a task; names the sink, epoch and partition."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
+from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
 from wire.sinks.delta_staging import (
     STAGING_DIR,
@@ -101,7 +101,7 @@ class _Run:
 class DeltaSink(ExecutorSink):
     """Exactly-once Delta Lake table, one commit per epoch; built by :func:`delta`."""
 
-    guarantee: ClassVar[str] = "exactly_once"
+    guarantee: ClassVar[Guarantee] = "exactly_once"
 
     path: str
     mode: str = "append"

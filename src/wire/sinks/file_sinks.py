@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wire.delivery.epoch_files import EpochFiles, SinkOwner, fsync_file, part_file_name
-from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
+from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import ConfigError, WireError
 from wire.sinks.json_rows import jsonl_lines
 
@@ -65,7 +65,7 @@ class _FileStager(EpochStager):
 class _EpochFileSink(ExecutorSink):
     """A directory with one sub-directory per epoch, published by :mod:`wire.delivery.epoch_files`."""
 
-    guarantee: ClassVar[str] = "exactly_once"
+    guarantee: ClassVar[Guarantee] = "exactly_once"
     ext: ClassVar[str]
 
     path: str
@@ -151,7 +151,7 @@ class JsonlSink(_EpochFileSink):
 class ConsoleSink(Sink):
     """Prints each epoch to standard output; built by :func:`console`."""
 
-    guarantee: ClassVar[str] = "at_least_once"
+    guarantee: ClassVar[Guarantee] = "at_least_once"
 
     max_rows: int = 20
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from wire.delivery.sink import Sink
+from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sinks.json_rows import jsonl_lines
 
@@ -82,7 +82,7 @@ def encode_keys(table: pa.Table, key: str | None) -> list[bytes | None]:
 class KafkaSink(Sink):
     """Idempotent producer, at-least-once; see :func:`kafka`. Written on the driver."""
 
-    guarantee: ClassVar[str] = "at_least_once"
+    guarantee: ClassVar[Guarantee] = "at_least_once"
     target_fields: ClassVar[tuple[str, ...]] = ("bootstrap_servers", "topic", "key", "value_format")
 
     bootstrap_servers: str
@@ -192,7 +192,7 @@ class KafkaSink(Sink):
 class KafkaTransactionalSink(KafkaSink):
     """One transaction per epoch with an epoch marker; a replayed epoch is skipped. See :func:`kafka`."""
 
-    guarantee: ClassVar[str] = "exactly_once"
+    guarantee: ClassVar[Guarantee] = "exactly_once"
 
     @property
     def markers(self) -> str:

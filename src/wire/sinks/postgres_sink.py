@@ -53,7 +53,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from wire.delivery.sink import EpochStager, Sink, StagedPart
+from wire.delivery.sink import EpochStager, Guarantee, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
 from wire.sinks.postgres_driver import _PostgresSink, _Run
 from wire.sinks.postgres_executors import _AppendStager, _schema_from_json, _UpsertStager
@@ -78,7 +78,7 @@ MODES = ("append", "upsert")
 class PostgresAppendSink(_PostgresSink):
     """Appends each epoch's rows exactly once; built by :func:`postgres` (``mode="append"``)."""
 
-    guarantee: ClassVar[str] = "exactly_once"
+    guarantee: ClassVar[Guarantee] = "exactly_once"
     mode: ClassVar[str] = "append"
 
     def _setup(self, run: _Run, conn: psycopg.Connection) -> None:
@@ -286,7 +286,7 @@ class PostgresAppendSink(_PostgresSink):
 class PostgresUpsertSink(_PostgresSink):
     """Upserts each epoch's rows by ``key``; built by :func:`postgres` (``mode="upsert"``)."""
 
-    guarantee: ClassVar[str] = "idempotent"
+    guarantee: ClassVar[Guarantee] = "idempotent"
     mode: ClassVar[str] = "upsert"
 
     key: tuple[str, ...] = ()

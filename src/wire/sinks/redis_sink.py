@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
-from wire.delivery.sink import Sink
+from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sinks.json_rows import jsonl_lines
 from wire.sources.redis_reader import parse_id
@@ -28,7 +28,7 @@ __all__ = ["RedisStreamSink", "redis_stream_sink"]
 class RedisStreamSink(Sink):
     """Idempotent appends to a Redis stream, ids derived from the epoch; see :func:`redis_stream_sink`."""
 
-    guarantee: ClassVar[str] = "idempotent"
+    guarantee: ClassVar[Guarantee] = "idempotent"
 
     url: str
     stream: str

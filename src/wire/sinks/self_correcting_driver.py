@@ -34,7 +34,7 @@ from wire.delivery.self_correcting_frontier import (
     last_committed_epoch,
 )
 from wire.delivery.self_correcting_rows import shard_columns
-from wire.delivery.sink import EpochStager, ExecutorSink, StagedPart
+from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, StagedPart
 from wire.errors import WireError
 from wire.sinks.self_correcting_parts import _InputStager, _PartTask, _run_parts
 from wire.sinks.self_correcting_tables import _DeltaTable, _PgTable
@@ -76,7 +76,7 @@ class _Run:
 class SelfCorrectingSink(ExecutorSink):
     """Keeps a PostgreSQL or Delta table equal to the flow's results; see :func:`self_correcting`."""
 
-    guarantee: ClassVar[str] = "idempotent"
+    guarantee: ClassVar[Guarantee] = "idempotent"
 
     backend: str
     key: tuple[str, ...]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.core.time import INT64_MAX
-from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
+from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import ConfigError, WireError
 from wire.sinks.arrow_kinds import is_binary
 from wire.sinks.json_rows import _to_json_array
@@ -116,7 +116,7 @@ class _SqliteStager(EpochStager):
 class SqliteSink(ExecutorSink):
     """Idempotent SQLite table, upserted by key by the executors; built by :func:`sqlite`."""
 
-    guarantee: ClassVar[str] = "idempotent"
+    guarantee: ClassVar[Guarantee] = "idempotent"
 
     path: str
     table: str

@@ -16,7 +16,7 @@ from typing import ClassVar
 import httpx
 import pyarrow as pa
 
-from wire.delivery.sink import Sink
+from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError
 from wire.sinks.json_rows import jsonl_lines
 
@@ -39,7 +39,7 @@ class _Run:
 class WebhookSink(Sink):
     """At-least-once HTTP POST of each epoch in JSON batches; built by :func:`webhook`."""
 
-    guarantee: ClassVar[str] = "at_least_once"
+    guarantee: ClassVar[Guarantee] = "at_least_once"
 
     url: str
     batch_size: int = 500

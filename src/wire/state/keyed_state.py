@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wire.errors import ConfigError
+from wire.errors import ConfigError, TimerError
 
 StateKind = Literal["value", "list", "map"]
 TimeDomain = Literal["event_time", "processing_time"]
@@ -358,10 +358,6 @@ def timer_schema(key: str, key_type: pa.DataType) -> pa.Schema:
         pa.field(key, key_type), pa.field(DOMAIN, pa.string()), pa.field(TAG, pa.string()),
         pa.field(TIME, pa.int64()), pa.field(OUTPUT_TIME, pa.int64()),
     ])
-
-
-class TimerError(ValueError):
-    """A timer set with an output time that would be late downstream (or none allowed)."""
 
 
 @dataclass

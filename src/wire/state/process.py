@@ -59,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.core.envelope import ET, MAX_WATERMARK, SEQ
-from wire.errors import WireError
+from wire.errors import ProcessFunctionError, TimerError
 from wire.state import keyed_state as K
 from wire.state import operator_watermarks as OW
 from wire.state.keyed_state import (
@@ -68,7 +68,6 @@ from wire.state.keyed_state import (
     StateSpec,
     StoredTable,
     TimeDomain,
-    TimerError,
     Timers,
     ValueState,
 )
@@ -82,10 +81,6 @@ LATE_REASON = "process: event_time < watermark"
 MAX_ROUNDS = 1000
 """Timer rounds per domain per epoch before :class:`ProcessFunctionError` (a timer loop)."""
 TIMERS_BUCKET = 0
-
-
-class ProcessFunctionError(WireError, RuntimeError):
-    """A process function broke its contract (bad output, late output, timer misuse)."""
 
 
 OnEvents = Callable[["ProcessContext", pa.Table], "pa.Table | None"]
