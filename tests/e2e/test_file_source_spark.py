@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from wire.core import envelope
-from wire.sources.base import ReadRequest
-from wire.sources.file_source import files
+from wire.sources.base.source import ReadRequest
+from wire.sources.file_source.source import files
 
 pytestmark = pytest.mark.spark
 

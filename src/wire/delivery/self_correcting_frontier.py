@@ -9,7 +9,7 @@ replicas whose epochs cut the same input at different places reach the same
 frontiers at their common points, with the same desired collections there.
 
 A frontier is built from the end offsets an epoch recorded in Spark's offset log
-(:func:`frontier_of_offsets`; the offsets are those of :mod:`wire.sources.offsets`).
+(:func:`frontier_of_offsets`; the offsets are those of :mod:`wire.sources.base.offsets`).
 Per partition the progress is, by the form of the connector's position:
 
 * an int (Kafka offset, HTTP log sequence): ordered as ints;
@@ -200,7 +200,7 @@ class Frontier:
 def frontier_of_offsets(offsets: Sequence[Mapping[str, Any] | None]) -> Frontier:
     """The frontier after an epoch, from its end offsets (one per source, in the query's order).
 
-    An offset of :mod:`wire.sources.offsets` gives its ``watermark`` and, per
+    An offset of :mod:`wire.sources.base.offsets` gives its ``watermark`` and, per
     partition, its ``next`` position. A source with its own offsets (Nexmark's
     ``next``, ``TestStream``'s ``step``) counts as one partition ``"*"``. A source
     without an offset yet (None) has consumed nothing.

@@ -3,7 +3,7 @@
 A model of the file source (one partition; files arrive over time under any name;
 each epoch admits up to a budget of records in the source's reading order, the open
 file first, then new files by name) produces the end offsets each epoch records, as
-:mod:`wire.sources.file_stream` writes them. Two replicas read the same input with
+:mod:`wire.sources.file_source.reader` writes them. Two replicas read the same input with
 arbitrary budgets and arrival timings; the expectations are a plain fold of the
 records each replica consumed (a dict per key), never captured output.
 """
@@ -23,7 +23,7 @@ from wire.delivery.self_correcting import (
     SelfCorrectingWriter,
 )
 from wire.delivery.self_correcting_frontier import decide, epoch_offsets, frontier_of_offsets
-from wire.sources.file_set import FileSet, reading_order
+from wire.sources.file_source.file_set import FileSet, reading_order
 
 DELAY = 10
 

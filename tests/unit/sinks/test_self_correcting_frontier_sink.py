@@ -2,7 +2,7 @@
 
 Driven without Spark: each replica's checkpoint gets the end offsets Spark's offset
 log would hold for its epochs (a file source reading ``f0`` .. ``f5``, 4 records
-each, as :mod:`wire.sources.file_stream` writes positions), and the sink is fed
+each, as :mod:`wire.sources.file_source.reader` writes positions), and the sink is fed
 the rows a per-key running count and sum emits. The oracle is a plain fold of the
 input; the table must equal it whichever replica wrote last.
 """
