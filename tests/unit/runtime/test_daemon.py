@@ -9,7 +9,7 @@ from wire.runtime.daemon import drop_spark_zips
 
 EXTRA_MODULES = sorted({m for modules in EXTRAS.values() for m in modules})
 WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source.source", "wire.sinks.file_sinks",
-           "wire.sinks.postgres_sink", "wire.sinks.delta_sink", "wire.sources.http_source.source",
+           "wire.sinks.postgres_sink.sink", "wire.sinks.delta_sink.sink", "wire.sources.http_source.source",
            "wire.sources.http_source.server", "wire.sources.redis_source.source", "wire.sinks.redis_sink",
            "wire.control",
            "wire.sources.kafka_source.source", "wire.runtime.dataplane", "wire.compiler.window_stage",
@@ -31,7 +31,8 @@ def test_preload_loads_the_stages_and_file_connectors_but_no_extra_and_no_driver
     for module in CORE:
         assert module in loaded
     for module in [*EXTRA_MODULES, "starlette", "wire.control", "wire.sources.http_source.server",
-                   "wire.sinks.postgres_sink", "wire.sinks.delta_sink", "wire.sources.redis_source.source",
+                   "wire.sinks.postgres_sink.sink", "wire.sinks.delta_sink.sink",
+                   "wire.sources.redis_source.source",
                    "wire.sources.kafka_source.source", "wire.runtime.runner", "wire.api.flow"]:
         assert module not in loaded
 

@@ -6,10 +6,10 @@ driver moves into the table in one transaction with the epoch marker (append), o
 straight into the table by key (upsert).
 
 This module holds the two sinks (the driver's commit protocol) and :func:`postgres`;
-the executors' side is :mod:`wire.sinks.postgres_executors`, the driver's connection
-shared by both modes :mod:`wire.sinks.postgres_driver`, the target table and
-connection :mod:`wire.sinks.postgres_target`, the types and CSV below
-:mod:`wire.sinks.postgres_types`.
+the executors' side is :mod:`wire.sinks.postgres_sink.executors`, the driver's connection
+shared by both modes :mod:`wire.sinks.postgres_sink.driver`, the target table and
+connection :mod:`wire.sinks.postgres_sink.target`, the types and CSV below
+:mod:`wire.sinks.postgres_sink.column_types`.
 
 Arrow → PostgreSQL types (used to create the table; an existing table must have one
 of the accepted types, else :class:`~wire.errors.WireError`):
@@ -55,9 +55,9 @@ import pyarrow as pa
 
 from wire.delivery.sink import EpochStager, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
-from wire.sinks.postgres_driver import _PostgresSink, _Run
-from wire.sinks.postgres_executors import _AppendStager, _schema_from_json, _UpsertStager
-from wire.sinks.postgres_target import _check_dsn, _check_key, _check_name, _connect, _move
+from wire.sinks.postgres_sink.driver import _PostgresSink, _Run
+from wire.sinks.postgres_sink.executors import _AppendStager, _schema_from_json, _UpsertStager
+from wire.sinks.postgres_sink.target import _check_dsn, _check_key, _check_name, _connect, _move
 
 with needs_extra("postgres", "wire.sinks.postgres"):
     import psycopg
@@ -369,7 +369,7 @@ def postgres(
     hold nulls.
 
     In both modes ``open`` (driver, run start) connects; the table is created from
-    the first epoch's Arrow schema (types: see :mod:`wire.sinks.postgres_sink`), or
+    the first epoch's Arrow schema (types: see :mod:`wire.sinks.postgres_sink.sink`), or
     an existing table must have compatible columns (it may have more, with
     defaults); the driver reconnects once when its connection dropped and retries
     its transaction. Empty epochs write nothing. ``close`` (driver, run end)

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 
 from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError, needs_extra
-from wire.sinks.postgres_target import _connect, _Target
-from wire.sinks.postgres_types import _copy_csv, _pg_type
+from wire.sinks.postgres_sink.column_types import _copy_csv, _pg_type
+from wire.sinks.postgres_sink.target import _connect, _Target
 
 with needs_extra("postgres", "wire.sinks.postgres"):
     import psycopg

@@ -4,7 +4,7 @@
 of the key; :class:`_PartTask` is the Spark task of one partition that folds them
 into its desired collection, saves it, and computes and stages its part of the
 correction; :func:`_run_parts` runs it for every partition. Protocol and costs:
-:mod:`wire.sinks.self_correcting_sink`.
+:mod:`wire.sinks.self_correcting_sink.sink`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from wire.delivery.self_correcting import PartRequest, PartResult, correct_part
-from wire.delivery.self_correcting_desired import DesiredCollection, ShardedDesiredStore
-from wire.delivery.self_correcting_rows import Key, shard_columns, shard_of
 from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError
-from wire.sinks.self_correcting_tables import _DeltaTable, _PgTable
+from wire.sinks.self_correcting_sink.desired import DesiredCollection, ShardedDesiredStore
+from wire.sinks.self_correcting_sink.rows import Key, shard_columns, shard_of
+from wire.sinks.self_correcting_sink.tables import _DeltaTable, _PgTable
+from wire.sinks.self_correcting_sink.writer import PartRequest, PartResult, correct_part
 
 
 def _exact_key_type(t: pa.DataType) -> bool:
@@ -99,7 +99,7 @@ class _PartTask:
     writer: str
 
     def __call__(self, req: PartRequest, shard: int) -> PartResult:
-        """Run :func:`~wire.delivery.self_correcting.correct_part` for partition ``shard``.
+        """Run :func:`~wire.sinks.self_correcting_sink.writer.correct_part` for partition ``shard``.
 
         A partition without rows in the epoch folds and saves nothing, and in a
         touched-keys request has nothing to compare. The task's Python worker keeps
@@ -134,7 +134,7 @@ class _PartTask:
         conn = None
         try:
             if self.backend == "postgres":
-                from wire.sinks.postgres_target import _connect
+                from wire.sinks.postgres_sink.target import _connect
 
                 conn = _connect(self.target, f"wire {self.writer} part {shard}")
                 table: Any = _PgTable(conn, self.schema_name, str(self.table), self.key, self.schema.names,

@@ -1,12 +1,12 @@
 """The self-correcting sink (SPEC §8): a PostgreSQL or Delta table kept equal to the flow's results.
 
 Built by :func:`self_correcting`. The logic (desired collection, correction, batch
-descriptions, the compare-and-set loop) is :mod:`wire.delivery.self_correcting`;
+descriptions, the compare-and-set loop) is :mod:`wire.sinks.self_correcting_sink.writer`;
 this module binds it to two kinds of table and to the runtime.
 
 Where the work happens — executors write, the driver commits (SPEC §8)
     The sink is an executor sink. The keys are split into ``partitions``
-    (:func:`~wire.delivery.self_correcting.shard_of` over the key columns, without
+    (:func:`~wire.sinks.self_correcting_sink.writer.shard_of` over the key columns, without
     the ``covers`` columns so a merged session meets the sessions it covers; fixed
     for the state directory's life). Each partition's **desired collection** (one
     row per key) is kept as Parquet under the flow's checkpoint,
@@ -83,7 +83,7 @@ part of an appended correction); gauges ``sc_read_only`` (1 / 0),
 
 Replicas and frontiers
     The frontier recorded with the table is a point in input time, not an epoch id
-    (:mod:`wire.delivery.self_correcting_frontier`): per source its watermark and,
+    (:mod:`wire.sinks.self_correcting_sink.frontier`): per source its watermark and,
     per partition, the records consumed (files read and the records of the open
     file, Kafka offsets, stream ids), from the epoch's end offsets. So replicas of
     one flow (the same sources, each its own checkpoint) agree whatever their
@@ -102,12 +102,12 @@ Replicas and frontiers
 
 Limits: key columns must be of a type that compares exactly (integers, strings,
 booleans, dates, timestamps); values must be scalars
-(PostgreSQL types as in :mod:`wire.sinks.postgres_sink`).
+(PostgreSQL types as in :mod:`wire.sinks.postgres_sink.sink`).
 
 Code: this module holds :func:`self_correcting` and its checks; the sink (driver
-side) is :mod:`wire.sinks.self_correcting_driver`, the executors' side
-:mod:`wire.sinks.self_correcting_parts`, the PostgreSQL and Delta tables
-:mod:`wire.sinks.self_correcting_tables`.
+side) is :mod:`wire.sinks.self_correcting_sink.driver`, the executors' side
+:mod:`wire.sinks.self_correcting_sink.parts`, the PostgreSQL and Delta tables
+:mod:`wire.sinks.self_correcting_sink.tables`.
 """
 
 from __future__ import annotations
@@ -123,11 +123,11 @@ from wire.errors import ConfigError, needs_extra
 # The sink's parts live in self_correcting_tables (the PostgreSQL and Delta tables),
 # self_correcting_parts (the executors' side) and self_correcting_driver (the sink);
 # its public names and constants stay importable from here.
-from wire.sinks.self_correcting_driver import MODES as MODES
-from wire.sinks.self_correcting_driver import SelfCorrectingSink
-from wire.sinks.self_correcting_tables import DELTA_APP_ID as DELTA_APP_ID
-from wire.sinks.self_correcting_tables import DELTA_MARK as DELTA_MARK
-from wire.sinks.self_correcting_tables import FRONTIER_TABLE
+from wire.sinks.self_correcting_sink.driver import MODES as MODES
+from wire.sinks.self_correcting_sink.driver import SelfCorrectingSink
+from wire.sinks.self_correcting_sink.tables import DELTA_APP_ID as DELTA_APP_ID
+from wire.sinks.self_correcting_sink.tables import DELTA_MARK as DELTA_MARK
+from wire.sinks.self_correcting_sink.tables import FRONTIER_TABLE
 
 __all__ = ["FRONTIER_TABLE", "SelfCorrectingSink", "self_correcting"]
 
@@ -181,7 +181,7 @@ def self_correcting(
     Several replicas of one flow (each its own checkpoint) may write one table; a
     read-only replica writes nothing and reports its distance. The table is
     written after the epoch's job, before the epoch commits. Details, costs and
-    metrics: :mod:`wire.sinks.self_correcting_sink`.
+    metrics: :mod:`wire.sinks.self_correcting_sink.sink`.
 
     Guarantee: ``idempotent`` — a replayed epoch finds the table at its frontier
     with its rows and writes nothing; the table converges to the result collection.
@@ -275,7 +275,7 @@ def self_correcting(
         full_check_every=full_check_every, state_dir=os.fspath(state_dir) if state_dir is not None else None,
         partitions=partitions, repair_interval=repair_ms)
     if isinstance(text, str) and _is_dsn(text):
-        from wire.sinks.postgres_target import _check_dsn, _check_name
+        from wire.sinks.postgres_sink.target import _check_dsn, _check_name
 
         if table is None:
             raise ConfigError("table", table, "the table name, required when target is a PostgreSQL DSN")

@@ -25,9 +25,9 @@ Uses ``deltalake`` (delta-rs, no JVM) and ``pyarrow``. Two-phase, exactly once
 This is how Delta's own streaming writers achieve exactly-once delivery.
 
 This module holds :class:`DeltaSink` (the driver's side) and :func:`delta`; the
-executors' stager and the staging files are in :mod:`wire.sinks.delta_staging`, the
+executors' stager and the staging files are in :mod:`wire.sinks.delta_sink.staging`, the
 Arrow → Delta types, partition values and file statistics in
-:mod:`wire.sinks.delta_schema`.
+:mod:`wire.sinks.delta_sink.schema`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from wire.delivery.sink import EpochStager, ExecutorSink, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
-from wire.sinks.delta_staging import (
+from wire.sinks.delta_sink.staging import (
     STAGING_DIR,
     _attempt_dir,
     _delete,

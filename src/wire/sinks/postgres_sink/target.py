@@ -4,7 +4,7 @@ Configuration checks (:func:`_check_name`, :func:`_check_dsn`, :func:`_check_key
 the connection (:func:`_connect`), the table as the sink sees it (:class:`_Target`:
 create it from an Arrow schema or check that the existing one fits), and the move
 of a staging table's rows into it (:func:`_move`). Used by
-:mod:`wire.sinks.postgres_sink` and :mod:`wire.sinks.self_correcting_sink`.
+:mod:`wire.sinks.postgres_sink.sink` and :mod:`wire.sinks.self_correcting_sink.sink`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from wire.errors import ConfigError, WireError, needs_extra
-from wire.sinks.postgres_types import _pg_type
+from wire.sinks.postgres_sink.column_types import _pg_type
 
 with needs_extra("postgres", "wire.sinks.postgres"):
     import psycopg

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wire.delivery.self_correcting import (
+from wire.sinks.self_correcting_sink.frontier import decide, epoch_offsets, frontier_of_offsets
+from wire.sinks.self_correcting_sink.writer import (
     DesiredCollection,
     Frontier,
     MemoryTable,
     SelfCorrectingWriter,
 )
-from wire.delivery.self_correcting_frontier import decide, epoch_offsets, frontier_of_offsets
 from wire.sources.file_source.file_set import FileSet, reading_order
 
 DELAY = 10

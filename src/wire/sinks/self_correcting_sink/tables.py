@@ -1,10 +1,10 @@
-"""The self-correcting sink's two kinds of table, each a :class:`~wire.delivery.self_correcting.CasTable`.
+"""The self-correcting sink's two kinds of table, each a :class:`~.writer.CasTable`.
 
 :class:`_PgTable` (PostgreSQL: the upper in :data:`FRONTIER_TABLE`, parts staged in
 an unlogged table, the compare-and-set one transaction) and :class:`_DeltaTable`
 (Delta: the upper an application transaction, parts staged as Parquet files, the
 compare-and-set one ``MERGE`` commit on the version read). Protocol and costs:
-:mod:`wire.sinks.self_correcting_sink`.
+:mod:`wire.sinks.self_correcting_sink.sink`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from wire.delivery.self_correcting import BatchDescription, Snapshot
-from wire.delivery.self_correcting_frontier import Frontier
-from wire.delivery.self_correcting_rows import Correction, Key, Row, norm
 from wire.errors import WireError
+from wire.sinks.self_correcting_sink.frontier import Frontier
+from wire.sinks.self_correcting_sink.rows import Correction, Key, Row, norm
+from wire.sinks.self_correcting_sink.writer import BatchDescription, Snapshot
 
 FRONTIER_TABLE = "wire_sc_frontiers"
 """PostgreSQL: the table (in the sink's ``schema``) recording each target table's upper
-(version) and frontier (JSON text, :meth:`~wire.delivery.self_correcting_frontier.Frontier.to_json`)."""
+(version) and frontier (JSON text, :meth:`~wire.sinks.self_correcting_sink.frontier.Frontier.to_json`)."""
 DELTA_APP_ID = "wire.self_correcting"
 """Delta: the application transaction whose version is the table's upper."""
 DELTA_MARK = "wire.sc.upper"
@@ -46,7 +46,7 @@ class _Conflict(Exception):
 
 
 class _PgTable:
-    """A PostgreSQL table as a :class:`~wire.delivery.self_correcting.CasTable`.
+    """A PostgreSQL table as a :class:`~wire.sinks.self_correcting_sink.writer.CasTable`.
 
     Parts are staged in ``<schema>."<table>__wire_sc"`` (unlogged; the table's
     columns plus ``__wire_writer``, ``__wire_attempt``, ``__wire_shard`` and
@@ -188,7 +188,7 @@ class _PgTable:
 
 
 class _DeltaTable:
-    """A Delta table as a :class:`~wire.delivery.self_correcting.CasTable` (deltalake, no JVM).
+    """A Delta table as a :class:`~wire.sinks.self_correcting_sink.writer.CasTable` (deltalake, no JVM).
 
     Parts are staged as Parquet files ``<parts>/<attempt>/shard-<n>.parquet`` (the
     table's columns plus ``__wire_op``: ``d`` a key to delete, ``u`` a row to insert),

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wire.delivery.self_correcting import (
+from wire.errors import WireError
+from wire.sinks.self_correcting_sink.writer import (
     BatchDescription,
     DesiredCollection,
     DesiredStore,
@@ -26,7 +27,6 @@ from wire.delivery.self_correcting import (
     mint,
     shard_of,
 )
-from wire.errors import WireError
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("gone", pa.bool_())])
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from wire.delivery.sink import ExecutorSink
 from wire.errors import WireError, needs_extra
-from wire.sinks.postgres_target import _connect, _Target
+from wire.sinks.postgres_sink.target import _connect, _Target
 
 with needs_extra("postgres", "wire.sinks.postgres"):
     import psycopg

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from wire.errors import WireError
-from wire.sinks.delta_sink import STAGING_DIR, delta
+from wire.sinks.delta_sink.sink import STAGING_DIR, delta
 
 OPEN = {"flow_id": "flights", "sink_id": "out", "checkpoint_id": "ckpt-1"}
 APP_ID = "flights/out"

@@ -1,7 +1,7 @@
-"""Arrow → PostgreSQL for :mod:`wire.sinks.postgres_sink`: column types, and rows as CSV for ``COPY``.
+"""Arrow → PostgreSQL for :mod:`wire.sinks.postgres_sink.sink`: column types, and rows as CSV for ``COPY``.
 
 :func:`_pg_type` gives the SQL type a table is created with and the types an
-existing column may have (the table in :mod:`wire.sinks.postgres_sink`'s
+existing column may have (the table in :mod:`wire.sinks.postgres_sink.sink`'s
 docstring); :func:`_copy_csv` sends an Arrow table through ``COPY ... FROM STDIN``
 as CSV written by Arrow, each column rewritten by :func:`_csv_ready` so that
 PostgreSQL parses it as intended.

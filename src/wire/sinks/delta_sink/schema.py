@@ -1,4 +1,4 @@
-"""Arrow → Delta Lake for :mod:`wire.sinks.delta_sink`: types, partition values, file statistics.
+"""Arrow → Delta Lake for :mod:`wire.sinks.delta_sink.sink`: types, partition values, file statistics.
 
 The schema a new table gets (:func:`_delta_schema`) and the check that an epoch's
 rows fit an existing one (:func:`_conform`); the rows split by partition value with

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from wire.delivery.sink import EpochStager, StagedPart
 from wire.errors import WireError
-from wire.sinks.delta_schema import _conform, _delta_schema, _hive_segment, _split_partitions, _stats
+from wire.sinks.delta_sink.schema import _conform, _delta_schema, _hive_segment, _split_partitions, _stats
 
 STAGING_DIR = "_wire_staging"
 """Sub-directory of the table holding the intent files of epochs being written."""

@@ -3,8 +3,8 @@
 :class:`DesiredCollection` is the flow's current result collection, one row per
 key, folded epoch by epoch; :class:`DesiredStore` keeps it as one Parquet file per
 epoch, and :class:`ShardedDesiredStore` splits it into partitions of the keys
-(:func:`~wire.delivery.self_correcting_rows.shard_of`), one store each. Used by
-:mod:`wire.delivery.self_correcting` and the sink's executor tasks.
+(:func:`~wire.sinks.self_correcting_sink.rows.shard_of`), one store each. Used by
+:mod:`wire.sinks.self_correcting_sink.writer` and the sink's executor tasks.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wire.delivery.self_correcting_rows import Key, Row, key_of, norm, shard_of
 from wire.errors import WireError
+from wire.sinks.self_correcting_sink.rows import Key, Row, key_of, norm, shard_of
 
 __all__ = ["DesiredCollection", "DesiredStore", "ShardedDesiredStore"]
 

@@ -6,7 +6,7 @@ import pytest
 from deltalake import DeltaTable
 
 from wire.errors import CheckpointError, ConfigError, WireError
-from wire.sinks.delta_sink import DeltaSink, delta
+from wire.sinks.delta_sink.sink import DeltaSink, delta
 
 OPEN = {"flow_id": "flights", "sink_id": "out", "checkpoint_id": "ckpt-1"}
 APP_ID = "flights/out"

@@ -1,6 +1,6 @@
 """Rows, keys, shards and corrections of the self-correcting sink (SPEC §8).
 
-The value-level layer under :mod:`wire.delivery.self_correcting`: :func:`norm` puts
+The value-level layer under :mod:`wire.sinks.self_correcting_sink.writer`: :func:`norm` puts
 values in the form both sides of a comparison share, :func:`key_of` makes a row's
 key tuple, :func:`shard_of` assigns a row to a partition of the keys, and
 :func:`correction` computes desired − persisted over a set of keys (a

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from wire.errors import WireError
-from wire.sinks.postgres_sink import MARKER_TABLE, STAGING_PREFIX, postgres
+from wire.sinks.postgres_sink.sink import MARKER_TABLE, STAGING_PREFIX, postgres
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 import wire
 from wire.core.control_file import control_path, set_sink_mode
 from wire.errors import ConfigError
-from wire.sinks.self_correcting_tables import _DeltaTable, _PgTable
+from wire.sinks.self_correcting_sink.tables import _DeltaTable, _PgTable
 
 SCHEMA = pa.schema([("k", pa.string()), ("ws", pa.int64()), ("n", pa.int64()), ("emit", pa.string()),
                     ("epoch", pa.int64())])

@@ -1,13 +1,13 @@
 """The self-correcting sink's pure logic (SPEC §8): desired collection, correction, CAS loop.
 
-No Spark and no database here: :mod:`wire.sinks.self_correcting_sink` binds this
+No Spark and no database here: :mod:`wire.sinks.self_correcting_sink.sink` binds this
 logic to PostgreSQL and Delta tables (each a :class:`CasTable`); the unit tests bind
 it to :class:`MemoryTable`.
 
 This module holds the protocol (batch descriptions, the :class:`CasTable` interface,
 the per-shard parts and the CAS loop). The values, keys, shards and corrections are
-in :mod:`wire.delivery.self_correcting_rows`, the desired collection and its stores
-in :mod:`wire.delivery.self_correcting_desired`; their public names are re-exported
+in :mod:`wire.sinks.self_correcting_sink.rows`, the desired collection and its stores
+in :mod:`wire.sinks.self_correcting_sink.desired`; their public names are re-exported
 here.
 
 Terms
@@ -19,7 +19,7 @@ Terms
     covers (a session that absorbed other sessions).
     *Persisted collection* — what the target table holds now.
     *Frontier* — how much input the table's rows reflect
-    (:class:`~wire.delivery.self_correcting_frontier.Frontier`): per source its
+    (:class:`~wire.sinks.self_correcting_sink.frontier.Frontier`): per source its
     watermark and per partition the records consumed, never the epoch id, so
     replicas whose epochs cut the input differently agree on it. Recorded in the
     table next to its rows, with the table's *upper*: a version (int) that every
@@ -28,7 +28,7 @@ Terms
     driver (:func:`mint`): ``lower`` is the table's upper as read, ``upper =
     lower + 1``, ``frontier`` the writer's desired frontier. None when the table's
     frontier is ahead of the writer's or not comparable with it
-    (:func:`~wire.delivery.self_correcting_frontier.decide`): the writer writes
+    (:func:`~wire.sinks.self_correcting_sink.frontier.decide`): the writer writes
     nothing. At an equal frontier the writer repairs (writes only what differs).
     *Correction* — desired − persisted over a set of keys (:func:`correction`):
     the keys to delete and the rows to insert; only differing keys appear.
@@ -78,9 +78,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from wire.delivery.self_correcting_desired import DesiredCollection, DesiredStore, ShardedDesiredStore
-from wire.delivery.self_correcting_frontier import Frontier, decide
-from wire.delivery.self_correcting_rows import (
+from wire.errors import WireError
+from wire.sinks.self_correcting_sink.desired import DesiredCollection, DesiredStore, ShardedDesiredStore
+from wire.sinks.self_correcting_sink.frontier import Frontier, decide
+from wire.sinks.self_correcting_sink.rows import (
     Correction,
     Key,
     Row,
@@ -90,7 +91,6 @@ from wire.delivery.self_correcting_rows import (
     shard_columns,
     shard_of,
 )
-from wire.errors import WireError
 
 # The protocol's names, and those of self_correcting_rows and self_correcting_desired
 # (re-exported: this module stays the one to import the self-correcting logic from).
@@ -152,7 +152,7 @@ def mint(table_upper: int, table_frontier: Frontier, desired: Frontier) -> Batch
     ``(table_upper, table_upper + 1, desired)`` when the table's frontier is before
     or equal to ``desired`` (advance, or repair at an equal frontier); None when it
     is ahead or not comparable: the table reflects input the writer has not consumed
-    (:func:`~wire.delivery.self_correcting_frontier.decide`).
+    (:func:`~wire.sinks.self_correcting_sink.frontier.decide`).
     """
     if decide(table_frontier, desired) == "behind":
         return None

@@ -6,7 +6,7 @@ epoch, runs the compare-and-set loop after the epoch's job
 (:meth:`SelfCorrectingSink.commit_epoch`) and, while no epoch comes, every
 ``repair_interval`` ms from a timer thread (:meth:`SelfCorrectingSink.quiet_check`),
 and reports the metrics. Protocol, costs and metrics:
-:mod:`wire.sinks.self_correcting_sink`.
+:mod:`wire.sinks.self_correcting_sink.sink`.
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wire.core.control_file import control_path, sink_mode
-from wire.delivery.self_correcting import EpochOutcome, SelfCorrectingWriter
-from wire.delivery.self_correcting_desired import ShardedDesiredStore
-from wire.delivery.self_correcting_frontier import (
+from wire.delivery.sink import EpochStager, ExecutorSink, StagedPart
+from wire.errors import WireError
+from wire.sinks.self_correcting_sink.desired import ShardedDesiredStore
+from wire.sinks.self_correcting_sink.frontier import (
     Frontier,
     epoch_offsets,
     frontier_of_offsets,
     last_committed_epoch,
 )
-from wire.delivery.self_correcting_rows import shard_columns
-from wire.delivery.sink import EpochStager, ExecutorSink, StagedPart
-from wire.errors import WireError
-from wire.sinks.self_correcting_parts import _InputStager, _PartTask, _run_parts
-from wire.sinks.self_correcting_tables import _DeltaTable, _PgTable
+from wire.sinks.self_correcting_sink.parts import _InputStager, _PartTask, _run_parts
+from wire.sinks.self_correcting_sink.rows import shard_columns
+from wire.sinks.self_correcting_sink.tables import _DeltaTable, _PgTable
+from wire.sinks.self_correcting_sink.writer import EpochOutcome, SelfCorrectingWriter
 
 MODES = ("write", "read_only")
 
@@ -134,7 +134,7 @@ class SelfCorrectingSink(ExecutorSink):
         if schema_file.is_file():
             run.schema = pq.read_schema(schema_file)
         if self.backend == "postgres":
-            from wire.sinks.postgres_target import _connect
+            from wire.sinks.postgres_sink.target import _connect
 
             try:
                 run.conn = _connect(str(self.dsn), f"wire {flow_id}/{sink_id} self-correcting")
@@ -189,7 +189,7 @@ class SelfCorrectingSink(ExecutorSink):
         """Driver, after the epoch's job: correct the table for epoch ``epoch`` (also with no rows).
 
         Runs :meth:`SelfCorrectingWriter.write_parts
-        <wire.delivery.self_correcting.SelfCorrectingWriter.write_parts>`: reads the
+        <wire.sinks.self_correcting_sink.writer.SelfCorrectingWriter.write_parts>`: reads the
         table's upper, mints the batch description, and runs one Spark task per
         partition of the key (:class:`_PartTask`), which folds the partition's rows
         of the epoch into its desired collection, saves it, and stages its part of
@@ -364,7 +364,7 @@ class SelfCorrectingSink(ExecutorSink):
         columns = schema.names
         writer = self._writer(run)
         if self.backend == "postgres":
-            from wire.sinks.postgres_target import _connect, _Target
+            from wire.sinks.postgres_sink.target import _connect, _Target
 
             if run.conn is None or run.conn.closed or run.conn.broken:
                 run.conn = _connect(str(self.dsn), f"wire {run.flow}/{run.sink} self-correcting")
@@ -388,7 +388,7 @@ def epoch_frontier(checkpoint: str | None, epoch: int) -> Frontier:
     """The frontier after ``epoch``: from the end offsets Spark's offset log recorded for it.
 
     Independent of where the epochs cut the input
-    (:mod:`wire.delivery.self_correcting_frontier`). When the checkpoint records no
+    (:mod:`wire.sinks.self_correcting_sink.frontier`). When the checkpoint records no
     offsets for the epoch (the sink driven without Spark, e.g. :meth:`write_epoch`),
     the epoch id + 1 (:meth:`Frontier.scalar`).
     """

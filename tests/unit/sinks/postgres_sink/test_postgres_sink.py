@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-import wire.sinks.postgres_executors as pg_executors
-import wire.sinks.postgres_sink as pg_mod
+import wire.sinks.postgres_sink.executors as pg_executors
+import wire.sinks.postgres_sink.sink as pg_mod
 from wire.errors import CheckpointError, ConfigError, WireError
-from wire.sinks.postgres_sink import MARKER_TABLE, PostgresAppendSink, PostgresUpsertSink, postgres
+from wire.sinks.postgres_sink.sink import MARKER_TABLE, PostgresAppendSink, PostgresUpsertSink, postgres
 from wire.testing.postgres import PostgresServer
 
 UTC = dt.UTC
