@@ -120,8 +120,8 @@ from wire.core.time import Duration, to_millis
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError, needs_extra
 
-# The sink's parts live in self_correcting_tables (the PostgreSQL and Delta tables),
-# self_correcting_parts (the executors' side) and self_correcting_driver (the sink);
+# The sink's parts live in .tables (the PostgreSQL and Delta tables), .parts (the
+# executors' side) and .driver (the sink);
 # its public names and constants stay importable from here.
 from wire.sinks.self_correcting_sink.driver import MODES as MODES
 from wire.sinks.self_correcting_sink.driver import SelfCorrectingSink

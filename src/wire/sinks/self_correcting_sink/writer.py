@@ -92,7 +92,7 @@ from wire.sinks.self_correcting_sink.rows import (
     shard_of,
 )
 
-# The protocol's names, and those of self_correcting_rows and self_correcting_desired
+# The protocol's names, and those of .rows and .desired
 # (re-exported: this module stays the one to import the self-correcting logic from).
 __all__ = [
     "BatchDescription",
