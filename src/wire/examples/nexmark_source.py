@@ -391,8 +391,8 @@ class NexmarkSource:
         ``request.columns`` (None: all): the payload columns to produce, in :data:`SCHEMA`
         order; only those are generated (plus the event-time column, for ``__et``).
         ``request.target_epoch_ms`` (None: off): epoch sizing (:mod:`wire.sources.base.epoch_sizing`).
-        ``request.max_future_ms`` is ignored: generated event times are not compared with
-        processing time.
+        Of the watermark policy only ``max_delay_ms`` is used: generated event times are not
+        compared with processing time (no ``max_future``), and the generator never idles.
 
         Raises
         ------
@@ -401,8 +401,8 @@ class NexmarkSource:
         """
         r = request
         config = self.to_json(
-            step=r.step, event_time=r.event_time, key_groups=r.key_groups, max_delay_ms=r.max_delay_ms,
-            max_events_per_epoch=r.max_events_per_epoch,
+            step=r.step, event_time=r.event_time, key_groups=r.key_groups,
+            max_delay_ms=r.watermark.max_delay_ms, max_events_per_epoch=r.max_events_per_epoch,
             control_file=None if r.control_file is None else str(r.control_file),
             columns=check_columns(r.step, SCHEMA, r.columns), target_epoch_ms=r.target_epoch_ms,
         )

@@ -98,7 +98,7 @@ class TestStreamSource:
 
         ``request.columns`` (None: all): the payload columns produced, in schema order.
         ``request.resume``: :func:`wire.sources.base.resumable`. The script fixes the
-        epochs and watermarks: delay, admission and ``max_future_ms`` are not used.
+        epochs and watermarks: the watermark policy and admission are not used.
         """
         r = request
         script = self.to_json(step=r.step, event_time=r.event_time, key_groups=r.key_groups,

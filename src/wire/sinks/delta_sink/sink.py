@@ -38,7 +38,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -62,7 +62,9 @@ with needs_extra("delta", "wire.sinks.delta"):
     from deltalake.exceptions import DeltaError, TableNotFoundError
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-MODES = ("append", "overwrite")
+DeltaMode = Literal["append", "overwrite"]
+"""How a Delta sink writes an epoch (``delta(mode=...)``)."""
+MODES: tuple[DeltaMode, ...] = get_args(DeltaMode)
 
 _META_FLOW = "wire.flow_id"
 _META_SINK = "wire.sink_id"
@@ -104,7 +106,7 @@ class DeltaSink(ExecutorSink):
     guarantee: ClassVar[str] = "exactly_once"
 
     path: str
-    mode: str = "append"
+    mode: DeltaMode = "append"
     partition_by: tuple[str, ...] = ()
     _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -336,7 +338,7 @@ class DeltaSink(ExecutorSink):
 def delta(
     path: str | os.PathLike[str],
     *,
-    mode: str = "append",
+    mode: DeltaMode = "append",
     partition_by: str | Sequence[str] | None = None,
 ) -> Sink:
     """Write each epoch's rows to a Delta Lake table as one commit, exactly once.

@@ -49,7 +49,7 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 import pyarrow as pa
 
@@ -71,7 +71,9 @@ MARKER_TABLE = "wire_sink_epochs"
 STAGING_PREFIX = "_wire_stage_"
 """Name prefix of the append mode's per-task staging tables, in the sink's ``schema``."""
 
-MODES = ("append", "upsert")
+PostgresMode = Literal["append", "upsert"]
+"""How a PostgreSQL sink writes (``postgres(mode=...)``)."""
+MODES: tuple[PostgresMode, ...] = get_args(PostgresMode)
 
 
 @dataclass(frozen=True)
@@ -332,7 +334,7 @@ def postgres(
     dsn: str,
     *,
     table: str,
-    mode: str = "append",
+    mode: PostgresMode = "append",
     key: str | Sequence[str] | None = None,
     schema: str = "public",
 ) -> Sink:

@@ -355,7 +355,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         reads = self.read_many(positions, budgets) if budgets else {}
         now, started = self._clock(), admission.started
         bounded = bool(self._binding.source.bounded)
-        limit_et = future_limit(now, self._binding.max_future_ms)
+        limit_et = future_limit(now, self._policy.max_future_ms)
         after: dict[str, PartitionOffset] = {}
         taken = 0
         for n, want, a in zip(names, demand, alloc, strict=True):
@@ -532,7 +532,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         if p.name:
             r = self.read_range(p.name, p.first, p.next, p.taken)
             valid = r.decoded.table.num_rows
-            decoded = r.decoded.reject_future(p.at, b.max_future_ms, r.records)
+            decoded = r.decoded.reject_future(p.at, b.watermark.max_future_ms, r.records)
             n = decoded.table.num_rows
             missing = p.taken - r.count
             gone = (self.range_location(p.name, p.first, p.next), f"{missing} {self.gone_reason}", missing)

@@ -63,8 +63,8 @@ ClientT = TypeVar("ClientT", bound=Closeable)
 class LiveReader(Generic[ClientT]):
     """What every stream reader of a live system shares (Kafka, Redis Streams, HTTP ingest).
 
-    :meth:`_init_live` takes from the binding the watermark policy (bounded delay in ms,
-    the source's idle timeout and watermark interval), the epoch sizer and the rows'
+    :meth:`_init_live` takes from the binding the step's watermark policy
+    (:class:`~wire.core.watermarks.WatermarkPolicy`, ms), the epoch sizer and the rows'
     Arrow schema, and sets the processing-time clock (ms; injectable for tests).
 
     The reader's client (a Kafka consumer, a Redis connection, a write-ahead log) is one
@@ -82,8 +82,7 @@ class LiveReader(Generic[ClientT]):
 
     def _init_live(self, binding: Binding, clock: Callable[[], int] | None) -> None:
         self._binding = binding
-        src = binding.source
-        self._policy = WatermarkPolicy(binding.max_delay_ms, src.idle_timeout, src.watermark_interval)
+        self._policy: WatermarkPolicy = binding.watermark
         self._clock = clock or wall_clock_ms
         self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
         self._row_schema = binding.row_schema()

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import base64
 import json
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
@@ -81,7 +82,8 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from wire.core import envelope
-from wire.core.watermarks import check_max_future, future_limit, future_reason
+from wire.core.time import Duration, to_millis
+from wire.core.watermarks import WatermarkPolicy, future_limit, future_reason
 from wire.errors import ConfigError
 from wire.sources.base.conversions import array_from_values, event_times_ms
 
@@ -108,18 +110,18 @@ class ReadRequest:
     """The payload column event times are read from."""
     key_groups: int
     """The flow's key groups: each epoch ends with one watermark row per group."""
-    max_delay_ms: int
-    """Bounded out-of-orderness (ms): the watermark is the max event time minus this."""
+    watermark: WatermarkPolicy
+    """The step's watermark policy (ms), given once at ``flow.source``: max delay, idle
+    timeout, tick interval and max future (:class:`~wire.core.watermarks.WatermarkPolicy`).
+    Events more than ``max_future_ms`` ahead of the epoch's processing time are dead letters
+    and do not move the watermark; sources that cannot tell processing time from event time
+    (the Nexmark generator, the scripted test stream) ignore it."""
     max_events_per_epoch: int
     """Admission: at most this many records per epoch."""
     control_file: str | None = None
     """Pause / stop file of the run (:mod:`wire.core.control_file`); None: none."""
     columns: tuple[str, ...] | None = None
     """The payload columns to produce, in schema order (None: all); capability ``"columns"``."""
-    max_future_ms: int | None = None
-    """Events more than this (ms) ahead of the epoch's processing time are dead letters and do
-    not move the watermark (``BoundedOutOfOrderness``); None: off. Sources that cannot tell
-    processing time from event time (the Nexmark generator, the scripted test stream) ignore it."""
     target_epoch_ms: int | None = None
     """Epoch sizing from a target duration (ms; :mod:`wire.sources.base.epoch_sizing`); None: off;
     capability ``"target_epoch_ms"``."""
@@ -227,10 +229,9 @@ def spark_row_schema(payload: pa.Schema) -> pa.Schema:
     return to_arrow_schema(spark_struct(payload), timezone="UTC")
 
 
-def check_admission(step: str, *, max_delay_ms: int, max_events_per_epoch: int, key_groups: int) -> None:
-    """Raise ConfigError unless the binding's watermark delay, admission and key groups are valid."""
+def check_admission(step: str, *, max_events_per_epoch: int, key_groups: int) -> None:
+    """Raise ConfigError unless the binding's admission and key groups are valid."""
     for name, value, least in (
-        ("max_delay_ms", max_delay_ms, 0),
         ("max_events_per_epoch", max_events_per_epoch, 1),
         ("key_groups", key_groups, 1),
     ):
@@ -344,6 +345,76 @@ class Decoded:
             yield envelope.dead_letter_batch(schema, step, dead)
 
 
+LEGACY_WATERMARK = ("idle_timeout", "watermark_interval")
+"""A connector's deprecated watermark settings: the policy's ``idle_timeout`` and ``interval``."""
+
+
+def warn_legacy_watermark(connector: str, idle_timeout: object, watermark_interval: object) -> None:
+    """Warn (DeprecationWarning) when a connector is given ``idle_timeout`` or ``watermark_interval``.
+
+    They belong to the step's watermark policy, ``wire.BoundedOutOfOrderness(max_delay,
+    idle_timeout=..., interval=...)`` at ``flow.source``; given to the connector they still
+    work: :func:`convert_legacy_watermark` holds them in ms and :func:`with_connector_settings`
+    forwards them into that policy when the flow compiles. None: not given (no warning).
+    """
+    given = [n for n, v in zip(LEGACY_WATERMARK, (idle_timeout, watermark_interval), strict=True)
+             if v is not None]
+    if given:
+        warnings.warn(
+            f"{connector}({', '.join(n + '=...' for n in given)}) is deprecated: give it to the step's "
+            f"watermark policy, flow.source(..., watermark=wire.BoundedOutOfOrderness(max_delay, "
+            f"idle_timeout=..., interval=...))", DeprecationWarning, stacklevel=3)
+
+
+def convert_legacy_watermark(source: object) -> None:
+    """Hold a connector's deprecated ``idle_timeout`` / ``watermark_interval`` in ms (None: not given).
+
+    Raises
+    ------
+    ConfigError
+        If ``idle_timeout`` is not a positive duration or ``watermark_interval`` is negative
+        or not a duration.
+    """
+    idle: Duration | None = getattr(source, "idle_timeout", None)
+    if idle is not None:
+        idle = to_millis(idle, parameter="idle_timeout", allow_zero=False)
+        object.__setattr__(source, "idle_timeout", idle)
+    interval: Duration | None = getattr(source, "watermark_interval", None)
+    if interval is not None:
+        object.__setattr__(source, "watermark_interval", to_millis(interval, parameter="watermark_interval"))
+
+
+def with_connector_settings(step: str, policy: WatermarkPolicy, source: object) -> WatermarkPolicy:
+    """``policy`` completed with ``source``'s deprecated ``idle_timeout`` / ``watermark_interval`` (ms).
+
+    A connector's value applies where the policy has its default (no idle timeout, a
+    200 ms interval); where both are set they must agree. The result is a plain
+    :class:`~wire.core.watermarks.WatermarkPolicy`, checked.
+
+    Raises
+    ------
+    ConfigError
+        When the policy and the connector set different values, or a value is invalid.
+    """
+    default = WatermarkPolicy(0)
+    merged = {"idle_timeout_ms": policy.idle_timeout_ms, "interval_ms": policy.interval_ms}
+    for legacy, name in zip(LEGACY_WATERMARK, merged, strict=True):
+        value = getattr(source, legacy, None)
+        if value is None or value == merged[name]:
+            continue
+        if merged[name] != getattr(default, name):
+            policy_name = name.removesuffix("_ms")
+            raise ConfigError(
+                legacy, value, f"the watermark policy's {policy_name} ({merged[name]} ms) or nothing: "
+                f"set it once, in flow.source(watermark=wire.BoundedOutOfOrderness(..., {policy_name}=...))",
+                step=step)
+        merged[name] = value
+    result = WatermarkPolicy(policy.max_delay_ms, merged["idle_timeout_ms"], merged["interval_ms"],
+                             policy.max_future_ms)
+    result.check(step)
+    return result
+
+
 class SchemaDataclassDict:
     """``to_dict`` / ``from_dict`` for a source dataclass with an Arrow ``schema`` field.
 
@@ -376,29 +447,30 @@ class Binding:
     subclasses it.
 
     ``payload_schema``: every payload column of the source; ``columns``: the ones it
-    produces (None: all, see the module docstring); durations in ms; ``max_future_ms``:
-    events further ahead of the epoch's processing time are dead letters (None: off);
-    ``target_epoch_ms``: epoch sizing (None: off); ``control_file``: pause / stop
-    (:mod:`wire.core.control_file`).
+    produces (None: all, see the module docstring); ``watermark``: the step's policy (ms;
+    :class:`~wire.core.watermarks.WatermarkPolicy`), completed with the connector's
+    deprecated ``idle_timeout`` / ``watermark_interval`` if it has them
+    (:func:`with_connector_settings`); ``target_epoch_ms``: epoch sizing (None: off);
+    ``control_file``: pause / stop (:mod:`wire.core.control_file`).
 
     Raises
     ------
     ConfigError
         When constructed with an event-time column not in ``payload_schema`` or of a type
-        event time cannot be read from, unknown ``columns``, or an invalid delay,
-        admission, key-group count or ``max_future_ms``.
+        event time cannot be read from, unknown ``columns``, an invalid watermark policy
+        (or one that disagrees with the connector's deprecated settings), admission or
+        key-group count.
     """
 
     step: str
     source: Any
     payload_schema: pa.Schema
     event_time: str
-    max_delay_ms: int
+    watermark: WatermarkPolicy
     max_events_per_epoch: int
     key_groups: int
     control_file: str | None = None
     columns: tuple[str, ...] | None = None
-    max_future_ms: int | None = None
     target_epoch_ms: int | None = None
     resume: dict[str, Any] | None = None
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`)."""
@@ -409,9 +481,11 @@ class Binding:
             raise ConfigError("step", step, "a non-empty step id")
         check_event_time_column(step, self.payload_schema, self.event_time)
         object.__setattr__(self, "columns", check_columns(step, self.payload_schema, self.columns))
-        check_max_future(step, self.max_future_ms)
-        check_admission(step, max_delay_ms=self.max_delay_ms,
-                        max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups)
+        if not isinstance(self.watermark, WatermarkPolicy):
+            raise ConfigError("watermark", self.watermark, "a wire.BoundedOutOfOrderness(max_delay, ...)",
+                              step=step)
+        object.__setattr__(self, "watermark", with_connector_settings(step, self.watermark, self.source))
+        check_admission(step, max_events_per_epoch=self.max_events_per_epoch, key_groups=self.key_groups)
 
     @classmethod
     def of(cls, source: Any, request: ReadRequest) -> Self:
@@ -430,7 +504,8 @@ class Binding:
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark data source)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d.update(source=self.source.to_dict(), payload_schema=schema_to_b64(self.payload_schema))
+        d.update(source=self.source.to_dict(), payload_schema=schema_to_b64(self.payload_schema),
+                 watermark=self.watermark.to_json())
         return json.dumps(d)
 
     @classmethod
@@ -439,6 +514,7 @@ class Binding:
         d = json.loads(text)
         d["source"] = source_class.from_dict(d["source"])  # type: ignore[attr-defined]
         d["payload_schema"] = schema_from_b64(d["payload_schema"])
+        d["watermark"] = WatermarkPolicy.from_json(d["watermark"])
         if d.get("columns") is not None:
             d["columns"] = tuple(d["columns"])
         return cls(**d)

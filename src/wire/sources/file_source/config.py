@@ -14,13 +14,20 @@ from typing import Any, Self
 
 import pyarrow as pa
 
-from wire.core.time import to_millis
 from wire.errors import ConfigError, WireError
-from wire.sources.base.source import Binding, schema_from_b64, schema_to_b64, spark_row_schema
+from wire.sources.base.source import (
+    Binding,
+    convert_legacy_watermark,
+    schema_from_b64,
+    schema_to_b64,
+    spark_row_schema,
+)
 from wire.sources.file_source.formats import DEFAULT_MAX_FIELD_BYTES, ParseSpec, infer_schema
 from wire.sources.file_source.listing import (
     EXTENSIONS,
     PARTITION_MODES,
+    FileFormat,
+    PartitionBy,
     directory_glob_problem,
     list_files,
     list_partitions,
@@ -40,14 +47,16 @@ class FileConfig:
     """
 
     path: str
-    format: str
+    format: FileFormat
     schema: pa.Schema | None = None
     delimiter: str = ","
     null_values: tuple[str, ...] = ("", "NA", "null")
     bounded: bool = True
-    partition_by: str | None = None
+    partition_by: PartitionBy | None = None
     idle_timeout: int | None = None
-    watermark_interval: int = 200
+    """Deprecated (the watermark policy's ``idle_timeout``); ms, None: not given."""
+    watermark_interval: int | None = None
+    """Deprecated (the watermark policy's ``interval``); ms, None: not given."""
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
 
     def __post_init__(self) -> None:
@@ -70,11 +79,7 @@ class FileConfig:
         if self.partition_by == "directory" and (problem := directory_glob_problem(self.path)):
             accepted = f"a directory or a glob like 'in/*/*.csv' ({self.path!r}: {problem})"
             raise ConfigError("path", self.path, accepted)
-        if self.idle_timeout is not None:
-            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
-            object.__setattr__(self, "idle_timeout", idle)
-        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
-        object.__setattr__(self, "watermark_interval", interval)
+        convert_legacy_watermark(self)
         limit = self.max_field_bytes
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError("max_field_bytes", limit, "an int >= 1 (bytes; default 131072 = 128 KiB)")
@@ -84,7 +89,7 @@ class FileConfig:
         return list_files(self.path, self.format)
 
     def matching_partitions(self) -> dict[str, list[str]]:
-        """Return the partitions now: name -> files in name order (see :mod:`.file_listing`).
+        """Return the partitions now: name -> files in name order (see :mod:`.listing`).
 
         Raises
         ------

@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 EXTENSIONS: dict[str, tuple[str, ...]] = {
     "csv": (".csv",),
@@ -28,7 +29,11 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
 }
 """Accepted formats and the file extensions listed when the source path is a directory."""
 
-PARTITION_MODES: tuple[str | None, ...] = (None, "directory", "file")
+FileFormat = Literal["csv", "jsonl", "parquet"]
+"""A file source's format (``files(format=...)``)."""
+PartitionBy = Literal["directory", "file"]
+"""How a file source splits its files into partitions (``files(partition_by=...)``; None: one)."""
+PARTITION_MODES: tuple[PartitionBy | None, ...] = (None, *get_args(PartitionBy))
 """Accepted values of the file source's ``partition_by``."""
 
 SINGLE_PARTITION = "all"

@@ -40,9 +40,11 @@ from wire.sources.base.source import (
     Capability,
     spark_row_schema,
     spark_struct,
+    warn_legacy_watermark,
 )
 from wire.sources.file_source.config import FileConfig, SourceBinding
 from wire.sources.file_source.formats import DEFAULT_MAX_FIELD_BYTES
+from wire.sources.file_source.listing import FileFormat, PartitionBy
 from wire.sources.file_source.reader import WireFileStreamReader
 
 __all__ = [
@@ -76,14 +78,14 @@ class FileSource(FileConfig, BindingSource):
 def files(
     path: str,
     *,
-    format: str,
+    format: FileFormat,
     schema: pa.Schema | None = None,
     delimiter: str = ",",
     null_values: tuple[str, ...] = ("", "NA", "null"),
     bounded: bool = True,
-    partition_by: str | None = None,
+    partition_by: PartitionBy | None = None,
     idle_timeout: Duration | None = None,
-    watermark_interval: Duration = 200,
+    watermark_interval: Duration | None = None,
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
 ) -> FileSource:
     """Read CSV, JSON Lines or Parquet files as a stream of events.
@@ -136,13 +138,12 @@ def files(
         subdirectory of ``path`` (a directory, or a glob such as ``"in/*/*.csv"``
         whose first wildcard level names the partition) is a partition. ``"file"``:
         every file is a partition (a bounded multi-file input read concurrently).
-    idle_timeout:
-        Processing time after which a partition without new records stops holding the
-        watermark back (it is active again when records arrive); when every partition
-        is idle, the watermark advances with processing time. None: never idle.
-    watermark_interval:
-        Minimum processing time between two epochs that only advance the watermark
-        (no new records), e.g. ``"200ms"``.
+    idle_timeout, watermark_interval:
+        Deprecated: the step's watermark policy holds them,
+        ``flow.source(..., watermark=wire.BoundedOutOfOrderness(max_delay, idle_timeout=...,
+        interval=...))`` (:class:`wire.core.windowing.BoundedOutOfOrderness`). Given here they
+        still apply (a ``DeprecationWarning``), forwarded into that policy when the flow
+        compiles; a policy that sets a different value is a ``ConfigError`` then.
     max_field_bytes:
         CSV: the longest field, in UTF-8 bytes after unquoting (default 131072, 128 KiB).
         A record with a longer field goes to the dead-letter output. Larger limits cost
@@ -166,10 +167,11 @@ def files(
     >>> src = files("data/flights/*.csv", format="csv", null_values=("", "NA"))
     >>> src.format, src.bounded
     ('csv', True)
-    >>> src = files("in/*/*.jsonl", format="jsonl", partition_by="directory", idle_timeout="30s")
-    >>> src.partition_by, src.idle_timeout, src.watermark_interval
-    ('directory', 30000, 200)
+    >>> src = files("in/*/*.jsonl", format="jsonl", partition_by="directory")
+    >>> src.partition_by, src.bounded
+    ('directory', True)
     """
+    warn_legacy_watermark("wire.sources.files", idle_timeout, watermark_interval)
     return FileSource(
         path, format, schema, delimiter, null_values, bounded, partition_by, idle_timeout, watermark_interval,  # type: ignore[arg-type]  # Duration: __post_init__ converts it to int ms
         max_field_bytes,

@@ -8,9 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from wire.core.control_file import check_bind
-from wire.core.time import to_millis
 from wire.errors import ConfigError
-from wire.sources.base.source import Binding, SchemaDataclassDict
+from wire.sources.base.source import Binding, SchemaDataclassDict, convert_legacy_watermark
 
 WAL_PARTITION = "wal"
 """The reader's one partition: the write-ahead log."""
@@ -37,7 +36,9 @@ class HttpIngestConfig(SchemaDataclassDict):
     path: str = "/events"
     token: str | None = field(default=None, repr=False)
     idle_timeout: int | None = None
-    watermark_interval: int = 200
+    """Deprecated (the watermark policy's ``idle_timeout``); ms, None: not given."""
+    watermark_interval: int | None = None
+    """Deprecated (the watermark policy's ``interval``); ms, None: not given."""
     max_body_bytes: int = MAX_BODY_BYTES
     allow_remote: bool = False
     bounded: bool = field(default=False, init=False)
@@ -61,11 +62,7 @@ class HttpIngestConfig(SchemaDataclassDict):
         limit = self.max_body_bytes
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError("max_body_bytes", limit, "a positive int (bytes), e.g. 16 * 1024 * 1024")
-        if self.idle_timeout is not None:
-            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
-            object.__setattr__(self, "idle_timeout", idle)
-        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
-        object.__setattr__(self, "watermark_interval", interval)
+        convert_legacy_watermark(self)
 
     @property
     def wal_path(self) -> str:

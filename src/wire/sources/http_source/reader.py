@@ -118,7 +118,7 @@ class HttpIngestReader(PartitionedReader[WriteAheadLog]):
 
     def upgrade(self, offset: Offset, before: Offset | None) -> Offset:
         """Offsets an earlier Wire wrote: the last admitted ``seq`` and the log's watermark inputs."""
-        delay = self._binding.max_delay_ms
+        delay = self._binding.watermark.max_delay_ms
 
         def state(o: Offset) -> PartitionState:
             seen = o["max_event_time"]

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from wire.core.time import Duration
 from wire.errors import require_extra
-from wire.sources.base.source import BindingDataSource, BindingSource, Capability
+from wire.sources.base.source import BindingDataSource, BindingSource, Capability, warn_legacy_watermark
 from wire.sources.http_source.config import MAX_BODY_BYTES, HttpIngestConfig, IngestBinding
 from wire.sources.http_source.reader import HttpIngestReader
 
@@ -77,7 +77,7 @@ def http_ingest(
     path: str = "/events",
     token: str | None = None,
     idle_timeout: Duration | None = None,
-    watermark_interval: Duration = 200,
+    watermark_interval: Duration | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     allow_remote: bool = False,
 ) -> HttpIngestSource:
@@ -115,11 +115,12 @@ def http_ingest(
     token:
         When set, requests need ``Authorization: Bearer <token>`` (else ``401``).
         Required with a non-loopback ``host``.
-    idle_timeout:
-        Processing time without new events after which the watermark advances with
-        processing time (so windows close without new data). None: only events move it.
-    watermark_interval:
-        Minimum processing time between two epochs that only advance the watermark.
+    idle_timeout, watermark_interval:
+        Deprecated: the step's watermark policy holds them,
+        ``flow.source(..., watermark=wire.BoundedOutOfOrderness(max_delay, idle_timeout=...,
+        interval=...))`` (:class:`wire.core.windowing.BoundedOutOfOrderness`). Given here they
+        still apply (a ``DeprecationWarning``), forwarded into that policy when the flow
+        compiles; a policy that sets a different value is a ``ConfigError`` then.
     max_body_bytes:
         Largest request body accepted, in bytes (default 16 MiB). A larger one is
         answered ``413`` before it is read (``Content-Length``) or as soon as a chunked
@@ -150,6 +151,7 @@ def http_ingest(
     (False, '/events', '127.0.0.1')
     """
     require_extra("ingest", "wire.sources.http_ingest")
+    warn_legacy_watermark("wire.sources.http_ingest", idle_timeout, watermark_interval)
     return HttpIngestSource(port, wal_dir, schema, host, path, token, idle_timeout, watermark_interval,  # type: ignore[arg-type]  # Duration: __post_init__ converts it to int ms
                             max_body_bytes, allow_remote)
 

@@ -5,23 +5,28 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 
 from wire.core.time import to_millis
 from wire.errors import ConfigError
-from wire.sources.base.source import Binding, SchemaDataclassDict, schema_from_b64
+from wire.sources.base.source import Binding, SchemaDataclassDict, convert_legacy_watermark, schema_from_b64
 from wire.sources.kafka_source.decode import (
     AVRO_FRAMINGS,
     KEY_FORMATS,
     METADATA_COLUMNS,
     VALUE_FORMATS,
+    AvroFraming,
+    KeyFormat,
+    ValueFormat,
     metadata_schema,
     value_schema,
 )
 
-STARTS = ("earliest", "latest")
+Start = Literal["earliest", "latest"]
+"""Where a consumer group starts on a partition it never committed (``kafka(start=...)``)."""
+STARTS: tuple[Start, ...] = get_args(Start)
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _WIRE_OWNED = ("bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
                "enable.partition.eof", "auto.offset.reset")
@@ -41,14 +46,16 @@ class KafkaConfig(SchemaDataclassDict):
     pattern: str | None
     group: str
     schema: pa.Schema | None
-    value_format: str = "json"
-    key_format: str = "string"
+    value_format: ValueFormat = "json"
+    key_format: KeyFormat = "string"
     avro_schema: str | None = None
-    avro_framing: str = "none"
-    start: str = "earliest"
+    avro_framing: AvroFraming = "none"
+    start: Start = "earliest"
     config: tuple[tuple[str, Any], ...] = ()
     idle_timeout: int | None = None
-    watermark_interval: int = 200
+    """Deprecated (the watermark policy's ``idle_timeout``); ms, None: not given."""
+    watermark_interval: int | None = None
+    """Deprecated (the watermark policy's ``interval``); ms, None: not given."""
     discovery_interval: int = 5_000
     request_timeout: int = 10_000
     unavailable_timeout: int | None = 300_000
@@ -79,10 +86,8 @@ class KafkaConfig(SchemaDataclassDict):
         if owned:
             raise ConfigError("config", owned, f"client settings other than {_WIRE_OWNED} (Wire sets those)")
         object.__setattr__(self, "config", tuple(sorted(config.items())))
-        if self.idle_timeout is not None:
-            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
-            object.__setattr__(self, "idle_timeout", idle)
-        for name in ("watermark_interval", "discovery_interval", "request_timeout", "commit_interval"):
+        convert_legacy_watermark(self)
+        for name in ("discovery_interval", "request_timeout", "commit_interval"):
             object.__setattr__(self, name, to_millis(getattr(self, name), parameter=name))
         if self.unavailable_timeout is not None:
             wait = to_millis(self.unavailable_timeout, parameter="unavailable_timeout", allow_zero=False)

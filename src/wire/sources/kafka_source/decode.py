@@ -8,7 +8,7 @@ payload columns (from the value, by ``value_format``) followed by the metadata c
 are). JSON values are parsed all at once by Arrow's JSON reader; when a batch does not
 fit it (a record to reject), in chunks, and a chunk that does not fit record by record,
 so that each rejected record gets its reason (the results are those of the record-by-
-record path: ``tests/unit/sources/test_kafka_decode_vectorized.py``). A record that does
+record path: ``tests/unit/sources/kafka_source/test_kafka_decode_vectorized.py``). A record that does
 not fit becomes a dead letter with location ``"<topic>:<partition>:<offset>"``, the
 reason, and the value as text (UTF-8, or ``base64:`` + the bytes when they are not UTF-8).
 
@@ -39,7 +39,7 @@ import io
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -47,9 +47,15 @@ import pyarrow as pa
 from wire.sources.base.conversions import array_from_values, event_times_ms
 from wire.sources.base.source import Decoded
 
-VALUE_FORMATS = ("json", "avro", "string", "bytes")
-KEY_FORMATS = ("string", "bytes")
-AVRO_FRAMINGS = ("none", "confluent")
+ValueFormat = Literal["json", "avro", "string", "bytes"]
+"""How a Kafka record's value is decoded (``kafka(value_format=...)``)."""
+KeyFormat = Literal["string", "bytes"]
+"""How a Kafka record's key is decoded (``kafka(key_format=...)``)."""
+AvroFraming = Literal["none", "confluent"]
+"""How an Avro value is framed (``kafka(avro_framing=...)``)."""
+VALUE_FORMATS: tuple[ValueFormat, ...] = get_args(ValueFormat)
+KEY_FORMATS: tuple[KeyFormat, ...] = get_args(KeyFormat)
+AVRO_FRAMINGS: tuple[AvroFraming, ...] = get_args(AvroFraming)
 
 METADATA_COLUMNS = ("kafka_key", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
 """The columns every Kafka source adds after its payload columns."""

@@ -20,8 +20,10 @@ from wire.sources.base.source import (
     BindingDataSource,
     BindingSource,
     Capability,
+    warn_legacy_watermark,
 )
-from wire.sources.kafka_source.config import KafkaBinding, KafkaConfig
+from wire.sources.kafka_source.config import KafkaBinding, KafkaConfig, Start
+from wire.sources.kafka_source.decode import AvroFraming, KeyFormat, ValueFormat
 
 if TYPE_CHECKING:
     pass
@@ -53,15 +55,15 @@ def kafka(
     *,
     group: str,
     pattern: str | None = None,
-    value_format: str = "json",
+    value_format: ValueFormat = "json",
     schema: pa.Schema | None = None,
-    key_format: str = "string",
+    key_format: KeyFormat = "string",
     avro_schema: str | dict[str, Any] | None = None,
-    avro_framing: str = "none",
-    start: str = "earliest",
+    avro_framing: AvroFraming = "none",
+    start: Start = "earliest",
     config: dict[str, str | int | float | bool] | None = None,
     idle_timeout: Duration | None = None,
-    watermark_interval: Duration = 200,
+    watermark_interval: Duration | None = None,
     discovery_interval: Duration = "5s",
     request_timeout: Duration = "10s",
     unavailable_timeout: Duration | None = "5m",
@@ -159,11 +161,12 @@ def kafka(
         ``{"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username":
         ..., "sasl.password": ...}``); Wire sets the group, auto-commit, partition-EOF
         and offset-reset settings itself.
-    idle_timeout:
-        Processing time after which a partition with no new record stops holding the
-        watermark back; None: never idle.
-    watermark_interval:
-        Minimum processing time between two epochs that only advance the watermark.
+    idle_timeout, watermark_interval:
+        Deprecated: the step's watermark policy holds them,
+        ``flow.source(..., watermark=wire.BoundedOutOfOrderness(max_delay, idle_timeout=...,
+        interval=...))`` (:class:`wire.core.windowing.BoundedOutOfOrderness`). Given here they
+        still apply (a ``DeprecationWarning``), forwarded into that policy when the flow
+        compiles; a policy that sets a different value is a ``ConfigError`` then.
     discovery_interval:
         How often the planner looks for new partitions and topics.
     request_timeout:
@@ -203,6 +206,7 @@ def kafka(
     (('clicks',), ['kafka_partition', 'kafka_offset', 'kafka_timestamp'])
     """
     require_extra("kafka", "wire.sources.kafka")
+    warn_legacy_watermark("wire.sources.kafka", idle_timeout, watermark_interval)
     # __post_init__ normalizes what the fields hold: one topic name to a tuple, an Avro schema
     # dict to its JSON text, durations to int ms (hence the type: ignores below)
     return KafkaSource(

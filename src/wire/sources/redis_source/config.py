@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import pyarrow as pa
 
-from wire.core.time import to_millis
 from wire.errors import ConfigError
-from wire.sources.base.source import Binding, SchemaDataclassDict
+from wire.sources.base.source import Binding, SchemaDataclassDict, convert_legacy_watermark
 
-FIELD_ENCODINGS = ("json", "fields")
-STARTS = ("earliest", "latest")
+FieldEncoding = Literal["json", "fields"]
+"""How a Redis stream entry holds an event (``redis_stream(field_encoding=...)``)."""
+Start = Literal["earliest", "latest"]
+"""Where a new consumer group starts (``redis_stream(start=...)``)."""
+FIELD_ENCODINGS: tuple[FieldEncoding, ...] = get_args(FieldEncoding)
+STARTS: tuple[Start, ...] = get_args(Start)
 
 
 def check_name(parameter: str, value: object) -> str:
@@ -40,10 +44,12 @@ class RedisStreamConfig(SchemaDataclassDict):
     group: str
     consumer: str
     schema: pa.Schema
-    field_encoding: str = "json"
-    start: str = "earliest"
+    field_encoding: FieldEncoding = "json"
+    start: Start = "earliest"
     idle_timeout: int | None = None
-    watermark_interval: int = 200
+    """Deprecated (the watermark policy's ``idle_timeout``); ms, None: not given."""
+    watermark_interval: int | None = None
+    """Deprecated (the watermark policy's ``interval``); ms, None: not given."""
     bounded: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -56,11 +62,7 @@ class RedisStreamConfig(SchemaDataclassDict):
             raise ConfigError("field_encoding", self.field_encoding, "'json' or 'fields'")
         if self.start not in STARTS:
             raise ConfigError("start", self.start, "'earliest' or 'latest'")
-        if self.idle_timeout is not None:
-            idle = to_millis(self.idle_timeout, parameter="idle_timeout", allow_zero=False)
-            object.__setattr__(self, "idle_timeout", idle)
-        interval = to_millis(self.watermark_interval, parameter="watermark_interval")
-        object.__setattr__(self, "watermark_interval", interval)
+        convert_legacy_watermark(self)
 
     def resolve_schema(self) -> pa.Schema:
         """Return the payload schema (the given one)."""

@@ -18,8 +18,9 @@ from wire.errors import require_extra
 from wire.sources.base.source import (
     BindingDataSource,
     BindingSource,
+    warn_legacy_watermark,
 )
-from wire.sources.redis_source.config import RedisBinding, RedisStreamConfig
+from wire.sources.redis_source.config import FieldEncoding, RedisBinding, RedisStreamConfig, Start
 from wire.sources.redis_source.reader import RedisStreamReader
 
 if TYPE_CHECKING:
@@ -54,10 +55,10 @@ def redis_stream(
     group: str,
     consumer: str = "wire",
     schema: pa.Schema,
-    field_encoding: str = "json",
-    start: str = "earliest",
+    field_encoding: FieldEncoding = "json",
+    start: Start = "earliest",
     idle_timeout: Duration | None = None,
-    watermark_interval: Duration = 200,
+    watermark_interval: Duration | None = None,
 ) -> RedisStreamSource:
     """Read one Redis stream as a stream of events, acknowledged after each epoch commits.
 
@@ -112,11 +113,12 @@ def redis_stream(
     start:
         Where a group created by the source starts: ``"earliest"`` (all entries) or
         ``"latest"`` (only entries added after it was created).
-    idle_timeout:
-        Processing time after which a stream without new entries stops holding the
-        watermark back (it advances with processing time); None: never idle.
-    watermark_interval:
-        Minimum processing time between two epochs that only advance the watermark.
+    idle_timeout, watermark_interval:
+        Deprecated: the step's watermark policy holds them,
+        ``flow.source(..., watermark=wire.BoundedOutOfOrderness(max_delay, idle_timeout=...,
+        interval=...))`` (:class:`wire.core.windowing.BoundedOutOfOrderness`). Given here they
+        still apply (a ``DeprecationWarning``), forwarded into that policy when the flow
+        compiles; a policy that sets a different value is a ``ConfigError`` then.
 
     Returns
     -------
@@ -140,6 +142,7 @@ def redis_stream(
     (False, 'json', 'wire')
     """
     require_extra("redis", "wire.sources.redis_stream")
+    warn_legacy_watermark("wire.sources.redis_stream", idle_timeout, watermark_interval)
     return RedisStreamSource(
         url, stream, group, consumer, schema, field_encoding, start, idle_timeout, watermark_interval  # type: ignore[arg-type]  # Duration: __post_init__ converts it to int ms
     )

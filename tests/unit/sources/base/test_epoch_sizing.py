@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import wire
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
 from wire.sources.base.epoch_sizing import MAX_FACTOR, MIN_EVENTS, MIN_FACTOR, EpochSizer
 from wire.sources.file_source.source import SourceBinding, WireFileStreamReader, files
@@ -100,7 +101,7 @@ def test_file_source_sizes_its_epochs_from_the_time_between_plans(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.csv").write_text("id,ts\n" + "".join(f"{i},{i}\n" for i in range(20_000)))
     b = SourceBinding("src", files(str(tmp_path / "in" / "*.csv"), format="csv", schema=SCHEMA),
-                      SCHEMA, "ts", 0, 8_000, 1, target_epoch_ms=1_000)
+                      SCHEMA, "ts", WatermarkPolicy(0), 8_000, 1, target_epoch_ms=1_000)
     clock = Clock()
     r = WireFileStreamReader(b, clock=clock)
     limit = r.getDefaultReadLimit()
@@ -121,7 +122,7 @@ def test_a_replanned_epoch_after_a_restart_admits_what_its_offset_says(tmp_path)
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.csv").write_text("id,ts\n" + "".join(f"{i},{i}\n" for i in range(5_000)))
     src = files(str(tmp_path / "in" / "*.csv"), format="csv", schema=SCHEMA)
-    b = SourceBinding("src", src, SCHEMA, "ts", 0, 4_000, 1, target_epoch_ms=1)
+    b = SourceBinding("src", src, SCHEMA, "ts", WatermarkPolicy(0), 4_000, 1, target_epoch_ms=1)
     first = WireFileStreamReader(b, clock=Clock())
     start = first.initialOffset()
     end = first.latestOffset(start, first.getDefaultReadLimit())

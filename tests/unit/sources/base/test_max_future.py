@@ -22,10 +22,10 @@ import wire.core.watermarks as watermarks
 import wire.sources.file_source.formats as file_readers
 import wire.sources.file_source.reader as file_stream
 from wire.core import envelope
-from wire.core.watermarks import future_limit, future_reason, human_duration, iso_ms
+from wire.core.watermarks import WatermarkPolicy, future_limit, future_reason, human_duration, iso_ms
 from wire.errors import ConfigError
 from wire.sources.base.offsets import partitions_of
-from wire.sources.file_source.source import SourceBinding, WireFileStreamReader, files
+from wire.sources.file_source.source import FileSource, SourceBinding, WireFileStreamReader, files
 from wire.sources.http_source.config import IngestBinding
 from wire.sources.http_source.reader import HttpIngestReader
 from wire.sources.http_source.source import http_ingest
@@ -74,15 +74,15 @@ def test_invalid_max_future_is_a_config_error_naming_it(bad):
 def test_bindings_validate_max_future_ms(tmp_path):
     src = files(str(tmp_path), format="csv", schema=SCHEMA)
     with pytest.raises(ConfigError, match="max_future_ms=-1"):
-        SourceBinding("s", src, SCHEMA, "ts", 0, 10, 1, max_future_ms=-1)
+        SourceBinding("s", src, SCHEMA, "ts", WatermarkPolicy(0, max_future_ms=-1), 10, 1)
     ingest = http_ingest(port=8089, wal_dir=str(tmp_path), schema=SCHEMA)
     with pytest.raises(ConfigError, match="max_future_ms='1h'"):
-        IngestBinding("s", ingest, ingest.schema, "ts", 0, 10, 1, max_future_ms="1h")
+        IngestBinding("s", ingest, ingest.schema, "ts", WatermarkPolicy(0, max_future_ms="1h"), 10, 1)
     red = redis_stream("redis://127.0.0.1:1/0", "s", group="g", schema=SCHEMA)
     with pytest.raises(ConfigError, match="max_future_ms=True"):
-        RedisBinding("s", red, SCHEMA, "ts", 0, 10, 1, max_future_ms=True)
-    assert SourceBinding.from_json(SourceBinding("s", src, SCHEMA, "ts", 0, 10, 1,
-                                                 max_future_ms=HOUR).to_json()).max_future_ms == HOUR
+        RedisBinding("s", red, SCHEMA, "ts", WatermarkPolicy(0, max_future_ms=True), 10, 1)
+    binding = SourceBinding("s", src, SCHEMA, "ts", WatermarkPolicy(0, max_future_ms=HOUR), 10, 1)
+    assert SourceBinding.from_json(binding.to_json(), FileSource).watermark.max_future_ms == HOUR
 
 
 def test_watermark_helpers_by_hand():
@@ -108,7 +108,8 @@ def csv_reader(tmp_path, rows, *, max_future, per_epoch=3, clock=NOW, fmt="csv")
     else:
         pq.write_table(pa.table({"id": [i for i, _ in rows], "ts": [t for _, t in rows]}), path)
     src = files(str(path), format=fmt, schema=SCHEMA)
-    binding = SourceBinding("src", src, SCHEMA, "ts", 5000, per_epoch, 1, max_future_ms=max_future)
+    binding = SourceBinding("src", src, SCHEMA, "ts", WatermarkPolicy(5000, max_future_ms=max_future),
+                            per_epoch, 1)
     return WireFileStreamReader(binding, clock=lambda: clock), path
 
 
@@ -199,7 +200,8 @@ def free_port() -> int:
 def test_http_ingest_rejects_future_events_against_the_offsets_processing_time(tmp_path, max_future):
     schema = pa.schema([("t", pa.int64()), ("k", pa.string())])
     src = http_ingest(port=free_port(), wal_dir=str(tmp_path / "wal"), schema=schema)
-    binding = IngestBinding("ingest", src, src.schema, "t", 5000, 100, 1, max_future_ms=max_future)
+    binding = IngestBinding("ingest", src, src.schema, "t", WatermarkPolicy(5000,
+                            max_future_ms=max_future), 100, 1)
     reader = HttpIngestReader(binding, clock=lambda: NOW)
     try:
         start = reader.initialOffset()
@@ -245,7 +247,7 @@ def test_redis_stream_rejects_future_entries(redis_server):
     client.flushall()
     schema = pa.schema([("t", pa.int64())])
     src = redis_stream(redis_server.url, "events", group="g", schema=schema)
-    binding = RedisBinding("src", src, schema, "t", 5000, 50, 1, max_future_ms=HOUR)
+    binding = RedisBinding("src", src, schema, "t", WatermarkPolicy(5000, max_future_ms=HOUR), 50, 1)
     from wire.sources.redis_source.reader import RedisStreamReader
 
     reader = RedisStreamReader(binding, clock=lambda: NOW)

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from wire.core import envelope
 from wire.core.time import NO_WATERMARK
-from wire.core.watermarks import PartitionState
+from wire.core.watermarks import PartitionState, WatermarkPolicy
 from wire.errors import WireError
 from wire.sources.base.offsets import (
     PartitionOffset,
@@ -72,7 +72,8 @@ class MemoryReader(PartitionedReader[Any]):
     def __init__(self, data: dict[str, list[int | None]], *, budget: int = 1000, delay: int = 0,
                  clock: Any = None, unavailable_timeout: int | None = None, bounded: bool = False) -> None:
         src = MemorySource(unavailable_timeout=unavailable_timeout, bounded=bounded)
-        self._init_live(MemoryBinding("mem", src, SCHEMA, "t", delay, budget, 2), clock or (lambda: 1_000))
+        self._init_live(MemoryBinding("mem", src, SCHEMA, "t", WatermarkPolicy(delay), budget, 2),
+                        clock or (lambda: 1_000))
         self.data = data
         self.acked: dict[str, Position] = {}
         self.down = False
@@ -204,7 +205,8 @@ def test_records_gone_when_read_again_are_one_dead_letter():
 def test_max_future_events_are_dead_letters_judged_at_the_offsets_time():
     clock = [1_000]
     r = MemoryReader({"a": [900, 5_000, 950]}, clock=lambda: clock[0])
-    r._binding = MemoryBinding("mem", r._binding.source, SCHEMA, "t", 0, 10, 2, max_future_ms=100)
+    r._binding = MemoryBinding("mem", r._binding.source, SCHEMA, "t", WatermarkPolicy(0,
+                               max_future_ms=100), 10, 2)
     o0 = r.initialOffset()
     o1 = r.latestOffset(o0, r.getDefaultReadLimit())
     assert o1["watermark"] == 950  # the 5_000 event does not move it
@@ -343,7 +345,8 @@ class ColdReader(MemoryReader):
 
     def __init__(self, data, *, clock, idle_timeout: int) -> None:
         super().__init__(data, budget=2, delay=10, clock=clock)
-        self._binding = MemoryBinding("mem", MemorySource(idle_timeout=idle_timeout), SCHEMA, "t", 10, 2, 2)
+        self._binding = MemoryBinding("mem", MemorySource(idle_timeout=idle_timeout), SCHEMA, "t",
+                                      WatermarkPolicy(10), 2, 2)
         self._init_live(self._binding, clock)
         self.cold = False
 

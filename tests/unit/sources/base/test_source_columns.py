@@ -13,6 +13,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import wire.sources.file_source.formats as file_readers
 from wire.core import envelope
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
 from wire.examples.nexmark_source import SCHEMA, NexmarkStreamReader, _Config, generate, nexmark
 from wire.sources.base.source import ReadRequest, check_columns, select_columns
@@ -95,7 +96,8 @@ def test_nexmark_reader_produces_requested_columns():
 
 def test_nexmark_read_stream_rejects_unknown_columns():
     with pytest.raises(ConfigError, match="columns"):
-        request = ReadRequest("s", SCHEMA, "date_time", key_groups=1, max_delay_ms=0, max_events_per_epoch=10,
+        request = ReadRequest("s", SCHEMA, "date_time", key_groups=1, watermark=WatermarkPolicy(0),
+                              max_events_per_epoch=10,
                               columns=("nope",))
         nexmark(events=10).read_stream(None, request)
 
@@ -172,15 +174,15 @@ def test_parquet_file_without_a_schema_column_stays_malformed(tmp_path):
 def test_file_source_binding_and_rows_with_columns(tmp_path):
     (tmp_path / "events.csv").write_text(CSV)
     src = files(str(tmp_path / "*.csv"), format="csv", schema=PAYLOAD)
-    full = SourceBinding("src", src, PAYLOAD, "ts", 0, 100, 2)
-    part = SourceBinding("src", src, PAYLOAD, "ts", 0, 100, 2, columns=["user", "ts"])
+    full = SourceBinding("src", src, PAYLOAD, "ts", WatermarkPolicy(0), 100, 2)
+    part = SourceBinding("src", src, PAYLOAD, "ts", WatermarkPolicy(0), 100, 2, columns=["user", "ts"])
     assert part.columns == ("user", "ts")
     assert SourceBinding.from_json(part.to_json()) == part
     assert part.output_schema.names == ["ts", "user"]
     ds = WireFileDataSource(options={"binding": part.to_json()})
     assert ds.schema().names == ["ts", "user", *envelope.ENVELOPE_COLUMNS]
     with pytest.raises(ConfigError, match="columns"):
-        SourceBinding("src", src, PAYLOAD, "ts", 0, 100, 2, columns=("nope",))
+        SourceBinding("src", src, PAYLOAD, "ts", WatermarkPolicy(0), 100, 2, columns=("nope",))
 
     def read(binding):
         r = WireFileStreamReader(binding)
@@ -217,15 +219,15 @@ def test_test_stream_produces_requested_columns():
 def test_redis_and_http_bindings_carry_columns(tmp_path):
     schema = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.int64())])
     src = redis_stream("redis://127.0.0.1:1", "s", group="g", schema=schema)
-    b = RedisBinding("r", src, schema, "t", 0, 10, 1, columns=["v", "t"])
+    b = RedisBinding("r", src, schema, "t", WatermarkPolicy(0), 10, 1, columns=["v", "t"])
     assert RedisBinding.from_json(b.to_json(), RedisStreamSource) == b
     assert b.row_schema().names == ["t", "v", *envelope.ENVELOPE_COLUMNS]
     ingest = http_ingest(port=8999, wal_dir=str(tmp_path), schema=schema)
-    i = IngestBinding("h", ingest, ingest.schema, "t", 0, 10, 1, columns=("k",))
+    i = IngestBinding("h", ingest, ingest.schema, "t", WatermarkPolicy(0), 10, 1, columns=("k",))
     assert IngestBinding.from_json(i.to_json()) == i
     assert i.output_schema.names == ["k"]
     with pytest.raises(ConfigError, match="columns"):
-        IngestBinding("h", ingest, ingest.schema, "t", 0, 10, 1, columns=("x",))
+        IngestBinding("h", ingest, ingest.schema, "t", WatermarkPolicy(0), 10, 1, columns=("x",))
 
 
 def test_http_ingest_reads_requested_columns_and_still_dead_letters(tmp_path):
@@ -234,7 +236,8 @@ def test_http_ingest_reads_requested_columns_and_still_dead_letters(tmp_path):
         port = s.getsockname()[1]
     schema = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64())])
     src = http_ingest(port=port, wal_dir=str(tmp_path / "wal"), schema=schema)
-    reader = HttpIngestReader(IngestBinding("ingest", src, src.schema, "t", 0, 100, 1, columns=("t", "k")))
+    reader = HttpIngestReader(IngestBinding("ingest", src, src.schema, "t", WatermarkPolicy(0), 100, 1,
+                              columns=("t", "k")))
     try:
         start = reader.initialOffset()
         body = [{"t": 5, "k": "a", "v": 1}, {"t": 7, "k": "b", "v": "x"}, {"t": 9, "k": "c"}]

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
 from wire.sources.file_source.formats import (
     DEFAULT_MAX_FIELD_BYTES,
@@ -189,7 +190,7 @@ def test_max_field_bytes_option_of_files(tmp_path):
     assert files("x", format="csv").max_field_bytes == 131072 == DEFAULT_MAX_FIELD_BYTES
     src = files("x", format="csv", max_field_bytes=1 << 20)
     assert FileSource.from_dict(src.to_dict()) == src
-    binding = SourceBinding("s", src, SCHEMA, "ts", 0, 10, 1)
+    binding = SourceBinding("s", src, SCHEMA, "ts", WatermarkPolicy(0), 10, 1)
     assert SourceBinding.from_json(binding.to_json()).parse_spec().max_field_bytes == 1 << 20
     legacy = {k: v for k, v in files("x", format="csv").to_dict().items() if k != "max_field_bytes"}
     assert FileSource.from_dict(legacy).max_field_bytes == 131072  # offsets written before the option

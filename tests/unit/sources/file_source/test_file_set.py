@@ -19,6 +19,7 @@ import wire.sources.file_source.file_set as file_set
 import wire.sources.file_source.formats as file_readers
 import wire.sources.file_source.reader as file_stream
 from wire.core import envelope
+from wire.core.watermarks import WatermarkPolicy
 from wire.sources.file_source.file_set import Change, FileSet, detect_changes, reading_order
 from wire.sources.file_source.source import SourceBinding, WireFileStreamReader, files
 
@@ -38,7 +39,8 @@ def put(path, rows, *, mtime_s=0):
 
 
 def reader_for(source, *, per_epoch=4):
-    return WireFileStreamReader(SourceBinding("src", source, SCHEMA, "ts", 0, per_epoch, 1), clock=lambda: 0)
+    return WireFileStreamReader(SourceBinding("src", source, SCHEMA, "ts", WatermarkPolicy(0), per_epoch,
+                                1), clock=lambda: 0)
 
 
 def decode(batches):

@@ -20,6 +20,7 @@ import wire.sources.file_source.formats as file_readers
 import wire.sources.file_source.reader as file_stream
 import wire.sources.file_source.source as files_mod
 from wire.core import envelope
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError, WireError
 from wire.sources.file_source.source import (
     NO_WATERMARK,
@@ -44,7 +45,7 @@ def csv_rows(rows):
 
 
 def binding(source, schema=SCHEMA, *, delay=1000, per_epoch=3, key_groups=2, event_time="ts"):
-    return SourceBinding("src", source, schema, event_time, delay, per_epoch, key_groups)
+    return SourceBinding("src", source, schema, event_time, WatermarkPolicy(delay), per_epoch, key_groups)
 
 
 def run(reader, limit=None, start=None):

@@ -51,7 +51,7 @@ def put(path, rows):
 
 
 def reader_for(source, clock, *, delay=0, per_epoch=4, key_groups=1):
-    b = SourceBinding("src", source, SCHEMA, "ts", delay, per_epoch, key_groups)
+    b = SourceBinding("src", source, SCHEMA, "ts", WatermarkPolicy(delay), per_epoch, key_groups)
     return WireFileStreamReader(b, clock=clock)
 
 
@@ -157,7 +157,7 @@ def test_partition_config_is_validated_and_round_trips(tmp_path):
         "in/*/*.csv", format="csv", partition_by="directory", idle_timeout="2s", watermark_interval="1s"
     )
     assert (src.idle_timeout, src.watermark_interval) == (2000, 1000)
-    b = SourceBinding("src", src, SCHEMA, "ts", 0, 4, 1)
+    b = SourceBinding("src", src, SCHEMA, "ts", WatermarkPolicy(0), 4, 1)
     assert SourceBinding.from_json(b.to_json(), FileSource) == b
     (tmp_path / "f.csv").write_text("id,ts\n")
     reader = reader_for(files(str(tmp_path / "f.csv"), format="csv", partition_by="directory"), Clock())

@@ -10,7 +10,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from wire.core import envelope
 from wire.core.control_file import set_breaker, set_paused, set_stopping
-from wire.core.watermarks import NO_WATERMARK
+from wire.core.watermarks import NO_WATERMARK, WatermarkPolicy
 from wire.errors import ConfigError, WireError
 from wire.sources.base.offsets import partitions_of, positions_of
 from wire.sources.http_source.config import PAUSED_RETRY_AFTER_S, IngestBinding
@@ -47,7 +47,7 @@ class Clock:
 
 def make_binding(tmp_path, port, *, max_events=100, max_delay=10, key_groups=2, **source_kw):
     src = http_ingest(port=port, wal_dir=str(tmp_path / "wal"), schema=SCHEMA, **source_kw)
-    return IngestBinding("ingest", src, src.schema, "t", max_delay, max_events, key_groups,
+    return IngestBinding("ingest", src, src.schema, "t", WatermarkPolicy(max_delay), max_events, key_groups,
                          str(tmp_path / "ck" / "control.json"))
 
 
@@ -315,7 +315,7 @@ def test_one_server_per_address_and_process(open_reader, tmp_path):
     b.initialOffset()
     assert a._server is b._server
     other = IngestBinding("other", http_ingest(port=port, wal_dir=str(tmp_path / "w2"), schema=SCHEMA),
-                          SCHEMA, "t", 0, 10, 1)
+                          SCHEMA, "t", WatermarkPolicy(0), 10, 1)
     with pytest.raises(WireError, match="already serves another write-ahead log"):
         open_reader(binding=other).initialOffset()
 
@@ -340,16 +340,16 @@ def test_config_is_validated_and_serializable(tmp_path):
     src = http_ingest(port=8080, wal_dir=str(tmp_path), schema=SCHEMA, token="x", idle_timeout="2s")
     assert src.idle_timeout == 2000 and src.bounded is False
     assert HttpIngestSource.from_dict(json.loads(json.dumps(src.to_dict()))) == src
-    binding = IngestBinding("s", src, src.schema, "t", 0, 5, 2, None)
+    binding = IngestBinding("s", src, src.schema, "t", WatermarkPolicy(0), 5, 2, None)
     assert IngestBinding.from_json(binding.to_json()) == binding
     for kw, param in [({"port": 0}, "port"), ({"path": "events"}, "path"),
                       ({"schema": pa.schema([])}, "schema"), ({"token": ""}, "token")]:
         with pytest.raises(ConfigError, match=param):
             http_ingest(**{"port": 8080, "wal_dir": str(tmp_path), "schema": SCHEMA, **kw})
     with pytest.raises(ConfigError, match="event_time"):
-        IngestBinding("s", src, src.schema, "nope", 0, 5, 2)
+        IngestBinding("s", src, src.schema, "nope", WatermarkPolicy(0), 5, 2)
     with pytest.raises(ConfigError, match="max_events_per_epoch"):
-        IngestBinding("s", src, src.schema, "t", 0, 0, 2)
+        IngestBinding("s", src, src.schema, "t", WatermarkPolicy(0), 0, 2)
 
 
 # -- refusals: body limit, permanently bad bodies, transient failures, remote binds -------------

@@ -16,6 +16,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wire.core.watermarks import WatermarkPolicy
 from wire.delivery.wal import WriteAheadLog
 from wire.sources.http_source.config import IngestBinding
 from wire.sources.http_source.reader import parse_records
@@ -27,7 +28,7 @@ LIMIT = 4096
 
 _tmp = Path(tempfile.mkdtemp(prefix="wire-ingest-bodies-"))
 _binding = IngestBinding("ingest", http_ingest(port=8080, wal_dir=str(_tmp), schema=SCHEMA,
-                                               max_body_bytes=LIMIT), SCHEMA, "t", 0, 100, 1)
+                                               max_body_bytes=LIMIT), SCHEMA, "t", WatermarkPolicy(0), 100, 1)
 _wal = WriteAheadLog(_binding.source.wal_path)
 _app = create_app(_Gate(_binding, _wal))
 

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, KafkaException
 
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError, WireError
 from wire.sources.base.offsets import initial_offset, partitions_of
 from wire.sources.kafka_source.decode import KafkaBatch, KafkaRecord
@@ -52,7 +53,7 @@ class FakeConsumer:
 
 def reader(unavailable_timeout) -> tuple[KafkaStreamReader, FakeConsumer]:
     src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, unavailable_timeout=unavailable_timeout)
-    binding = KafkaBinding("src", src, src.resolve_schema(), "t", max_delay_ms=0,
+    binding = KafkaBinding("src", src, src.resolve_schema(), "t", watermark=WatermarkPolicy(0),
                            max_events_per_epoch=100, key_groups=1)
     r = KafkaStreamReader(binding, clock=lambda: 1_000_000)
     fake = FakeConsumer(5)

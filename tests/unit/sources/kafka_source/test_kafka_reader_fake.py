@@ -34,6 +34,7 @@ from confluent_kafka import KafkaError
 
 from wire.core import envelope
 from wire.core.time import NO_WATERMARK
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import WireError
 from wire.sources import kafka_reader
 from wire.sources.base.offsets import partitions_of
@@ -183,7 +184,7 @@ def fresh_cache(monkeypatch):
 def make_reader(broker: Broker, monkeypatch, *, event_time: str = "t", per_epoch: int = 1_000,
                 columns: tuple[str, ...] | None = None, bounded: bool = False) -> KafkaStreamReader:
     src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, bounded=bounded)
-    binding = KafkaBinding("src", src, src.resolve_schema(), event_time, max_delay_ms=DELAY,
+    binding = KafkaBinding("src", src, src.resolve_schema(), event_time, watermark=WatermarkPolicy(DELAY),
                            max_events_per_epoch=per_epoch, key_groups=1, columns=columns)
     r = KafkaStreamReader(binding, clock=lambda: 1_000_000)
     r._client = broker.consumer()
@@ -321,7 +322,7 @@ def test_pruned_columns_and_kafka_timestamp_event_time(monkeypatch):
     recs = [(o, b"k", json.dumps({"t": o, "k": f"k{o}"}).encode(), 5_000 + o) for o in range(4)]
     broker = Broker({0: recs}, {0: 4})
     src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA)
-    binding = KafkaBinding("src", src, src.resolve_schema(), "kafka_timestamp", max_delay_ms=0,
+    binding = KafkaBinding("src", src, src.resolve_schema(), "kafka_timestamp", watermark=WatermarkPolicy(0),
                            max_events_per_epoch=10, key_groups=1, columns=("k",))
     r = KafkaStreamReader(binding, clock=lambda: 1_000_000)
     r._client = broker.consumer()
@@ -371,7 +372,8 @@ def test_group_offsets_are_committed_at_most_once_per_commit_interval(monkeypatc
 def test_commit_interval_zero_commits_every_acknowledgement(monkeypatch):
     broker = Broker({0: []}, {0: 0})
     src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, commit_interval=0)
-    binding = KafkaBinding("src", src, src.resolve_schema(), "t", max_delay_ms=0, max_events_per_epoch=10,
+    binding = KafkaBinding("src", src, src.resolve_schema(), "t", watermark=WatermarkPolicy(0),
+                           max_events_per_epoch=10,
                            key_groups=1)
     r = KafkaStreamReader(binding)
     r._client = broker.consumer()

@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from wire.core import envelope
 from wire.core.control_file import set_paused
-from wire.core.watermarks import NO_WATERMARK
+from wire.core.watermarks import NO_WATERMARK, WatermarkPolicy
 from wire.errors import ConfigError, WireError
 from wire.sinks.redis_sink import redis_stream_sink
 from wire.sources.base.offsets import positions_of
@@ -61,7 +61,7 @@ def reader(server, *, delay=0, max_events=50, key_groups=2, encoding="json", con
     src = redis_stream(server.url, "events", group="g", consumer=consumer, schema=schema,
                        field_encoding=encoding, idle_timeout=idle_timeout, start=start)
     binding = RedisBinding(step="src", source=src, payload_schema=schema, event_time="t",
-                           max_delay_ms=delay, max_events_per_epoch=max_events,
+                           watermark=WatermarkPolicy(delay), max_events_per_epoch=max_events,
                            key_groups=key_groups, control_file=control)
     return RedisStreamReader(binding, clock=clock or Clock())
 
@@ -354,8 +354,8 @@ def test_source_rejects_bad_configuration(server):
         redis_stream(server.url, "s", group="g", schema=SCHEMA, start="middle")
     src = redis_stream(server.url, "s", group="g", schema=SCHEMA)
     with pytest.raises(ConfigError, match="event_time"):
-        RedisBinding("src", src, SCHEMA, "k2", 0, 10, 2)
-    b = RedisBinding("src", src, SCHEMA, "t", 0, 10, 2, "/tmp/c.json")
+        RedisBinding("src", src, SCHEMA, "k2", WatermarkPolicy(0), 10, 2)
+    b = RedisBinding("src", src, SCHEMA, "t", WatermarkPolicy(0), 10, 2, "/tmp/c.json")
     assert RedisBinding.from_json(b.to_json(), RedisStreamSource) == b
 
 
