@@ -2,8 +2,8 @@
 
 :class:`FileConfig` checks and holds the settings of ``wire.sources.files(...)``;
 :class:`SourceBinding` is what the compiler hands to the Spark data source for one step.
-The connector (:mod:`wire.sources.file_source.source`) and the stream reader
-(:mod:`wire.sources.file_source.reader`) both import this module, never each other's.
+The stream reader (:mod:`wire.sources.file_source.reader`) imports this module, never the
+connector (:mod:`wire.sources.file_source.source`, which imports both): no import cycle.
 """
 
 from __future__ import annotations
