@@ -82,13 +82,18 @@ class LiveReader(Generic[ClientT]):
 
     def _init_live(self, binding: Binding, clock: Callable[[], int] | None) -> None:
         self._binding = binding
-        self._policy: WatermarkPolicy = binding.watermark
         self._clock = clock or wall_clock_ms
         self._sizer = EpochSizer(binding.max_events_per_epoch, binding.target_epoch_ms)
         self._row_schema = binding.row_schema()
         self._client = None
         self._started: int | None = None
         self.__dict__.update(copy.deepcopy(self._transient))
+
+    @property
+    def _policy(self) -> WatermarkPolicy:
+        """The step's watermark policy: the binding's (one value, given at ``flow.source``)."""
+        policy: WatermarkPolicy = self._binding.watermark
+        return policy
 
     def _open_client(self) -> ClientT:
         """Open this process's client (called once, on first use)."""

@@ -409,8 +409,9 @@ def with_connector_settings(step: str, policy: WatermarkPolicy, source: object) 
                 f"set it once, in flow.source(watermark=wire.BoundedOutOfOrderness(..., {policy_name}=...))",
                 step=step)
         merged[name] = value
-    result = WatermarkPolicy(policy.max_delay_ms, merged["idle_timeout_ms"], merged["interval_ms"],
-                             policy.max_future_ms)
+    interval = merged["interval_ms"]
+    assert interval is not None  # the policy's is an int, a connector's is an int when given
+    result = WatermarkPolicy(policy.max_delay_ms, merged["idle_timeout_ms"], interval, policy.max_future_ms)
     result.check(step)
     return result
 

@@ -202,7 +202,7 @@ def test_two_replicas_in_process_converge(backend, dsn, tmp_path, monkeypatch):
 def test_docstring_example_runs():
     import doctest
 
-    from wire.sinks import self_correcting_sink
+    from wire.sinks.self_correcting_sink import sink as self_correcting_sink
 
     result = doctest.testmod(self_correcting_sink)
     assert result.failed == 0 and result.attempted > 0

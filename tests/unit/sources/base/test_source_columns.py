@@ -18,10 +18,16 @@ from wire.errors import ConfigError
 from wire.examples.nexmark_source import SCHEMA, NexmarkStreamReader, _Config, generate, nexmark
 from wire.sources.base.source import ReadRequest, check_columns, select_columns
 from wire.sources.file_source.formats import ParseSpec, parse_file
-from wire.sources.file_source.source import SourceBinding, WireFileDataSource, WireFileStreamReader, files
+from wire.sources.file_source.source import (
+    FileSource,
+    SourceBinding,
+    WireFileDataSource,
+    WireFileStreamReader,
+    files,
+)
 from wire.sources.http_source.config import IngestBinding
 from wire.sources.http_source.reader import HttpIngestReader
-from wire.sources.http_source.source import http_ingest
+from wire.sources.http_source.source import HttpIngestSource, http_ingest
 from wire.sources.redis_source.source import RedisBinding, RedisStreamSource, redis_stream
 from wire.testing.test_stream import TestStreamReader, TestStreamSource, _Script
 
@@ -177,7 +183,7 @@ def test_file_source_binding_and_rows_with_columns(tmp_path):
     full = SourceBinding("src", src, PAYLOAD, "ts", WatermarkPolicy(0), 100, 2)
     part = SourceBinding("src", src, PAYLOAD, "ts", WatermarkPolicy(0), 100, 2, columns=["user", "ts"])
     assert part.columns == ("user", "ts")
-    assert SourceBinding.from_json(part.to_json()) == part
+    assert SourceBinding.from_json(part.to_json(), FileSource) == part
     assert part.output_schema.names == ["ts", "user"]
     ds = WireFileDataSource(options={"binding": part.to_json()})
     assert ds.schema().names == ["ts", "user", *envelope.ENVELOPE_COLUMNS]
@@ -224,7 +230,7 @@ def test_redis_and_http_bindings_carry_columns(tmp_path):
     assert b.row_schema().names == ["t", "v", *envelope.ENVELOPE_COLUMNS]
     ingest = http_ingest(port=8999, wal_dir=str(tmp_path), schema=schema)
     i = IngestBinding("h", ingest, ingest.schema, "t", WatermarkPolicy(0), 10, 1, columns=("k",))
-    assert IngestBinding.from_json(i.to_json()) == i
+    assert IngestBinding.from_json(i.to_json(), HttpIngestSource) == i
     assert i.output_schema.names == ["k"]
     with pytest.raises(ConfigError, match="columns"):
         IngestBinding("h", ingest, ingest.schema, "t", WatermarkPolicy(0), 10, 1, columns=("x",))

@@ -191,7 +191,7 @@ def test_max_field_bytes_option_of_files(tmp_path):
     src = files("x", format="csv", max_field_bytes=1 << 20)
     assert FileSource.from_dict(src.to_dict()) == src
     binding = SourceBinding("s", src, SCHEMA, "ts", WatermarkPolicy(0), 10, 1)
-    assert SourceBinding.from_json(binding.to_json()).parse_spec().max_field_bytes == 1 << 20
+    assert SourceBinding.from_json(binding.to_json(), FileSource).parse_spec().max_field_bytes == 1 << 20
     legacy = {k: v for k, v in files("x", format="csv").to_dict().items() if k != "max_field_bytes"}
     assert FileSource.from_dict(legacy).max_field_bytes == 131072  # offsets written before the option
     for bad in (0, -1, True, 1.5, "128k", None):

@@ -341,7 +341,7 @@ def test_config_is_validated_and_serializable(tmp_path):
     assert src.idle_timeout == 2000 and src.bounded is False
     assert HttpIngestSource.from_dict(json.loads(json.dumps(src.to_dict()))) == src
     binding = IngestBinding("s", src, src.schema, "t", WatermarkPolicy(0), 5, 2, None)
-    assert IngestBinding.from_json(binding.to_json()) == binding
+    assert IngestBinding.from_json(binding.to_json(), HttpIngestSource) == binding
     for kw, param in [({"port": 0}, "port"), ({"path": "events"}, "path"),
                       ({"schema": pa.schema([])}, "schema"), ({"token": ""}, "token")]:
         with pytest.raises(ConfigError, match=param):

@@ -16,7 +16,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wire.sources import kafka_decode
+from wire.sources.kafka_source import decode as kafka_decode
 from wire.sources.kafka_source.decode import KafkaBatch, KafkaRecord, decode_batch, decode_records, json_table
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("v", pa.float64()), ("ok", pa.bool_())])

@@ -36,8 +36,8 @@ from wire.core import envelope
 from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import WatermarkPolicy
 from wire.errors import WireError
-from wire.sources import kafka_reader
 from wire.sources.base.offsets import partitions_of
+from wire.sources.kafka_source import reader as kafka_reader
 from wire.sources.kafka_source.reader import KafkaStreamReader
 from wire.sources.kafka_source.source import KafkaBinding, kafka
 
