@@ -35,7 +35,7 @@ import pyarrow.dataset as ds
 
 import wire
 from wire.examples import nexmark_queries
-from wire.sources.nexmark_source import nexmark
+from wire.examples.nexmark_source import nexmark
 
 OUT = Path("out/bench_latency")
 

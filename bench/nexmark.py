@@ -67,7 +67,7 @@ from windows_bench import pct
 
 import wire
 from wire.examples import nexmark_queries
-from wire.sources.nexmark_source import SCHEMA, generate
+from wire.examples.nexmark_source import SCHEMA, generate
 
 OUT = Path("out/bench_nexmark")
 RATE = 10_000

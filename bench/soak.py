@@ -69,7 +69,7 @@ import pyspark
 
 import wire
 from wire.examples.nexmark_queries import QUERIES, TWO_INPUTS, WINDOWED
-from wire.sources.nexmark_source import nexmark
+from wire.examples.nexmark_source import nexmark
 
 OUT = Path("out/bench_soak")
 NOTES_MARKER = "<!-- notes -->"

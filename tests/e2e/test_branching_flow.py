@@ -24,8 +24,8 @@ import pytest
 import wire
 from wire.plan.graph import chain_of, outputs_of
 from wire.runtime.checkpoint import list_epochs, source_count
-from wire.sources.base import ALL_CAPABILITIES, Capability
-from wire.sources.file_source import FileSource
+from wire.sources.base.source import ALL_CAPABILITIES, Capability
+from wire.sources.file_source.source import FileSource
 
 pytestmark = pytest.mark.spark
 

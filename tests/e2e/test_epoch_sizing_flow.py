@@ -2,7 +2,7 @@
 
 10,000 in-order events (``ts = 10 * i`` ms, keys ``i % 3``), ``max_events_per_epoch=4000``
 and a target of 1 ms, which every epoch overruns: by the rule of
-``wire.sources.epoch_sizing`` the epochs admit 4,000 (the first, not measured),
+``wire.sources.base.epoch_sizing`` the epochs admit 4,000 (the first, not measured),
 4,000 (its successor measures it: x0.25), then 1,000 and 1,000 (read back from Spark's
 offset log), whatever the machine's speed, since an epoch always takes more than 4 ms.
 The per-key 1 s counts equal a pandas oracle: the events are in order, so no split makes

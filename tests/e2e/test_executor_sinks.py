@@ -17,8 +17,8 @@ import pytest
 from deltalake import DeltaTable
 
 import wire
-from wire.sinks.delta_sink import STAGING_DIR
-from wire.sinks.postgres_sink import MARKER_TABLE, STAGING_PREFIX
+from wire.sinks.delta_sink.sink import STAGING_DIR
+from wire.sinks.postgres_sink.sink import MARKER_TABLE, STAGING_PREFIX
 
 pytestmark = pytest.mark.spark
 

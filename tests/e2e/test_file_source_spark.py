@@ -8,8 +8,9 @@ import pyarrow as pa
 import pytest
 
 from wire.core import envelope
-from wire.sources.base import ReadRequest
-from wire.sources.file_source import files
+from wire.core.watermarks import WatermarkPolicy
+from wire.sources.base.source import ReadRequest
+from wire.sources.file_source.source import files
 
 pytestmark = pytest.mark.spark
 
@@ -60,7 +61,8 @@ def test_csv_stream_epochs_dead_letters_and_watermarks(spark, tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "events.csv").write_text(CSV)
     source = files(str(tmp_path / "in" / "*.csv"), format="csv", schema=SCHEMA)
-    request = ReadRequest("events", SCHEMA, "ts", key_groups=2, max_delay_ms=1000, max_events_per_epoch=3)
+    request = ReadRequest("events", SCHEMA, "ts", key_groups=2, watermark=WatermarkPolicy(1000),
+                          max_events_per_epoch=3)
     epochs = run_available_now(spark, source, request, tmp_path / "ck")
 
     assert [e for e, _ in epochs] == [0, 1, 2, 3]
@@ -115,7 +117,8 @@ def test_restart_resumes_from_the_offset_log_with_its_watermark(spark, tmp_path)
     folder.mkdir()
     (folder / "a.csv").write_text("ts,user,amount\n5000,a,1\n4000,b,1\n")
     source = files(str(folder), format="csv", schema=SCHEMA, bounded=False)
-    request = ReadRequest("events", SCHEMA, "ts", key_groups=1, max_delay_ms=500, max_events_per_epoch=10)
+    request = ReadRequest("events", SCHEMA, "ts", key_groups=1, watermark=WatermarkPolicy(500),
+                          max_events_per_epoch=10)
     first = run_available_now(spark, source, request, tmp_path / "ck")
     assert [(e, split(t)[1]) for e, t in first] == [(0, [(0, 4500)])]
 
@@ -141,7 +144,8 @@ def test_partitioned_directories_watermark_is_the_minimum_and_replays_from_the_l
     (base / "p0" / "a.csv").write_text("ts,user,amount\n10000,a,1\n20000,a,1\n30000,a,1\n40000,a,1\n")
     (base / "p1" / "b.csv").write_text("ts,user,amount\n1000,b,1\n2000,b,1\n3000,b,1\n4000,b,1\n")
     source = files(str(base), format="csv", schema=SCHEMA, bounded=False, partition_by="directory")
-    request = ReadRequest("events", SCHEMA, "ts", key_groups=2, max_delay_ms=0, max_events_per_epoch=4)
+    request = ReadRequest("events", SCHEMA, "ts", key_groups=2, watermark=WatermarkPolicy(0),
+                          max_events_per_epoch=4)
     ck = tmp_path / "ck"
     first = run_available_now(spark, source, request, ck)
     assert [e for e, _ in first] == [0, 1]

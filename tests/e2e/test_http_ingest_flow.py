@@ -15,7 +15,7 @@ import pytest
 import wire
 from wire.delivery.wal import WriteAheadLog
 from wire.runtime.checkpoint import list_epochs
-from wire.sources.http_source import http_ingest
+from wire.sources.http_source.source import http_ingest
 
 pytestmark = pytest.mark.spark
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
-from wire.sources.kafka_source import kafka
+from wire.sources.kafka_source.source import kafka
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("confluent_kafka")

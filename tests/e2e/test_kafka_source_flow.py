@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import wire
-from wire.sources.kafka_source import kafka
+from wire.sources.kafka_source.source import kafka
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("confluent_kafka")

@@ -7,7 +7,7 @@ import pytest
 
 import wire
 from wire.examples.nexmark_queries import build
-from wire.sources.nexmark_source import generate
+from wire.examples.nexmark_source import generate
 
 pytestmark = pytest.mark.spark
 

@@ -23,10 +23,10 @@ import pytest
 import wire
 from wire.core.control_file import control_path, set_paused
 from wire.core.envelope import MAX_WATERMARK, encode_table
+from wire.examples.nexmark_source import generate, nexmark
 from wire.runtime.checkpoint import epochs_settled, finished
 from wire.runtime.runner import RunSummary
-from wire.sources.nexmark_source import generate, nexmark
-from wire.sources.test_stream import TestStreamSource
+from wire.testing.test_stream import TestStreamSource
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ import wire
 from wire.api.flow import Stream
 from wire.core.envelope import MAX_WATERMARK, encode_table
 from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, WindowAggregateNode
-from wire.sources.test_stream import TestStreamSource
+from wire.testing.test_stream import TestStreamSource
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
-from wire.sources.redis_source import redis_stream
+from wire.sources.redis_source.source import redis_stream
 from wire.testing.redis import RedisServer
 
 pytestmark = pytest.mark.spark

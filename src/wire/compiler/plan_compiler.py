@@ -406,8 +406,8 @@ def _open_source(
         )
     request = ReadRequest(
         step=src.step, schema=payload, event_time=src.event_time, key_groups=key_groups,
-        max_delay_ms=src.watermark.max_delay_ms, max_events_per_epoch=src.max_events_per_epoch,
+        watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
         control_file=control_file, columns=columns if _prunable(connector) else None,
-        max_future_ms=src.watermark.max_future_ms, target_epoch_ms=src.target_epoch_ms, resume=resume,
+        target_epoch_ms=src.target_epoch_ms, resume=resume,
     )
     return connector.read_stream(spark, request), payload, connector.bounded

@@ -58,11 +58,43 @@ _MAX_FINITE = MAX_WATERMARK - 1
 
 @dataclass(frozen=True)
 class WatermarkPolicy:
-    """How a source derives its watermark: max delay, idle timeout and tick interval (ms)."""
+    """How a source derives its watermark, in ms: the one value every connector uses.
+
+    ``max_delay_ms``: bounded out-of-orderness (``W_p = max_et_p - D``); ``idle_timeout_ms``:
+    ``T`` of the idleness rule (None: never idle); ``interval_ms``: least processing time
+    between two watermark-only epochs; ``max_future_ms``: ``F`` of the future-dated rule
+    (None: off). Users give it as :class:`wire.BoundedOutOfOrderness` (durations, converted
+    once) at ``flow.source``; it travels in the source's binding as :meth:`to_json`.
+    """
 
     max_delay_ms: int
     idle_timeout_ms: int | None = None
     interval_ms: int = 200
+    max_future_ms: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        """The binding form (JSON primitives; a subclass travels as the base class)."""
+        return {"max_delay_ms": self.max_delay_ms, "idle_timeout_ms": self.idle_timeout_ms,
+                "interval_ms": self.interval_ms, "max_future_ms": self.max_future_ms}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> WatermarkPolicy:
+        """Inverse of :meth:`to_json`."""
+        return WatermarkPolicy(**d)
+
+    def check(self, step: str | None = None) -> None:
+        """Raise ConfigError unless every field holds what the rules take (ints in ms)."""
+        for name, value, least, optional in (
+            ("max_delay_ms", self.max_delay_ms, 0, False),
+            ("idle_timeout_ms", self.idle_timeout_ms, 1, True),
+            ("interval_ms", self.interval_ms, 0, False),
+        ):
+            if optional and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                accepted = f"{'None or ' if optional else ''}an int >= {least} (ms)"
+                raise ConfigError(name, value, accepted, step=step)
+        check_max_future(step, self.max_future_ms)
 
 
 @dataclass(frozen=True)
@@ -296,7 +328,7 @@ def future_reason(event_time: int, at: int, max_future_ms: int) -> str:
     )
 
 
-def check_max_future(step: str, max_future_ms: object) -> None:
+def check_max_future(step: str | None, max_future_ms: object) -> None:
     """Raise ConfigError unless ``max_future_ms`` is None or an int >= 0 (a source binding's value)."""
     if max_future_ms is None:
         return

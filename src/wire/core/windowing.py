@@ -28,6 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from wire.core.time import INT64_MAX, INT64_MIN, Duration, to_millis
+from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
 
 Assigned = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -133,10 +134,13 @@ class Tumbling(Window):
 
 
 @dataclass(frozen=True)
-class BoundedOutOfOrderness:
-    """Watermark policy: ``W = max event time seen - max_delay`` (SPEC §2).
+class BoundedOutOfOrderness(WatermarkPolicy):
+    """A source's watermark policy: ``W = max event time seen - max_delay`` (SPEC §2).
 
-    The source computes it from the event times it has admitted, keeps it
+    The one value that says how a source's watermark moves, given once at
+    ``flow.source(..., watermark=...)`` and used by every connector; durations are
+    converted to ms here, once (a :class:`~wire.core.watermarks.WatermarkPolicy`). The
+    source computes the watermark from the event times it has admitted, keeps it
     monotonically non-decreasing, and records it with each epoch's offsets.
 
     With ``max_future`` set, an event whose event time is more than ``max_future``
@@ -147,8 +151,8 @@ class BoundedOutOfOrderness:
     following event late. Processing time is the one recorded in the epoch's offsets
     when the source admitted the event (the planner's clock on the driver host), so a
     replayed epoch rejects exactly the same events. Sources that admit external event
-    times apply it: files, HTTP ingest, Redis streams; sources whose event times Wire
-    generates or scripts (Nexmark, ``TestStream``) ignore it.
+    times apply it: files, Kafka, HTTP ingest, Redis streams; sources whose event times
+    Wire generates or scripts (Nexmark, ``TestStream``) ignore it.
 
     ``max_future`` is off by default because it trusts the clock of the host running
     Wire: with that clock wrong (e.g. set years back), every event would look
@@ -164,11 +168,21 @@ class BoundedOutOfOrderness:
         How far ahead of processing time an event time may be: a duration like
         ``max_delay`` (0 allowed: no event from the future), or None (the default):
         no check.
+    idle_timeout:
+        Processing time after which a partition without new records stops holding the
+        watermark back (it is active again when records arrive); when every partition
+        is idle the watermark advances with processing time (the rules are in
+        :mod:`wire.core.watermarks`). A positive duration, or None (the default): a
+        partition is never idle.
+    interval:
+        Least processing time between two epochs that only advance the watermark (no
+        new records); default ``"200ms"``.
 
     Raises
     ------
     ConfigError
-        If ``max_delay`` or ``max_future`` is negative or not a duration.
+        If ``max_delay``, ``max_future`` or ``interval`` is negative or not a duration, or
+        ``idle_timeout`` is not a positive duration.
 
     Example
     -------
@@ -176,15 +190,22 @@ class BoundedOutOfOrderness:
     1800000
     >>> BoundedOutOfOrderness("5s", max_future="1h").max_future_ms
     3600000
+    >>> p = BoundedOutOfOrderness("5s", idle_timeout="30s", interval="1s")
+    >>> p.idle_timeout_ms, p.interval_ms
+    (30000, 1000)
     """
 
-    max_delay_ms: int
-    max_future_ms: int | None
-
-    def __init__(self, max_delay: Duration, *, max_future: Duration | None = None) -> None:
+    def __init__(
+        self, max_delay: Duration, *, max_future: Duration | None = None,
+        idle_timeout: Duration | None = None, interval: Duration = 200,
+    ) -> None:
         object.__setattr__(self, "max_delay_ms", to_millis(max_delay, parameter="max_delay"))
         future = None if max_future is None else to_millis(max_future, parameter="max_future")
         object.__setattr__(self, "max_future_ms", future)
+        idle = None if idle_timeout is None else to_millis(idle_timeout, parameter="idle_timeout",
+                                                           allow_zero=False)
+        object.__setattr__(self, "idle_timeout_ms", idle)
+        object.__setattr__(self, "interval_ms", to_millis(interval, parameter="interval"))
 
 
 @dataclass(frozen=True)

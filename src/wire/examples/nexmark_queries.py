@@ -1,6 +1,6 @@
 """Nexmark queries written with Wire's public API (q0, q1, q2, q3, q4, q5, q7, q8, q11).
 
-Each ``qN(events)`` takes the stream of a :func:`wire.sources.nexmark_source.nexmark`
+Each ``qN(events)`` takes the stream of a :func:`wire.examples.nexmark_source.nexmark`
 source (all kinds, no key) and returns the query's output stream; :func:`build`
 makes a whole flow (source, query, sink). Wire flows cannot branch yet, so each query
 is its own flow.
@@ -49,7 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 import wire
-from wire.sources.nexmark_source import nexmark
+from wire.examples.nexmark_source import nexmark
 
 MAX_AUCTION_MS = 20_000
 """Upper bound of ``expires - date_time`` of the generator's auctions (ms)."""

@@ -31,9 +31,9 @@ PRELOAD = (
     "pyspark.sql.streaming.stateful_processor_api_client",
     "wire.compiler.branches", "wire.compiler.join_stage", "wire.compiler.keyed",
     "wire.compiler.process_stage", "wire.compiler.throttle", "wire.compiler.window_stage",
-    "wire.runtime.dataplane", "wire.sources.file_source", "wire.sources.file_stream",
-    "wire.sources.nexmark_source",
-    "wire.sources.test_stream", "wire.sinks.file_sinks", "wire.sinks.sqlite_sink",
+    "wire.runtime.dataplane", "wire.sources.file_source.source", "wire.sources.file_source.reader",
+    "wire.examples.nexmark_source",
+    "wire.testing.test_stream", "wire.sinks.file_sinks", "wire.sinks.sqlite_sink",
 )
 """What the workers of a compiled flow unpickle and run, imported once by the daemon.
 

@@ -39,25 +39,26 @@ from wire.lazy import LazyTable, lazy_names
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
     from wire.delivery.sink import Sink
     from wire.delivery.sink_groups import GuardedSink, RoundRobinSink, guarded, round_robin
-    from wire.sinks.delta_sink import DeltaSink, delta
+    from wire.sinks.delta_sink.sink import DeltaSink, delta
     from wire.sinks.file_sinks import console, jsonl, parquet
     from wire.sinks.kafka_sink import KafkaSink, KafkaTransactionalSink, kafka
-    from wire.sinks.postgres_sink import PostgresAppendSink, PostgresUpsertSink, postgres
+    from wire.sinks.postgres_sink.sink import PostgresAppendSink, PostgresUpsertSink, postgres
     from wire.sinks.redis_sink import RedisStreamSink, redis_stream_sink
-    from wire.sinks.self_correcting_sink import SelfCorrectingSink, self_correcting
+    from wire.sinks.self_correcting_sink.sink import SelfCorrectingSink, self_correcting
     from wire.sinks.sqlite_sink import SqliteSink, sqlite
     from wire.sinks.webhook_sink import WebhookSink, webhook
 
 _LAZY: LazyTable = {
-    **{n: ("wire.sinks.delta_sink", n) for n in ("DeltaSink", "delta")},
+    **{n: ("wire.sinks.delta_sink.sink", n) for n in ("DeltaSink", "delta")},
     **{n: ("wire.sinks.kafka_sink", n) for n in ("KafkaSink", "KafkaTransactionalSink", "kafka")},
-    **{n: ("wire.sinks.postgres_sink", n) for n in ("PostgresAppendSink", "PostgresUpsertSink", "postgres")},
+    **{n: ("wire.sinks.postgres_sink.sink", n)
+       for n in ("PostgresAppendSink", "PostgresUpsertSink", "postgres")},
     **{n: ("wire.sinks.redis_sink", n) for n in ("RedisStreamSink", "redis_stream_sink")},
     **{n: ("wire.delivery.sink_groups", n)
        for n in ("GuardedSink", "RoundRobinSink", "guarded", "round_robin")},
     **{n: ("wire.sinks.file_sinks", n) for n in ("console", "jsonl", "parquet")},
     "Sink": ("wire.delivery.sink", "Sink"),
-    **{n: ("wire.sinks.self_correcting_sink", n) for n in ("SelfCorrectingSink", "self_correcting")},
+    **{n: ("wire.sinks.self_correcting_sink.sink", n) for n in ("SelfCorrectingSink", "self_correcting")},
     **{n: ("wire.sinks.sqlite_sink", n) for n in ("SqliteSink", "sqlite")},
     **{n: ("wire.sinks.webhook_sink", n) for n in ("WebhookSink", "webhook")},
 }

@@ -28,7 +28,7 @@ import io
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 import pyarrow as pa
 
@@ -38,7 +38,9 @@ from wire.sinks.json_rows import jsonl_lines
 
 __all__ = ["KafkaSink", "KafkaTransactionalSink", "encode_keys", "encode_values", "kafka"]
 
-VALUE_FORMATS = ("json", "avro", "string", "bytes")
+ValueFormat = Literal["json", "avro", "string", "bytes"]
+"""How a Kafka sink encodes a row (``kafka(value_format=...)``)."""
+VALUE_FORMATS: tuple[ValueFormat, ...] = get_args(ValueFormat)
 EPOCH_HEADER = "wire-epoch"
 _OWNED = ("bootstrap.servers", "transactional.id", "enable.idempotence")
 
@@ -88,7 +90,7 @@ class KafkaSink(Sink):
     bootstrap_servers: str
     topic: str
     key: str | None = None
-    value_format: str = "json"
+    value_format: ValueFormat = "json"
     value_column: str | None = None
     avro_schema: str | None = None
     marker_topic: str | None = None
@@ -317,7 +319,7 @@ def kafka(
     topic: str,
     *,
     key: str | None = None,
-    value_format: str = "json",
+    value_format: ValueFormat = "json",
     value_column: str | None = None,
     avro_schema: str | dict[str, Any] | None = None,
     transactional: bool = True,

@@ -1,7 +1,7 @@
 """Redis stream sink: each epoch's rows appended with ids derived from the epoch (idempotent).
 
 A replayed epoch adds nothing: its ids are already in the stream. The Redis Streams
-source is in :mod:`wire.sources.redis_source`.
+source is in :mod:`wire.sources.redis_source.source`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pyarrow as pa
 from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sinks.json_rows import jsonl_lines
-from wire.sources.redis_reader import parse_id
-from wire.sources.redis_source import check_name, check_url
+from wire.sources.redis_source.config import check_name, check_url
+from wire.sources.redis_source.reader import parse_id
 
 if TYPE_CHECKING:
     import redis

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING
 from wire.lazy import LazyTable, lazy_names
 
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
-    from wire.sources.file_source import FileSource, files
-    from wire.sources.http_source import HttpIngestSource, http_ingest
-    from wire.sources.kafka_source import KafkaSource, kafka
-    from wire.sources.redis_source import RedisStreamSource, redis_stream
+    from wire.sources.file_source.source import FileSource, files
+    from wire.sources.http_source.source import HttpIngestSource, http_ingest
+    from wire.sources.kafka_source.source import KafkaSource, kafka
+    from wire.sources.redis_source.source import RedisStreamSource, redis_stream
 
 _LAZY: LazyTable = {
-    **{n: ("wire.sources.file_source", n) for n in ("FileSource", "files")},
-    **{n: ("wire.sources.http_source", n) for n in ("HttpIngestSource", "http_ingest")},
-    **{n: ("wire.sources.redis_source", n) for n in ("RedisStreamSource", "redis_stream")},
-    **{n: ("wire.sources.kafka_source", n) for n in ("KafkaSource", "kafka")},
+    **{n: ("wire.sources.file_source.source", n) for n in ("FileSource", "files")},
+    **{n: ("wire.sources.http_source.source", n) for n in ("HttpIngestSource", "http_ingest")},
+    **{n: ("wire.sources.redis_source.source", n) for n in ("RedisStreamSource", "redis_stream")},
+    **{n: ("wire.sources.kafka_source.source", n) for n in ("KafkaSource", "kafka")},
 }
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 

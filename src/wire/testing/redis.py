@@ -1,6 +1,6 @@
 """A throw-away Redis server for tests: start on a free port in a temp dir, stop, delete.
 
-Used by Wire's own tests of :mod:`wire.sources.redis_source` and usable by users'
+Used by Wire's own tests of :mod:`wire.sources.redis_source.source` and usable by users'
 tests the same way::
 
     ok, reason = RedisServer.available()

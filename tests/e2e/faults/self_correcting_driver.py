@@ -47,7 +47,7 @@ def widen(seconds: float, stall_every: int = 0, stall_s: float = 0.0) -> None:
     """Make every driver-side read of the self-correcting sinks' tables (the upper and the
     fingerprint, before the parts are computed and committed) return ``seconds`` later,
     and every ``stall_every``-th read ``stall_s`` later."""
-    from wire.sinks import self_correcting_tables as sc
+    from wire.sinks.self_correcting_sink import tables as sc
 
     reads = [0]
     for cls in (sc._PgTable, sc._DeltaTable):

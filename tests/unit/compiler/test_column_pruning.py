@@ -12,8 +12,8 @@ import pytest
 import wire
 from wire.compiler.plan_compiler import compile_plan
 from wire.compiler.window_stage import window_input_columns, window_spec
+from wire.examples.nexmark_source import SCHEMA, nexmark
 from wire.runtime import runner
-from wire.sources.nexmark_source import SCHEMA, nexmark
 from wire.testing import MemorySink
 
 pytestmark = pytest.mark.spark

@@ -8,12 +8,13 @@ from wire.errors import EXTRAS
 from wire.runtime.daemon import drop_spark_zips
 
 EXTRA_MODULES = sorted({m for modules in EXTRAS.values() for m in modules})
-WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source", "wire.sinks.file_sinks",
-           "wire.sinks.postgres_sink", "wire.sinks.delta_sink", "wire.sources.http_source",
-           "wire.sources.http_server", "wire.sources.redis_source", "wire.sinks.redis_sink", "wire.control",
-           "wire.sources.kafka_source", "wire.runtime.dataplane", "wire.compiler.window_stage",
+WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source.source", "wire.sinks.file_sinks",
+           "wire.sinks.postgres_sink.sink", "wire.sinks.delta_sink.sink", "wire.sources.http_source.source",
+           "wire.sources.http_source.server", "wire.sources.redis_source.source", "wire.sinks.redis_sink",
+           "wire.control",
+           "wire.sources.kafka_source.source", "wire.runtime.dataplane", "wire.compiler.window_stage",
            "wire.runtime.runner", "wire.api.flow"]
-CORE = ["wire.sources.file_source", "wire.sinks.file_sinks", "wire.runtime.dataplane",
+CORE = ["wire.sources.file_source.source", "wire.sinks.file_sinks", "wire.runtime.dataplane",
         "wire.compiler.window_stage"]
 
 
@@ -29,9 +30,10 @@ def test_preload_loads_the_stages_and_file_connectors_but_no_extra_and_no_driver
     loaded = preloaded(run_python)
     for module in CORE:
         assert module in loaded
-    for module in [*EXTRA_MODULES, "starlette", "wire.control", "wire.sources.http_server",
-                   "wire.sinks.postgres_sink", "wire.sinks.delta_sink", "wire.sources.redis_source",
-                   "wire.sources.kafka_source", "wire.runtime.runner", "wire.api.flow"]:
+    for module in [*EXTRA_MODULES, "starlette", "wire.control", "wire.sources.http_source.server",
+                   "wire.sinks.postgres_sink.sink", "wire.sinks.delta_sink.sink",
+                   "wire.sources.redis_source.source",
+                   "wire.sources.kafka_source.source", "wire.runtime.runner", "wire.api.flow"]:
         assert module not in loaded
 
 

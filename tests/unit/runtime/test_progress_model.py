@@ -114,6 +114,6 @@ def test_parquet_totals_come_from_the_footers_and_unknown_otherwise(tmp_path):
     unbounded.source(wire.sources.files(str(tmp_path / "*.parquet"), format="parquet", bounded=False),
                      event_time="t").sink(wire.sinks.parquet(str(tmp_path / "o")))
     assert total_records(unbounded.plan()) is None
-    from wire.sources.nexmark_source import nexmark
+    from wire.examples.nexmark_source import nexmark
 
     assert nexmark(events=123).total_records() == 123

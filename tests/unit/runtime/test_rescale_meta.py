@@ -11,7 +11,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from wire.errors import CheckpointError
 from wire.runtime.checkpoint import epoch_base, list_epochs, open_checkpoint, spark_checkpoint
 from wire.runtime.rescale import _resume, parse_operator_ids, parse_source_order
-from wire.sources.base import resumable
+from wire.sources.base.source import resumable
 
 
 def spark_logs(d: Path, offsets: dict[int, list[str]], commits: list[int]) -> None:

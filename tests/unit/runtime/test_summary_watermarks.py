@@ -7,9 +7,9 @@ import pyarrow as pa
 from wire.core.envelope import MAX_WATERMARK, metrics_table
 from wire.core.time import NO_WATERMARK
 from wire.runtime.runner import RunSummary
-from wire.sources.file_listing import SINGLE_PARTITION
-from wire.sources.http_source import WAL_PARTITION
-from wire.sources.kafka_decode import partition_name
+from wire.sources.file_source.listing import SINGLE_PARTITION
+from wire.sources.http_source.config import WAL_PARTITION
+from wire.sources.kafka_source.decode import partition_name
 
 
 def summary_of(*tables: pa.Table) -> RunSummary:
