@@ -1,0 +1,40 @@
+"""Streaming SQL on Wire's semantics: ``wire.sql(flow, query, **tables)`` (issue 30).
+
+A query is parsed with sqlglot and recorded as the same plan nodes as the Python API
+(``filter``, ``select``, ``union``, ``window(...).aggregate(...)``, ``interval_join``,
+``join``), so it has the same watermarks, late ports and results. docs/sql.md lists
+what is supported. Example::
+
+    flow = wire.Flow("hot")
+    events = flow.source(wire.sources.nexmark_source.nexmark(events=10_000), event_time="date_time")
+    flow.table("bids", events.filter("kind = 'bid'"))
+    counts = wire.sql(flow, '''
+        SELECT auction_id, count(*) AS bids, window_start, window_end
+        FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+        GROUP BY auction_id, window_start, window_end''')
+    counts.sink(wire.sinks.parquet("out/counts"))
+    counts.late().sink(wire.sinks.parquet("out/late"))   # the late table
+
+The module is callable: ``wire.sql(...)`` is :func:`sql`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from wire.sql.api import SqlResult, sql, sql_late
+from wire.sql.errors import SqlError
+
+__all__ = ["SqlError", "SqlResult", "sql", "sql_late"]
+
+
+class _CallableModule(types.ModuleType):
+    """``wire.sql`` is this package and the function :func:`sql` at once."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> SqlResult:
+        return sql(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
