@@ -12,6 +12,7 @@ Public API::
     wire.sources.files(...)                      # source connectors
     wire.sinks.parquet / jsonl / console         # sink connectors
     wire.spark()                                 # the SparkSession Wire uses
+    wire.sql(flow, query, **tables), sql_late   # streaming SQL over registered streams
     wire.WireError and subclasses                # errors
 """
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
     from wire.runtime.runner import RunningFlow, RunSummary
     from wire.runtime.session import spark_session as spark
+    from wire.sql import sql, sql_late
     from wire.state.aggregations import (
         aggregate,
         collect,
@@ -54,6 +56,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
        for n in ("CheckpointError", "ConfigError", "FlowFailed", "PlanError", "WireError")},
     **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},
     "spark": ("wire.runtime.session", "spark_session"),
+    "sql": ("wire.sql", None),  # the package is callable: wire.sql(flow, query, ...)
+    "sql_late": ("wire.sql", "sql_late"),
     **{n: ("wire.state.aggregations", n)
        for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum",
                  "max_by", "min_by", "top_k")},
@@ -100,6 +104,8 @@ __all__ = [
     "sinks",
     "sources",
     "spark",
+    "sql",
+    "sql_late",
     "sum",
     "testing",
     "top_k",
