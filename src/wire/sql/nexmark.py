@@ -21,6 +21,7 @@ windowed semantics compute (no unbounded, updating aggregations):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import wire
@@ -80,13 +81,15 @@ QUERIES: dict[str, str] = {
 """Query name -> SQL text."""
 
 
-def register(flow: wire.Flow, events: wire.Stream, *, prefix: str = "") -> None:
+def register(flow: wire.Flow, events: wire.Stream, query: str | None = None, *, prefix: str = "") -> None:
     """Register ``bids``, ``auctions`` and ``persons``: the events of each kind.
 
-    ``prefix``: of the filter steps' ids (``<prefix>bids``, ...).
+    ``query``: register only the tables it names (a stream no query reads would end
+    without a sink, which a flow refuses). ``prefix``: of the filter steps' ids.
     """
     for table, kind in (("bids", "bid"), ("auctions", "auction"), ("persons", "person")):
-        flow.table(table, events.filter(f"kind = '{kind}'", name=prefix + table))
+        if query is None or re.search(rf"\b{table}\b", query, re.IGNORECASE):
+            flow.table(table, events.filter(f"kind = '{kind}'", name=prefix + table))
 
 
 def build(
@@ -129,7 +132,7 @@ def build(
         max_events_per_epoch=max_events_per_epoch,
         name="events",
     )
-    register(flow, source)
+    register(flow, source, QUERIES[query])
     result = wire.sql(flow, QUERIES[query], name=query)
     result.sink(sink)
     if late_sink is not None and result.late_steps:
