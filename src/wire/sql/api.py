@@ -8,7 +8,7 @@ import wire
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef
-from wire.sql.compiler import Compiler, Options
+from wire.sql.compiler import Compiler, Emit, Options
 from wire.sql.parse import parse
 
 
@@ -47,7 +47,7 @@ def sql(
     query: str,
     *,
     allowed_lateness: Duration = 0,
-    emit: str = "final",
+    emit: Emit = "final",
     name: str | None = None,
     **tables: wire.Stream,
 ) -> SqlResult:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from sqlglot import exp
 
@@ -28,6 +29,9 @@ from wire.sql.relation import (
     known_columns,
 )
 
+Emit = Literal["final", "update"]
+"""The windows' emission (as ``Stream.window(emit=...)``)."""
+
 SELECT_ACCEPTED = (
     "SELECT <expressions> FROM <table | subquery | TABLE(TUMBLE/HOP/SESSION(...)) | a JOIN b ON ...> "
     "[WHERE ...] [GROUP BY window_start, window_end, ...] [HAVING ...], combined with UNION ALL"
@@ -39,7 +43,7 @@ class Options:
     """The options of one :func:`wire.sql` call, in ms and Wire's terms."""
 
     allowed_lateness_ms: int
-    emit: str
+    emit: Emit
     name: str | None
 
 
@@ -523,7 +527,7 @@ class Compiler:
             if lo is None or hi is None:
                 return None
             return max(lo[0], hi[0]), min(lo[1], hi[1])
-        ops = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+        ops: dict[type[exp.Expr], str] = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
         op = ops.get(type(term))
         if op is None:
             return None

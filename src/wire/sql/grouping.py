@@ -71,8 +71,8 @@ def _aggregator(c: Compiler, rel: Relation, node: exp.AggFunc, pre: dict[str, st
     if isinstance(node, exp.ArgMax | exp.ArgMin):
         value = _agg_input(c, rel, arg, pre)
         by = _agg_input(c, rel, node.expression, pre)
-        fn = wire.max_by if isinstance(node, exp.ArgMax) else wire.min_by
-        return fn(by, columns=[value]), value
+        by_row = wire.max_by if isinstance(node, exp.ArgMax) else wire.min_by
+        return by_row(by, columns=[value]), value
     raise c.fail(node, f"the aggregate {node.sql(DIALECT)}", AGGREGATES)
 
 
@@ -203,10 +203,17 @@ def _rank_bound(c: Compiler, where: exp.Expr | None, rn: str) -> int | None:
         if not isinstance(term, exp.LTE | exp.LT | exp.EQ | exp.GTE | exp.GT):
             continue
         a, b = term.this, term.expression
-        op = type(term)
+        op: type[exp.Expr] = type(term)
         if isinstance(b, exp.Column) and isinstance(a, exp.Literal):
             a, b = b, a
-            op = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT, exp.EQ: exp.EQ}[op]
+            mirror: dict[type[exp.Expr], type[exp.Expr]] = {
+                exp.GTE: exp.LTE,
+                exp.GT: exp.LT,
+                exp.LTE: exp.GTE,
+                exp.LT: exp.GT,
+                exp.EQ: exp.EQ,
+            }
+            op = mirror[op]
         if not (
             isinstance(a, exp.Column)
             and a.name.lower() == rn.lower()
@@ -215,7 +222,12 @@ def _rank_bound(c: Compiler, where: exp.Expr | None, rn: str) -> int | None:
             and b.name.isdigit()
         ):
             continue
-        k = {exp.LTE: int(b.name), exp.LT: int(b.name) - 1, exp.EQ: int(b.name)}.get(op)
+        bounds: dict[type[exp.Expr], int] = {
+            exp.LTE: int(b.name),
+            exp.LT: int(b.name) - 1,
+            exp.EQ: int(b.name),
+        }
+        k = bounds.get(op)
         if k is not None and (op is not exp.EQ or k == 1):
             best = k if best is None else min(best, k)
     return best
@@ -256,6 +268,8 @@ def top_n(
     if k is None or k < 1:
         raise c.fail(where or sub, f"no bound on {rn} in the outer WHERE (an unbounded ranking)", accepted)
     source = inner.args.get("from_") or inner.args.get("from")
+    if source is None:
+        raise c.fail(inner, "a ranking subquery without FROM", accepted)
     x = c.from_item(source.this)
     if inner.args.get("where") is not None:
         x = c.filter(x, inner.args["where"].this)

@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
+from sqlglot.tokenizer_core import TokenType
 
 from wire.sql.errors import SqlError
 
@@ -69,10 +69,10 @@ def parse(query: str) -> exp.Expr:
             column=col,
             snippet=first.get("highlight", ""),
         ) from None
-    trees = [t for t in trees if t is not None]
-    if len(trees) != 1:
-        raise SqlError(f"{len(trees)} statements", accepted="exactly one query (no ';'-separated list)")
-    return trees[0]
+    found: list[exp.Expr] = [t for t in trees if t is not None]
+    if len(found) != 1:
+        raise SqlError(f"{len(found)} statements", accepted="exactly one query (no ';'-separated list)")
+    return found[0]
 
 
 def _offset(query: str, line: int | None, col: int | None) -> int | None:
