@@ -217,7 +217,7 @@ class Compiler:
                     if s.columns is None:
                         raise self.fail(
                             item,
-                            f"'*' over {s.name or 'a table'} whose columns are not known "
+                            f"'*' over {repr(s.name) if s.name else 'a table'} whose columns are not known "
                             "when the flow is built",
                             "named columns, or a source whose schema is given",
                         )

@@ -187,7 +187,12 @@ def _time(plan: object, step: str) -> str | None:
         return None if t in {n for n, _ in node.columns} else t
     if isinstance(node, SelectNode):
         t = _time(plan, node.upstream)
-        return t if t in node.columns else None
+        for c in node.columns:
+            if t is not None and c == t:
+                return t
+            if t is not None and isinstance(c, tuple) and isinstance(c[1], str) and c[1].strip("`") == t:
+                return c[0]  # renamed: (name, "`t`")
+        return None
     if isinstance(node, WindowAggregateNode):
         return "window_start"
     if isinstance(node, IntervalJoinNode):

@@ -71,7 +71,8 @@ def test_group_by_window_tvf(flow, tvf, window):
     aggs = dict(win.aggregations)
     assert [type(a).__name__ for a in aggs.values()] == ["Count", "Sum", "Mean", "ByRow"]
     sel = only(flow, "q", SelectNode)
-    assert dict(c for c in sel.columns if isinstance(c, tuple))["best"] == "`_sql_a3`.`v`"  # max_by(w, columns=[v])
+    computed = dict(c for c in sel.columns if isinstance(c, tuple))
+    assert computed["best"] == "`_sql_a3`.`v`"  # max_by(w, columns=[v]).v
     assert out.late_steps == (win.step,)
     assert out.late().ref.port == "late" and out.late().ref.step == win.step
 
@@ -146,3 +147,19 @@ def test_late_of_a_query_without_window_or_with_several(flow):
     with pytest.raises(wire.PlanError, match="several"):
         two.late()
     assert wire.sql_late(two, step=two.late_steps[0]).ref.step == two.late_steps[0]
+
+
+def test_a_query_result_registered_as_a_table_keeps_its_event_time(flow):
+    """Chained queries: a windowed result's rows have event time window_start, renamed or not."""
+    first = wire.sql(flow, """SELECT k, COUNT(*) AS n, window_start AS ws
+        FROM TABLE(TUMBLE(TABLE a, DESCRIPTOR(t), INTERVAL '1' SECOND))
+        GROUP BY k, window_start, window_end""")
+    flow.table("per_second", first)
+    wire.sql(flow, """SELECT k, SUM(n) AS n, window_start, window_end
+        FROM TABLE(TUMBLE(TABLE per_second, DESCRIPTOR(ws), INTERVAL '1' MINUTE))
+        GROUP BY k, window_start, window_end""", name="q")
+    assert only(flow, "q", WindowAggregateNode).window == wire.Tumbling(60_000)
+    with pytest.raises(wire.sql.SqlError, match="DESCRIPTOR"):
+        wire.sql(flow, """SELECT COUNT(*) AS c, window_start, window_end
+            FROM TABLE(TUMBLE(TABLE per_second, DESCRIPTOR(n), INTERVAL '1' MINUTE))
+            GROUP BY window_start, window_end""")
