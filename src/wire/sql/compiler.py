@@ -153,7 +153,7 @@ class Compiler:
             where = sel.args.get("where")
             where = where.this if where is not None else None
             if joins:
-                rel, where = self.join(rel, joins[0], where)
+                rel, where = self.join(rel, joins[0], where, _join_references(sel))
         group = sel.args.get("group")
         if group is not None or _has_aggregate(sel):
             if where is not None:
@@ -375,12 +375,19 @@ class Compiler:
 
     # -- JOIN --------------------------------------------------------------------------------
     def join(
-        self, left: Relation, join: exp.Join, where: exp.Expr | None
+        self,
+        left: Relation,
+        join: exp.Join,
+        where: exp.Expr | None,
+        references: tuple[set[tuple[str, str]], set[str]] | None = None,
     ) -> tuple[Relation, exp.Expr | None]:
         """``a JOIN b ON a.k = b.k [AND time bounds] [AND ...]``: an interval or regular join.
 
         The terms of ``where`` (the SELECT's WHERE) that read one side only filter that
         side before the join (less state); the other terms are returned, to filter after.
+        ``references``: the (qualifier, column) and unqualified column names the SELECT
+        reads (None: all, a ``*``); each side keeps only those (and its key and event-time
+        columns) before the join, since a join keeps every column of its inputs in state.
         """
         accepted = (
             "[INNER] JOIN ... ON <left column> = <right column> [AND ...] [AND right.ts BETWEEN "
@@ -442,6 +449,8 @@ class Compiler:
                 on, f"time bounds that no pair meets ({lower} ms > {upper} ms)", "consistent bounds"
             )
         lkey, rkey = [k[0] for k in keys], [k[1] for k in keys]
+        left, ls = self._narrow(left, lkey, references)
+        right, rs = self._narrow(right, rkey, references)
         if len(keys) == 1 and lkey[0] == rkey[0]:
             key = lkey[0]
             ls_stream, rs_stream = (
@@ -473,6 +482,27 @@ class Compiler:
         )
         residual = and_all(rest)
         return (self.filter(rel, residual) if residual is not None else rel), and_all(after)
+
+    def _narrow(
+        self, rel: Relation, keys: list[str], references: tuple[set[tuple[str, str]], set[str]] | None
+    ) -> tuple[Relation, Side]:
+        """``rel`` (one side of a join) with only the columns the SELECT reads, its keys and time."""
+        side = rel.sides[0]
+        if references is None or side.columns is None:
+            return rel, side
+        qualified, bare = references
+        keep = [
+            c
+            for c in side.columns
+            if (side.name.lower(), c.lower()) in qualified
+            or c.lower() in bare
+            or c in keys
+            or (rel.time is not None and c.lower() == rel.time.lower())
+        ]
+        if len(keep) == len(side.columns):
+            return rel, side
+        side = replace(side, columns=tuple(keep))
+        return replace(rel, stream=rel.stream.select(*keep, name=self.step("columns")), sides=(side,)), side
 
     def _only_side(self, both: Relation, term: exp.Expr) -> int | None:
         """0 or 1 when every column of ``term`` is of that side of the join, else None."""
@@ -590,6 +620,26 @@ def _window_columns(rel: Relation, out: list[tuple[str, str]]) -> tuple[str, str
     if start.lower() in names and end.lower() in names:
         return names[start.lower()], names[end.lower()]
     return None
+
+
+def _join_references(sel: exp.Select) -> tuple[set[tuple[str, str]], set[str]] | None:
+    """The columns a SELECT with a JOIN reads: (qualifier, name) and unqualified names; None for ``*``."""
+    qualified: set[tuple[str, str]] = set()
+    bare: set[str] = set()
+    roots: list[exp.Expr] = list(sel.expressions)
+    for key in ("where", "group", "having"):
+        if sel.args.get(key) is not None:
+            roots.append(sel.args[key])
+    roots += [j.args["on"] for j in sel.args.get("joins") or [] if j.args.get("on") is not None]
+    for node in (n for root in roots for n in root.walk()):
+        if isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)):
+            return None
+        if isinstance(node, exp.Column):
+            if node.table:
+                qualified.add((node.table.lower(), node.name.lower()))
+            else:
+                bare.add(node.name.lower())
+    return qualified, bare
 
 
 def _referenced(sel: exp.Select) -> set[str] | None:

@@ -163,3 +163,12 @@ def test_a_query_result_registered_as_a_table_keeps_its_event_time(flow):
         wire.sql(flow, """SELECT COUNT(*) AS c, window_start, window_end
             FROM TABLE(TUMBLE(TABLE per_second, DESCRIPTOR(n), INTERVAL '1' MINUTE))
             GROUP BY window_start, window_end""")
+
+
+def test_join_sides_keep_only_the_columns_the_query_reads(flow):
+    """A join keeps its inputs' columns in state: each side is narrowed first (as q3 in Python selects)."""
+    wire.sql(flow, "SELECT x.k, y.w FROM a AS x JOIN b AS y ON x.v = y.v WHERE x.k <> 'z'", name="q")
+    narrowed = {n.upstream: n.columns for n in nodes(flow, "q_columns") if isinstance(n, SelectNode)}
+    assert sorted(narrowed.values()) == [("t", "k", "v"), ("t", "v", "w")]  # + the event time column
+    wire.sql(flow, "SELECT * FROM a AS x JOIN b AS y ON x.v = y.v", name="star")
+    assert not [n for n in nodes(flow, "star_columns")]  # '*' reads everything
