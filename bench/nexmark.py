@@ -33,7 +33,11 @@ Measured per query and engine, from ``StreamingQuery.recentProgress``:
 * wall time from start to the end of the query;
 * output rows of each engine (a sanity check: "MISMATCH" is printed when they differ).
 
-Usage: .venv/bin/python bench/nexmark.py [--events N] [--epoch-size N] [--queries q0,q5]
+With ``--sql`` each query also runs written in SQL (``wire.streaming_sql.nexmark``, compiled by
+``wire.sql`` onto the same operators), measured as Wire's run above, and a second table
+compares it with the Python API's run (events/s ratio, epochs, memory, wall time, rows).
+
+Usage: .venv/bin/python bench/nexmark.py [--events N] [--epoch-size N] [--queries q0,q5] [--sql]
        [--out bench/results/nexmark.md]
 """
 
@@ -68,6 +72,7 @@ from windows_bench import pct
 import wire
 from wire.examples import nexmark_queries
 from wire.examples.nexmark_source import SCHEMA, generate
+from wire.streaming_sql import nexmark as sql_nexmark
 
 OUT = Path("out/bench_nexmark")
 RATE = 10_000
@@ -314,11 +319,14 @@ def count_rows(d: Path) -> int:
     return ds.dataset(str(d), format="parquet").count_rows()
 
 
-def run_wire(spark: SparkSession, query: str, n: int, epoch: int, src: Path | None = None) -> Result:
+def run_wire(spark: SparkSession, query: str, n: int, epoch: int, src: Path | None = None,
+             *, sql: bool = False) -> Result:
     """Wire's run of ``query``: over the Parquet files in ``src`` (the plain engine's input, without
     its end marker: Wire's bounded file source ends with a maximal watermark), or, when ``src`` is
-    None, over its generator source (the events made inside the source tasks)."""
-    out = OUT / f"wire_{query}"
+    None, over its generator source (the events made inside the source tasks). ``sql``: the query
+    written in SQL (``wire.streaming_sql.nexmark``) instead of the Python API
+    (``wire.examples.nexmark_queries``)."""
+    out = OUT / f"wire_{'sql_' if sql else ''}{query}"
     shutil.rmtree(out, ignore_errors=True)
     r = Result()
     settle(spark)
@@ -326,7 +334,8 @@ def run_wire(spark: SparkSession, query: str, n: int, epoch: int, src: Path | No
     with PeakRss() as mem:
         try:
             files = None if src is None else wire.sources.files(str(src / "part-*.parquet"), format="parquet")
-            flow = nexmark_queries.build(
+            builder = sql_nexmark.build if sql else nexmark_queries.build
+            flow = builder(
                 query, wire.sinks.parquet(out / "out"), events=n, first_event_rate=RATE,
                 out_of_order_ms=DISORDER_MS, max_delay="5s", max_events_per_epoch=epoch, connector=files)
             running = flow.start(checkpoint=str(out / "ck"), spark=spark)
@@ -457,7 +466,23 @@ How each figure is measured (both engines in the same SparkSession, `{master}`, 
 """
 
 
-def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]], notes: list[str]) -> None:
+def sql_row(query: str, q: Result, w: Result) -> list[str]:
+    """One row of the SQL table: the SQL version's figures and their ratio to the Python API's."""
+    ratio = q.rate / w.rate if w.rate > 0 else float("nan")
+    rows = " / ".join("error" if r.error else f"{r.output_rows:,}" for r in (q, w))
+    if not (q.error or w.error) and q.output_rows != w.output_rows:
+        rows += " MISMATCH"
+    return [query, fmt_rate(q.rate), fmt_rate(w.rate), "n/a" if ratio != ratio else f"{ratio:.2f}x",
+            f"{fmt_int(q.p(50))} / {fmt_int(q.p(99))}", f"{q.peak_mb:,.0f} / {w.peak_mb:,.0f}",
+            f"{q.wall_s:.1f} / {w.wall_s:.1f}", rows]
+
+
+SQL_HEADER = ["query", "Wire SQL events/s", "Wire Python API events/s", "SQL/Python", "SQL p50/p99 epoch ms",
+              "peak memory MB SQL / Python", "wall s SQL / Python", "output rows SQL / Python"]
+
+
+def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]], notes: list[str],
+                   sql_lines: list[list[str]] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     cmd = shlex.join([".venv/bin/python", *sys.argv])
     md = ["# Nexmark: Wire vs plain PySpark Structured Streaming", "",
@@ -467,6 +492,12 @@ def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]],
           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     md += ["| " + " | ".join(cells) + " |" for cells in lines]
     md += ["", LEGEND.format(master=MASTER, cores=CORES)]
+    if sql_lines:
+        md += ["## The same queries in SQL (`--sql`: `wire.streaming_sql.nexmark`, by `wire.sql`)", "",
+               "Measured as Wire's figures above, same input; SQL/Python above 1x: SQL is faster.",
+               "", "| " + " | ".join(SQL_HEADER) + " |", "|" + "---|" * len(SQL_HEADER)]
+        md += ["| " + " | ".join(cells) + " |" for cells in sql_lines]
+        md += [""]
     if notes:
         md += ["Notes:", "", *[f"- {n}" for n in notes], ""]
     path.write_text("\n".join(md))
@@ -478,6 +509,9 @@ def main() -> None:
     p.add_argument("--epoch-size", type=int, default=500_000)
     p.add_argument("--queries", default=",".join(ORDER))
     p.add_argument("--out", type=Path, default=Path("bench/results/nexmark.md"))
+    p.add_argument("--sql", action="store_true",
+                   help="also run each query written in SQL (wire.streaming_sql.nexmark) and report its cost "
+                        "against the same query in Wire's Python API")
     p.add_argument("--wire-source", choices=["files", "generator"], default="files",
                    help="files: Wire reads the same Parquet files as plain PySpark (default); "
                         "generator: Wire generates the events in its source tasks")
@@ -501,6 +535,7 @@ def main() -> None:
         ["query", "wire ev/s", "plain ev/s", "ratio", "wire/core", "flink/c", "wire p50/99",
          "plain p50/99", "peak MB w/p", "wall s w/p", "rows w/p"], widths, strict=True)), flush=True)
     lines: list[list[str]] = []
+    sql_lines: list[list[str]] = []
     notes: list[str] = []
     for query in args.queries.split(","):
         if query not in nexmark_queries.QUERIES:
@@ -528,7 +563,13 @@ def main() -> None:
             print(f"  MISMATCH: {query} output rows differ", flush=True)
             notes.append(f"{query}: MISMATCH, Wire wrote {w.output_rows:,} rows, "
                          f"plain PySpark {s.output_rows:,}")
-    write_markdown(args.out, args, lines, notes)
+        if args.sql:
+            q = run_wire(spark, query, n, epoch, src if args.wire_source == "files" else None, sql=True)
+            sql_lines.append(sql_row(query, q, w))
+            print("  SQL   " + " | ".join(sql_lines[-1][1:]), flush=True)
+            if q.error:
+                notes.append(f"{query}: Wire SQL failed: {q.error}")
+    write_markdown(args.out, args, lines, notes, sql_lines)
     print(f"total {time.perf_counter() - t0:.0f} s; wrote {args.out}")
 
 

@@ -14,13 +14,15 @@ one Spark Structured Streaming query with one checkpoint. Public names::
     wire.sources                                 # files, kafka, redis_stream, http_ingest
     wire.sinks                                   # parquet, jsonl, delta, postgres, kafka, ...
     wire.testing                                 # TestStream, MemorySink: the test harness
+    wire.sql(flow, query, **tables), sql_late    # streaming SQL over registered streams
     wire.WireError and its subclasses            # errors (all in wire.errors)
 
 Example (run by the test suite): every error Wire raises on purpose is a ``WireError``.
 
 >>> import wire
->>> [name for name in wire.__all__ if name.endswith("Error")]
-['CheckpointError', 'ConfigError', 'MissingExtraError', 'PlanError', 'ProcessFunctionError', 'WireError']
+>>> [name for name in wire.__all__ if name.endswith("Error")]  # doctest: +NORMALIZE_WHITESPACE
+['CheckpointError', 'ConfigError', 'MissingExtraError', 'PlanError', 'ProcessFunctionError',
+ 'SqlError', 'WireError']
 >>> wire.Flow("bad id!")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
     ...
@@ -50,6 +52,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.errors import MissingExtraError as MissingExtraError
     from wire.errors import PlanError as PlanError
     from wire.errors import ProcessFunctionError as ProcessFunctionError
+    from wire.errors import SqlError as SqlError
     from wire.errors import WireError as WireError
     from wire.runtime.runner import RunningFlow as RunningFlow
     from wire.runtime.runner import RunSummary as RunSummary
@@ -69,6 +72,8 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.state.keyed_state import list_state as list_state
     from wire.state.keyed_state import map_state as map_state
     from wire.state.keyed_state import value_state as value_state
+    from wire.streaming_sql import sql as sql
+    from wire.streaming_sql import sql_late as sql_late
 
     spark = spark_session
 
@@ -80,9 +85,10 @@ _LAZY: LazyTable = {
     **{n: ("wire.core.windowing", n) for n in ("BoundedOutOfOrderness", "Session", "Sliding", "Tumbling")},
     **{n: ("wire.errors", n)
        for n in ("CheckpointError", "ConfigError", "FlowFailed", "MissingExtraError", "PlanError",
-                 "ProcessFunctionError", "WireError")},
+                 "ProcessFunctionError", "SqlError", "WireError")},
     **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},
     "spark": ("wire.runtime.session", "spark_session"),
+    **{n: ("wire.streaming_sql", n) for n in ("sql", "sql_late")},
     **{n: ("wire.state.aggregations", n)
        for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum",
                  "max_by", "min_by", "top_k")},

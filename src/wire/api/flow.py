@@ -74,6 +74,7 @@ class Flow:
             )
         self.flow_id = flow_id
         self._nodes: list[Node] = []
+        self._tables: dict[str, Stream] = {}
 
     # -- building -------------------------------------------------------------------------
     def _add(self, node: Node) -> None:
@@ -197,6 +198,39 @@ class Flow:
         self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch,
                              target_ms))
         return Stream(self, PortRef(step, OUT))
+
+    def table(self, name: str, stream: Stream) -> Stream:
+        """Register ``stream`` as the table ``name`` for SQL queries (:func:`wire.sql`).
+
+        A query's ``FROM name`` reads the stream: its columns, its event time (the
+        source's ``event_time`` column) and its watermark (the source's policy). Names
+        are case-insensitive, as SQL identifiers. Registering records no plan node.
+
+        Returns
+        -------
+        Stream
+            ``stream`` itself, so ``bids = flow.table("bids", events.filter(...))`` reads well.
+
+        Raises
+        ------
+        ConfigError
+            If ``name`` is not an identifier (letters, digits, ``_``, starting with a
+            letter or ``_``), is registered already, or ``stream`` is not a stream of
+            this flow.
+        """
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise ConfigError("name", name, "a SQL identifier: letters, digits and '_', not starting "
+                              "with a digit")
+        if name.lower() in self._tables:
+            raise ConfigError("name", name, f"a name not registered yet (registered: {sorted(self._tables)})")
+        if not isinstance(stream, Stream) or stream.flow is not self:
+            raise ConfigError("stream", stream, "a stream of this flow")
+        self._tables[name.lower()] = stream
+        return stream
+
+    def tables(self) -> Mapping[str, Stream]:
+        """The tables registered with :meth:`table`, by lower-case name (a copy)."""
+        return dict(self._tables)
 
     def dead_letters(self) -> Stream:
         """The flow's dead-letter output: every malformed record of every step.

@@ -1,0 +1,662 @@
+"""The SQL compiler: a sqlglot syntax tree onto Wire's stream API (see :func:`wire.streaming_sql.sql`).
+
+Each ``SELECT`` becomes stream operators: ``FROM`` a registered table (its stream), a
+subquery, a window table-valued function or a ``JOIN``; ``WHERE`` a ``filter``; the
+select list a ``select``; ``GROUP BY`` over a window TVF a ``window(...).aggregate(...)``
+(:mod:`wire.streaming_sql.grouping`); ``ROW_NUMBER() ... <= k`` a ``top_k`` window;
+``UNION ALL`` a ``union``. Everything is checked while the plan is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from sqlglot import exp
+
+import wire
+from wire.core.time import INT64_MAX, INT64_MIN
+from wire.streaming_sql.exprs import and_all, check_expression, conjuncts, interval_ms, resolve, to_spark
+from wire.streaming_sql.parse import DIALECT, fail
+from wire.streaming_sql.relation import (
+    RESERVED_PREFIX,
+    RIGHT_PREFIX,
+    Relation,
+    Side,
+    Window,
+    event_time_column,
+    known_columns,
+)
+
+Emit = Literal["final", "update"]
+"""The windows' emission (as ``Stream.window(emit=...)``)."""
+
+SELECT_ACCEPTED = (
+    "SELECT <expressions> FROM <table | subquery | TABLE(TUMBLE/HOP/SESSION(...)) | a JOIN b ON ...> "
+    "[WHERE ...] [GROUP BY window_start, window_end, ...] [HAVING ...], combined with UNION ALL"
+)
+
+
+@dataclass
+class Options:
+    """The options of one :func:`wire.sql` call, in ms and Wire's terms."""
+
+    allowed_lateness_ms: int
+    emit: Emit
+    name: str | None
+
+
+class Compiler:
+    """Compiles one query of one flow; ``steps`` counts the steps it named."""
+
+    def __init__(self, flow: wire.Flow, query: str, tables: dict[str, wire.Stream], options: Options) -> None:
+        self.flow = flow
+        self.query = query
+        self.tables = tables
+        self.options = options
+        self.steps = 0
+
+    # -- helpers ------------------------------------------------------------------------
+    def step(self, kind: str) -> str | None:
+        """The step id of the next operator: ``<name>_<kind><n>`` with ``name=``, else Wire's default."""
+        if self.options.name is None:
+            return None
+        self.steps += 1
+        return f"{self.options.name}_{kind}{self.steps}"
+
+    def fail(
+        self, node: exp.Expr | None, problem: str, accepted: str, *, keyword: str | None = None
+    ) -> Exception:
+        """A SqlError at ``node`` (or at ``keyword`` in its SELECT)."""
+        return fail(self.query, node, problem, accepted, keyword=keyword)
+
+    # -- queries --------------------------------------------------------------------------
+    def query_rel(self, node: exp.Expr) -> Relation:
+        """Compile a query: a SELECT, a UNION ALL of queries, or a parenthesized query."""
+        if isinstance(node, exp.Subquery):
+            return self.query_rel(node.this)
+        if isinstance(node, exp.Union):
+            if node.args.get("distinct"):
+                raise self.fail(
+                    node.right,
+                    "UNION (distinct)",
+                    "UNION ALL (a distinct union needs unbounded state)",
+                    keyword="UNION",
+                )
+            left, right = self.query_rel(node.left), self.query_rel(node.right)
+            if (
+                left.columns is not None
+                and right.columns is not None
+                and len(left.columns) != len(right.columns)
+            ):
+                raise self.fail(
+                    node,
+                    f"UNION ALL of {len(left.columns)} and {len(right.columns)} columns",
+                    "queries with the same number of columns",
+                )
+            right_stream = right.stream
+            if left.columns is not None and right.columns is not None and left.columns != right.columns:
+                right_stream = right.stream.select(
+                    *[(lc, f"`{rc}`") for lc, rc in zip(left.columns, right.columns, strict=True)],
+                    name=self.step("union_select"),
+                )
+            stream = left.stream.union(right_stream, name=self.step("union"))
+            time = left.time if left.time == right.time else None
+            return Relation(
+                stream, (Side("", left.columns),), time, late_steps=left.late_steps + right.late_steps
+            )
+        if isinstance(node, exp.Select):
+            return self.select(node)
+        if isinstance(node, exp.Intersect | exp.Except):
+            raise self.fail(node, f"{type(node).__name__.upper()}", "UNION ALL")
+        raise self.fail(node, f"{node.key.upper()} statement", "a SELECT query (SELECT ... FROM ...)")
+
+    def select(self, sel: exp.Select) -> Relation:
+        """Compile one SELECT."""
+        from wire.streaming_sql.grouping import aggregate, is_top_n, top_n
+
+        allowed = {"expressions", "from_", "from", "where", "group", "having", "joins"}
+        for key, value in sel.args.items():
+            if value in (None, [], False) or key in allowed:
+                continue
+            node = value if isinstance(value, exp.Expr) else None
+            label = {
+                "distinct": "SELECT DISTINCT",
+                "order": "ORDER BY",
+                "limit": "LIMIT",
+                "with_": "WITH",
+                "qualify": "QUALIFY",
+                "laterals": "LATERAL VIEW",
+                "offset": "OFFSET",
+            }.get(key, key.upper())
+            raise self.fail(
+                node or sel,
+                f"{label} is not supported",
+                SELECT_ACCEPTED,
+                keyword=label.split()[-1] if key == "distinct" else label,
+            )
+        source = sel.args.get("from_") or sel.args.get("from")
+        if source is None:
+            raise self.fail(sel, "SELECT without FROM", SELECT_ACCEPTED)
+        if is_top_n(source.this):
+            rel, where = top_n(self, source.this, sel.args.get("where"), _referenced(sel))
+        else:
+            rel = self.from_item(source.this)
+            joins = sel.args.get("joins") or []
+            if len(joins) > 1:
+                raise self.fail(
+                    joins[1],
+                    "more than one JOIN in one SELECT",
+                    "one JOIN per SELECT; join the result of a subquery for more",
+                )
+            where = sel.args.get("where")
+            where = where.this if where is not None else None
+            if joins:
+                rel, where = self.join(rel, joins[0], where, _join_references(sel))
+        group = sel.args.get("group")
+        if group is not None or _has_aggregate(sel):
+            if where is not None:
+                rel = self.filter(rel, where)
+            return aggregate(self, rel, sel, group)
+        if rel.window is not None:
+            raise self.fail(
+                source.this,
+                "a window table-valued function without GROUP BY or ROW_NUMBER",
+                "GROUP BY window_start, window_end[, columns] over TUMBLE/HOP/SESSION, or a window "
+                "top-N (ROW_NUMBER() OVER (PARTITION BY window_start, window_end ...) <= k)",
+            )
+        if sel.args.get("having") is not None:
+            raise self.fail(sel.args["having"], "HAVING without GROUP BY", "HAVING after a windowed GROUP BY")
+        if where is not None:
+            rel = self.filter(rel, where)
+        return self.project(rel, sel.expressions)
+
+    def filter(self, rel: Relation, where: exp.Expr) -> Relation:
+        """``WHERE``: a filter step."""
+        predicate = to_spark(self.query, rel, where)
+        return replace(rel, stream=rel.stream.filter(predicate, name=self.step("where")))
+
+    def project(
+        self,
+        rel: Relation,
+        items: list[exp.Expr],
+        replace_fn: Callable[[exp.Expr], exp.Expr | None] | None = None,
+        *,
+        time_text: str | None = None,
+    ) -> Relation:
+        """The select list: a select step (none for a bare ``*`` over one table).
+
+        ``replace_fn`` substitutes sub-expressions (aggregates, ranked fields) before
+        columns are resolved; ``time_text``: the expression whose column is the rows'
+        event time (default: ``rel``'s time column).
+        """
+        if time_text is None and _time_physical(rel) is not None:
+            time_text = f"`{_time_physical(rel)}`"
+        if (
+            len(items) == 1
+            and replace_fn is None
+            and isinstance(items[0], exp.Star)
+            and len(rel.sides) == 1
+            and not rel.sides[0].prefix
+        ):
+            return replace(rel, sides=(Side("", rel.sides[0].columns),))
+        out: list[tuple[str, str]] = []
+        time = None
+        for item in items:
+            if isinstance(item, exp.Star) or (
+                isinstance(item, exp.Column) and isinstance(item.this, exp.Star)
+            ):
+                qual = item.table if isinstance(item, exp.Column) else ""
+                sides = [s for s in rel.sides if not qual or s.name.lower() == qual.lower()]
+                if not sides:
+                    raise self.fail(
+                        item, f"unknown table or alias {qual!r}", f"{[s.name for s in rel.sides]}"
+                    )
+                for s in sides:
+                    if s.columns is None:
+                        raise self.fail(
+                            item,
+                            f"'*' over {repr(s.name) if s.name else 'a table'} whose columns are not known "
+                            "when the flow is built",
+                            "named columns, or a source whose schema is given",
+                        )
+                    for c in s.columns:
+                        if s.prefix and s.key is not None and c.lower() == s.key.lower():
+                            continue  # the join key, already listed with the left side
+                        out.append((c, f"`{s.physical(c)}`"))
+                        if rel.time is not None and c.lower() == rel.time.lower():
+                            time = c
+                continue
+            name = item.alias_or_name if isinstance(item, exp.Alias | exp.Column) else None
+            if not name:
+                raise self.fail(
+                    item,
+                    f"the expression {item.sql(DIALECT)} has no name",
+                    "a name for each computed column: <expression> AS <name>",
+                )
+            expr = item.this if isinstance(item, exp.Alias) else item
+            text = to_spark(self.query, rel, expr, replace_fn)
+            out.append((name, text))
+            if isinstance(expr, exp.Column) and text == time_text:
+                time = name
+        names = [n.lower() for n, _ in out]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise self.fail(
+                items[0],
+                f"the column names {dups} appear more than once in the result",
+                "distinct names: rename with AS",
+            )
+        if any(n.startswith(RESERVED_PREFIX) for n in names):
+            raise self.fail(
+                items[0],
+                f"a result column name starting with {RESERVED_PREFIX!r}",
+                "other names (the prefix is the compiler's)",
+            )
+        columns = [n if e == f"`{n}`" and "." not in n else (n, e) for n, e in out]  # names stay names
+        stream = rel.stream.select(*columns, name=self.step("select"))
+        return Relation(
+            stream,
+            (Side("", tuple(n for n, _ in out)),),
+            time,
+            late_steps=rel.late_steps,
+            aggregated=rel.aggregated,
+            window_columns=_window_columns(rel, out),
+        )
+
+    # -- FROM -------------------------------------------------------------------------------
+    def from_item(self, node: exp.Expr) -> Relation:
+        """A table, subquery or window TVF of ``FROM`` / ``JOIN``."""
+        alias = node.alias if isinstance(node, exp.Table | exp.Subquery) else ""
+        if isinstance(node, exp.Subquery):
+            rel = self.query_rel(node.this)
+            return self.alias(rel, alias)
+        if isinstance(node, exp.Table):
+            inner = node.this
+            if (
+                isinstance(inner, exp.Anonymous)
+                and inner.name.upper() == "TABLE"
+                and len(inner.expressions) == 1
+            ):
+                inner = inner.expressions[0]
+            if isinstance(inner, exp.Anonymous | exp.Func) and not isinstance(inner, exp.Identifier):
+                return self.alias(self.window_tvf(inner), alias)
+            if isinstance(inner, exp.Identifier):
+                if node.args.get("db") or node.args.get("catalog"):
+                    raise self.fail(
+                        node,
+                        f"a qualified table name {node.sql(DIALECT)}",
+                        "a table registered by name (flow.table(name, stream) or name=stream)",
+                    )
+                return self.table(node, inner.name, alias or inner.name)
+        raise self.fail(node, f"{node.sql(DIALECT)} in FROM", SELECT_ACCEPTED)
+
+    def table(self, node: exp.Expr, name: str, alias: str) -> Relation:
+        """A registered table: its stream, known columns and event-time column."""
+        stream = self.tables.get(name.lower())
+        if stream is None:
+            raise self.fail(
+                node,
+                f"unknown table {name!r}",
+                f"the tables registered with flow.table(...) or passed as keywords: {sorted(self.tables)}",
+            )
+        return Relation(stream, (Side(alias, known_columns(stream)),), event_time_column(stream))
+
+    def alias(self, rel: Relation, alias: str) -> Relation:
+        """``rel`` under the qualifier ``alias`` (a one-side relation)."""
+        if len(rel.sides) != 1:
+            return rel
+        return replace(rel, sides=(replace(rel.sides[0], name=alias or rel.sides[0].name),))
+
+    def window_tvf(self, call: exp.Expr) -> Relation:
+        """``TUMBLE(TABLE t, DESCRIPTOR(ts), size)``, ``HOP(..., slide, size)``, ``SESSION(..., gap)``."""
+        fn = call.name.upper() if isinstance(call, exp.Anonymous) else type(call).__name__.upper()
+        args = list(call.expressions) if isinstance(call, exp.Anonymous) else list(call.args.values())
+        accepted = (
+            "TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size)), TABLE(HOP(TABLE t, DESCRIPTOR(ts), slide, size)), "
+            "TABLE(SESSION(TABLE t, DESCRIPTOR(ts), gap)); sizes as INTERVAL '10' SECOND"
+        )
+        arity = {"TUMBLE": 3, "HOP": 4, "SESSION": 3}
+        if fn not in arity:
+            raise self.fail(call, f"table function {fn}", accepted)
+        if len(args) != arity[fn]:
+            raise self.fail(call, f"{fn} with {len(args)} arguments (an offset is not supported)", accepted)
+        table_arg, descriptor = args[0], args[1]
+        if isinstance(table_arg, exp.Column) and not table_arg.table:
+            rel = self.table(table_arg, table_arg.name, table_arg.name)
+        elif isinstance(table_arg, exp.Subquery):
+            rel = self.alias(self.query_rel(table_arg.this), "")
+        else:
+            raise self.fail(table_arg, f"{table_arg.sql(DIALECT)} as the table of {fn}", accepted)
+        if rel.window is not None:
+            raise self.fail(table_arg, "a window TVF over a window TVF", "aggregate the inner one first")
+        if not (
+            isinstance(descriptor, exp.Anonymous)
+            and descriptor.name.upper() == "DESCRIPTOR"
+            and len(descriptor.expressions) == 1
+            and isinstance(descriptor.expressions[0], exp.Column)
+        ):
+            raise self.fail(
+                descriptor,
+                f"{descriptor.sql(DIALECT)} as the time column of {fn}",
+                "DESCRIPTOR(<event-time column>)",
+            )
+        ts = descriptor.expressions[0]
+        if rel.time is None or ts.name.lower() != rel.time.lower():
+            raise self.fail(
+                ts,
+                f"DESCRIPTOR({ts.name}): windows are over the rows' event time, which "
+                + (f"is the column {rel.time!r}" if rel.time else "is no column of this table"),
+                "DESCRIPTOR(<the source's event_time column>; window_start after a windowed "
+                "GROUP BY; event_time after a JOIN)",
+            )
+        sizes = [interval_ms(self.query, a) for a in args[2:]]
+        for a, ms in zip(args[2:], sizes, strict=True):
+            if ms <= 0:
+                raise self.fail(a, f"a window length of {ms} ms", "a positive INTERVAL")
+        window: Window
+        if fn == "TUMBLE":
+            window = Window(wire.Tumbling(sizes[0]), sizes[0])
+        elif fn == "HOP":
+            slide, size = sizes
+            if size % slide:
+                raise self.fail(
+                    args[3],
+                    f"HOP size {size} ms not a multiple of slide {slide} ms",
+                    "a size that is a multiple of the slide",
+                )
+            window = Window(wire.Sliding(size, slide), slide)
+        else:
+            window = Window(wire.Session(sizes[0]), None)
+        side = rel.sides[0]
+        columns = None if side.columns is None else (*side.columns, "window_start", "window_end")
+        return replace(rel, window=window, sides=(Side(side.name, columns),))
+
+    # -- JOIN --------------------------------------------------------------------------------
+    def join(
+        self,
+        left: Relation,
+        join: exp.Join,
+        where: exp.Expr | None,
+        references: tuple[set[tuple[str, str]], set[str]] | None = None,
+    ) -> tuple[Relation, exp.Expr | None]:
+        """``a JOIN b ON a.k = b.k [AND time bounds] [AND ...]``: an interval or regular join.
+
+        The terms of ``where`` (the SELECT's WHERE) that read one side only filter that
+        side before the join (less state); the other terms are returned, to filter after.
+        ``references``: the (qualifier, column) and unqualified column names the SELECT
+        reads (None: all, a ``*``); each side keeps only those (and its key and event-time
+        columns) before the join, since a join keeps every column of its inputs in state.
+        """
+        accepted = (
+            "[INNER] JOIN ... ON <left column> = <right column> [AND ...] [AND right.ts BETWEEN "
+            "left.ts - INTERVAL ... AND left.ts + INTERVAL ...]"
+        )
+        if join.side or join.kind not in ("", "INNER"):
+            raise self.fail(
+                join.this,
+                f"{(join.side + ' ' + join.kind).strip()} JOIN",
+                accepted + " (inner joins only)",
+                keyword=join.side or join.kind,
+            )
+        if join.args.get("using"):
+            raise self.fail(join, "JOIN ... USING", accepted)
+        on = join.args.get("on")
+        if on is None:
+            raise self.fail(join, "a JOIN without ON", accepted)
+        right = self.from_item(join.this)
+        for rel, what in ((left, "left"), (right, "right")):
+            if len(rel.sides) != 1 or rel.window is not None:
+                raise self.fail(
+                    join,
+                    f"the {what} side of a JOIN is a join or a window TVF",
+                    "tables or subqueries on both sides",
+                )
+        ls, rs = left.sides[0], right.sides[0]
+        if ls.name.lower() == rs.name.lower():
+            raise self.fail(
+                join.this, f"both sides of the JOIN are named {ls.name!r}", "an alias for one side"
+            )
+        both = Relation(left.stream, (ls, rs), None)
+        after: list[exp.Expr] = []
+        for term in conjuncts(where):
+            side = self._only_side(both, term)
+            if side == 0:
+                left = self.filter(left, term)
+            elif side == 1:
+                right = self.filter(right, term)
+            else:
+                after.append(term)
+        keys: list[tuple[str, str]] = []
+        lower, upper = INT64_MIN, INT64_MAX
+        rest: list[exp.Expr] = []
+        for term in conjuncts(on):
+            check_expression(self.query, term)
+            bounds = self._time_bounds(both, left.time, right.time, term)
+            if bounds is not None:
+                lower, upper = max(lower, bounds[0]), min(upper, bounds[1])
+                continue
+            pair = self._key_pair(both, term)
+            if pair is not None:
+                keys.append(pair)
+                continue
+            rest.append(term)
+        if not keys:
+            raise self.fail(on, "no equality between a column of each side in ON (the join key)", accepted)
+        if lower > upper:
+            raise self.fail(
+                on, f"time bounds that no pair meets ({lower} ms > {upper} ms)", "consistent bounds"
+            )
+        lkey, rkey = [k[0] for k in keys], [k[1] for k in keys]
+        left, ls = self._narrow(left, lkey, references)
+        right, rs = self._narrow(right, rkey, references)
+        if len(keys) == 1 and lkey[0] == rkey[0]:
+            key = lkey[0]
+            ls_stream, rs_stream = (
+                left.stream.key_by(key, name=self.step("key")),
+                right.stream.key_by(key, name=self.step("key")),
+            )
+        else:
+            key = RESERVED_PREFIX + "key"
+            ls_stream = left.stream.map(**{key: _composite(lkey)}, name=self.step("key")).key_by(
+                key, name=self.step("key")
+            )
+            rs_stream = right.stream.map(**{key: _composite(rkey)}, name=self.step("key")).key_by(
+                key, name=self.step("key")
+            )
+        joined = ls_stream.interval_join(
+            rs_stream,
+            lower=lower,
+            upper=upper,
+            right_prefix=RIGHT_PREFIX,
+            allowed_lateness=self.options.allowed_lateness_ms,
+            name=self.step("join"),
+        )
+        rel = Relation(
+            joined,
+            (replace(ls, key=key), replace(rs, prefix=RIGHT_PREFIX, key=key)),
+            "event_time",
+            pseudo={"event_time": "event_time"},
+            late_steps=left.late_steps + right.late_steps + (joined.ref.step,),
+        )
+        residual = and_all(rest)
+        return (self.filter(rel, residual) if residual is not None else rel), and_all(after)
+
+    def _narrow(
+        self, rel: Relation, keys: list[str], references: tuple[set[tuple[str, str]], set[str]] | None
+    ) -> tuple[Relation, Side]:
+        """``rel`` (one side of a join) with only the columns the SELECT reads, its keys and time."""
+        side = rel.sides[0]
+        if references is None or side.columns is None:
+            return rel, side
+        qualified, bare = references
+        keep = [
+            c
+            for c in side.columns
+            if (side.name.lower(), c.lower()) in qualified
+            or c.lower() in bare
+            or c in keys
+            or (rel.time is not None and c.lower() == rel.time.lower())
+        ]
+        if len(keep) == len(side.columns):
+            return rel, side
+        side = replace(side, columns=tuple(keep))
+        return replace(rel, stream=rel.stream.select(*keep, name=self.step("columns")), sides=(side,)), side
+
+    def _only_side(self, both: Relation, term: exp.Expr) -> int | None:
+        """0 or 1 when every column of ``term`` is of that side of the join, else None."""
+        sides: set[int] = set()
+        for col in term.find_all(exp.Column):
+            if isinstance(col.this, exp.Star):
+                return None
+            found = self._side_of(both, col) if (col.table or both.columns is not None) else None
+            if found is None:
+                return None
+            sides.add(found[0])
+        return sides.pop() if len(sides) == 1 else None
+
+    def _key_pair(self, both: Relation, term: exp.Expr) -> tuple[str, str] | None:
+        if not (
+            isinstance(term, exp.EQ)
+            and isinstance(term.this, exp.Column)
+            and isinstance(term.expression, exp.Column)
+        ):
+            return None
+        a, b = self._side_of(both, term.this), self._side_of(both, term.expression)
+        if a is None or b is None or a[0] == b[0]:
+            return None
+        if a[0] == 1:
+            a, b = b, a
+        return a[1], b[1]
+
+    def _side_of(self, both: Relation, col: exp.Column) -> tuple[int, str] | None:
+        """(0 left / 1 right, the column's physical name on its own side) of a column of ``both``."""
+        phys = resolve(self.query, both, col)
+        for i, s in enumerate(both.sides):
+            if col.table and s.name.lower() == col.table.lower():
+                return i, s.real_name(col.name) or col.name
+        for i, s in enumerate(both.sides):
+            if s.real_name(col.name) is not None and s.physical(col.name) == phys:
+                return i, s.real_name(col.name) or col.name
+        return None
+
+    def _time_bounds(
+        self, both: Relation, lt: str | None, rt: str | None, term: exp.Expr
+    ) -> tuple[int, int] | None:
+        """``(lower, upper)`` of ``right.t - left.t`` that ``term`` states, or None if it states none."""
+        if lt is None or rt is None:
+            return None
+        if isinstance(term, exp.Between):
+            lo = self._time_bounds(
+                both, lt, rt, exp.GTE(this=term.this.copy(), expression=term.args["low"].copy())
+            )
+            hi = self._time_bounds(
+                both, lt, rt, exp.LTE(this=term.this.copy(), expression=term.args["high"].copy())
+            )
+            if lo is None or hi is None:
+                return None
+            return max(lo[0], hi[0]), min(lo[1], hi[1])
+        ops: dict[type[exp.Expr], str] = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+        op = ops.get(type(term))
+        if op is None:
+            return None
+        a, b = self._time_term(both, lt, rt, term.this), self._time_term(both, lt, rt, term.expression)
+        if a is None or b is None or a[0] == b[0]:
+            return None
+        # a.side.t + a.c  op  b.side.t + b.c   ->   right.t - left.t  op'  c
+        if a[0] == 1:  # right.t + ca op left.t + cb  ->  r - l op cb - ca
+            c, rel_op = b[1] - a[1], op
+        else:  # left.t + ca op right.t + cb  ->  r - l  flip(op)  ca - cb
+            c, rel_op = a[1] - b[1], {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}[op]
+        if rel_op == "=":
+            return c, c
+        if rel_op == ">=":
+            return c, INT64_MAX
+        if rel_op == ">":
+            return c + 1, INT64_MAX
+        if rel_op == "<=":
+            return INT64_MIN, c
+        return INT64_MIN, c - 1
+
+    def _time_term(self, both: Relation, lt: str, rt: str, node: exp.Expr) -> tuple[int, int] | None:
+        """``(side, offset ms)`` of ``side.t [+|- INTERVAL]``, if ``node`` is one."""
+        node = node.unnest() if isinstance(node, exp.Paren) else node
+        offset = 0
+        if isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
+            offset = interval_ms(self.query, node.expression) * (1 if isinstance(node, exp.Add) else -1)
+            node = node.this
+        if not isinstance(node, exp.Column):
+            return None
+        side = self._side_of(both, node)
+        if side is None:
+            return None
+        t = lt if side[0] == 0 else rt
+        return (side[0], offset) if side[1].lower() == t.lower() else None
+
+
+def _composite(columns: list[str]) -> str:
+    if len(columns) == 1:
+        return f"`{columns[0]}`"
+    return "to_json(named_struct(" + ", ".join(f"'k{i}', `{c}`" for i, c in enumerate(columns)) + "))"
+
+
+def _time_physical(rel: Relation) -> str | None:
+    if rel.time is None:
+        return None
+    if rel.time.lower() in rel.pseudo:
+        return rel.pseudo[rel.time.lower()]
+    for s in rel.sides:
+        if s.real_name(rel.time) is not None:
+            return s.physical(rel.time)
+    return rel.time
+
+
+def _window_columns(rel: Relation, out: list[tuple[str, str]]) -> tuple[str, str] | None:
+    if rel.window_columns is None:
+        return None
+    start, end = rel.window_columns
+    names = {e.strip("`").lower(): n for n, e in out}
+    if start.lower() in names and end.lower() in names:
+        return names[start.lower()], names[end.lower()]
+    return None
+
+
+def _join_references(sel: exp.Select) -> tuple[set[tuple[str, str]], set[str]] | None:
+    """The columns a SELECT with a JOIN reads: (qualifier, name) and unqualified names; None for ``*``."""
+    qualified: set[tuple[str, str]] = set()
+    bare: set[str] = set()
+    roots: list[exp.Expr] = list(sel.expressions)
+    for key in ("where", "group", "having"):
+        if sel.args.get(key) is not None:
+            roots.append(sel.args[key])
+    roots += [j.args["on"] for j in sel.args.get("joins") or [] if j.args.get("on") is not None]
+    for node in (n for root in roots for n in root.walk()):
+        if isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)):
+            return None
+        if isinstance(node, exp.Column):
+            if node.table:
+                qualified.add((node.table.lower(), node.name.lower()))
+            else:
+                bare.add(node.name.lower())
+    return qualified, bare
+
+
+def _referenced(sel: exp.Select) -> set[str] | None:
+    """The lower-case names of the columns ``sel`` reads (None: all, a ``*``)."""
+    names: set[str] = set()
+    roots = [*sel.expressions, *([sel.args["where"]] if sel.args.get("where") is not None else [])]
+    for n in (node for root in roots for node in root.walk()):
+        if isinstance(n, exp.Star) or (isinstance(n, exp.Column) and isinstance(n.this, exp.Star)):
+            return None
+        if isinstance(n, exp.Column):
+            names.add(n.name.lower())
+    return names
+
+
+def _has_aggregate(sel: exp.Select) -> bool:
+    return any(
+        isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Window) is None
+        for item in sel.expressions
+        for n in item.walk()
+    )
