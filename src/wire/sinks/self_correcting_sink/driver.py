@@ -36,7 +36,14 @@ from wire.sinks.self_correcting_sink.frontier import (
 )
 from wire.sinks.self_correcting_sink.parts import _InputStager, _PartTask, _run_parts
 from wire.sinks.self_correcting_sink.rows import shard_columns
-from wire.sinks.self_correcting_sink.tables import _DeltaTable, _PgTable
+from wire.sinks.self_correcting_sink.tables import (
+    DELTA_APP_ID,
+    DELTA_FRONTIER,
+    DELTA_MARK,
+    FRONTIER_TABLE,
+    _DeltaTable,
+    _PgTable,
+)
 from wire.sinks.self_correcting_sink.writer import EpochOutcome, SelfCorrectingWriter
 
 MODES = ("write", "read_only")
@@ -145,6 +152,73 @@ class SelfCorrectingSink(ExecutorSink):
             run.timer = threading.Thread(target=self._quiet_loop, args=(run,), daemon=True,
                                          name=f"wire {flow_id}/{sink_id} self-correcting repair")
             run.timer.start()
+
+    def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
+        """Starting over (``fresh=True``): move the table's frontier back to the start of input time.
+
+        Called on the driver before :meth:`open`, only when the flow starts over
+        (:meth:`wire.delivery.sink.Sink.supersede`). The table's frontier is where
+        the input its rows reflect ends; a new checkpoint reads its input from the
+        start, so without this its writer would stay behind that frontier (writing
+        nothing) until it had read as far as the old run. The frontier becomes the
+        empty one and the upper moves on by one (a writer of the old flow still
+        running fails its compare-and-set): the new run's first epoch is ahead, finds
+        that another writer appended, and compares every key, so the table is
+        corrected to the new flow's results (rows the new flow does not produce are
+        deleted). No row is touched here; a hand edit stays until that first epoch.
+        Idempotent in effect: a second call before the new run's first epoch leaves
+        the frontier empty. Replicas share the table: start every replica over, or
+        the old flow's replicas, ahead of the new run, keep writing their results.
+
+        Raises
+        ------
+        WireError
+            When the database cannot be reached or the change fails (nothing changed).
+        """
+        empty = Frontier().to_json()
+        try:
+            if self.backend == "postgres":
+                self._supersede_postgres(flow_id, sink_id, empty)
+            else:
+                self._supersede_delta(empty)
+        except WireError:
+            raise
+        except Exception as e:
+            raise WireError(f"{self.describe()}: cannot start over: {e}") from e
+        log.info("%s: frontier reset for a start over (checkpoint %s)", self.describe(), checkpoint_id)
+
+    def _supersede_postgres(self, flow_id: str, sink_id: str, empty: str) -> None:
+        from psycopg import sql
+
+        from wire.sinks.postgres_sink.target import _connect
+
+        app = f"wire {flow_id}/{sink_id} self-correcting start over"
+        with _connect(str(self.dsn), app) as conn, conn.transaction():
+            known = conn.execute("SELECT to_regclass(%s)",
+                                 (f'"{self.schema}"."{FRONTIER_TABLE}"',)).fetchone()
+            if known is None or known[0] is None:
+                return  # no table was ever written: nothing to move back
+            conn.execute(sql.SQL(
+                "UPDATE {} SET upper = upper + 1, frontier = %s, writer = %s, updated_at = now() "
+                "WHERE schema_name = %s AND table_name = %s"
+            ).format(sql.Identifier(self.schema, FRONTIER_TABLE)),
+                (empty, "start-over", self.schema, self.table))
+
+    def _supersede_delta(self, empty: str) -> None:
+        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+        path = str(self.path)
+        if not DeltaTable.is_deltatable(path):
+            return
+        dt = DeltaTable(path)
+        upper = int(dt.transaction_version(DELTA_APP_ID) or 0)
+        data = dt.schema().to_arrow()
+        empty_rows = pa.Table.from_batches([], schema=pa.schema(data))
+        # one commit that adds no rows: the next upper and the empty frontier in its commit info
+        write_deltalake(path, empty_rows, mode="append", commit_properties=CommitProperties(
+            max_commit_retries=0, app_transactions=[Transaction(DELTA_APP_ID, upper + 1)],
+            custom_metadata={DELTA_MARK: str(upper + 1), DELTA_FRONTIER: empty,
+                             "wire.sc.writer": "start-over"}))
 
     def close(self) -> None:
         """Driver, run end: stop the checks between epochs (waiting for a running one), disconnect."""

@@ -173,3 +173,56 @@ def test_a_late_replica_with_small_cuts_never_takes_the_table_back(backend, tmp_
     assert _as_dict(rows()) == oracle(files)
     a.sink.close()
     b.sink.close()
+
+
+class Changed:
+    """The sink as a changed flow drives it: key k0 filtered out, totals doubled."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+
+    def __getattr__(self, name):
+        return getattr(self.sink, name)
+
+    def write_epoch(self, epoch: int, table: pa.Table) -> None:
+        rows = [{**r, "total": 2 * r["total"]} for r in table.to_pylist() if r["k"] != "k0"]
+        self.sink.write_epoch(epoch, pa.Table.from_pylist(rows, schema=SCHEMA))
+
+
+def changed_oracle(records: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    want: dict[str, tuple[int, int]] = {}
+    for k, v in records:
+        n, total = want.get(k, (0, 0))
+        want[k] = (n + 1, total + v)
+    return {k: (n, 2 * t) for k, (n, t) in want.items() if k != "k0"}
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_flow_started_over_writes_from_its_first_epoch(backend, tmp_path, fresh):
+    """Start over (issue 26 item 2) on a self-correcting sink: the changed flow's new checkpoint
+    reads from the start of the input. With ``supersede`` (what ``fresh=True`` calls) its first
+    epoch corrects the table to its own result for what it read (the old flow's rows of k0
+    deleted, totals doubled); without it, the writer is behind the old run's frontier and writes
+    nothing until it has read as far."""
+    make, rows, _ = backend
+    files = [f"f{i}" for i in range(5)]
+    a = Replica(make(), tmp_path / "ck_a", budget=2)
+    a.to_end(files)
+    a.sink.close()
+    assert _as_dict(rows()) == oracle(files)
+    sink = make()
+    if fresh:
+        sink.supersede(flow_id="f", sink_id="sc", checkpoint_id="ck_b")
+        sink.supersede(flow_id="f", sink_id="sc", checkpoint_id="ck_b")  # a second call changes nothing
+    b = Replica(Changed(sink), tmp_path / "ck_b", budget=7)
+    first = b.run_epoch(files)  # f0 and three records of f1
+    admitted = FILES["f0"] + FILES["f1"][:3]
+    if fresh:
+        assert first == "written"
+        assert _as_dict(rows()) == changed_oracle(admitted)
+    else:
+        assert first == "behind"
+        assert _as_dict(rows()) == oracle(files)  # still the old flow's rows
+    b.to_end(files)
+    assert _as_dict(rows()) == changed_oracle([r for f in files for r in FILES[f]])
+    sink.close()
