@@ -94,8 +94,11 @@ def run_blocks(blocks: list[Block], workdir: Path) -> dict[str, str | None]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, str | None]:
-    return run_blocks(RUNNABLE, tmp_path_factory.mktemp("docs-blocks"))
+def results(request, tmp_path_factory) -> dict[str, str | None]:
+    """Run the blocks whose tests this session selected (``-k``), all in one subprocess."""
+    chosen = {item.callspec.params["block"].id for item in request.session.items
+              if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)}
+    return run_blocks([b for b in RUNNABLE if b.id in chosen], tmp_path_factory.mktemp("docs-blocks"))
 
 
 @pytest.mark.spark
