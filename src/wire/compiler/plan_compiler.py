@@ -79,6 +79,8 @@ class CompiledFlow:
     """Per source step, the payload columns its source produces (None: all of them)."""
     state_keys: dict[str, str] = field(default_factory=dict)
     """Per keyed stateful step (window, join, process), the key column its state rows carry."""
+    state_key_types: dict[str, str] = field(default_factory=dict)
+    """Per keyed stateful step, its key column's Spark SQL type (``xxhash64`` of it picks the key group)."""
 
 
 def chain_of(plan: Plan) -> list[Node]:
@@ -261,6 +263,7 @@ def _compile(
     done: dict[str, _Compiled] = {}
     taken: set[str] = set()
     state_keys: dict[str, str] = {}
+    key_types: dict[str, str] = {}
 
     def take(step: str) -> _Compiled:
         """A step's stream for one more reader (a branch).
@@ -308,6 +311,7 @@ def _compile(
                               key_groups=key_groups, channels=left.channels + right.channels,
                               seed=seeds.get(node.step))
             state_keys[node.step] = str(left.key)
+            key_types[node.step] = left.df.schema[str(left.key)].dataType.simpleString()
             done[node.step] = _Compiled(df, left.key, tuple(f"{node.step}/{g}" for g in range(key_groups)),
                                         False)
             continue
@@ -345,6 +349,7 @@ def _compile(
                 raise ConfigError("key", node.key, f"a column: {df.columns}", step=node.step)
             key = node.key
         elif isinstance(node, WindowAggregateNode):
+            key_types[node.step] = df.schema[key].dataType.simpleString() if key in df.columns else "int"
             df = compile_window(df, node, key, key_groups=key_groups, channels=channels,
                                 from_source=from_source, late_read=node.step in late_read,
                                 seed=seeds.get(node.step))
@@ -352,6 +357,8 @@ def _compile(
             channels = tuple(f"{node.step}/{g}" for g in range(key_groups))
             from_source = False
         elif isinstance(node, ProcessNode):
+            if key is not None and key in df.columns:
+                key_types[node.step] = df.schema[key].dataType.simpleString()
             df = compile_process(df, node, key, key_groups=key_groups, channels=channels,
                                  seed=seeds.get(node.step))
             state_keys[node.step] = str(key)
@@ -366,7 +373,8 @@ def _compile(
         result = result.unionByName(pack_port(take(step).df, result.schema, step, pack=pack))
     sources = tuple(n.step for n in order if isinstance(n, SourceNode))
     produced = {step: columns[step][0] if step in columns else None for step in sources}
-    compiled = CompiledFlow(plan, result, terminal, sources, bounded, key_groups, produced, state_keys)
+    compiled = CompiledFlow(plan, result, terminal, sources, bounded, key_groups, produced, state_keys,
+                            key_types)
     return compiled, opened
 
 
