@@ -22,7 +22,8 @@ interval join (:func:`join_rows`)
     one row per buffered event: ``key_group``, ``side`` (``"left"`` / ``"right"``), the
     key column, ``event_time`` (int64 ms), ``arrival`` (int64, the order events arrived
     in), then ``left`` and ``right``: structs of the event's payload columns (the other
-    side's is null). Sorted by (key group, side, key, event_time, arrival).
+    side's is null; a struct without fields while that side buffers nothing). Sorted by
+    (key group, side, key, event_time, arrival).
 process function (:func:`process_rows`)
     one row per key holding any state or timer: ``key_group``, the key column, one
     column per declared state named after it (value state: the value; list state: a
@@ -206,9 +207,8 @@ def join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
             KEY_GROUP: t.column(KEY_GROUP), "side": pa.array([side] * n, pa.string()),
             key: t.column(key).cast(key_type), "event_time": t.column(ET), "arrival": t.column(SEQ),
         }
-        for s in SIDES:
-            if s in structs:
-                columns[s] = mine if s == side else pa.nulls(n, structs[s])
+        for s in SIDES:  # a side with no buffered event: a null struct without fields
+            columns[s] = mine if s == side else pa.nulls(n, structs.get(s, pa.struct([])))
         out.append(pa.table(columns))
     table = pa.concat_tables(out)
     order = [(KEY_GROUP, "ascending"), ("side", "ascending"), (key, "ascending"),

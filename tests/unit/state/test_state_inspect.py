@@ -202,7 +202,10 @@ def test_join_buffers_are_empty_after_the_end_of_input():
     part = pd.DataFrame({"k": ["a"], "t": [3], "a": [1], "seq": [0]})
     out = JE.on_epoch(store, None, JE.JoinInputs(left=[_table(part, ["k", "a"])]), wm_in=NO_WATERMARK,
                       new_in=0, wm_out=NO_WATERMARK, spec=spec, left_payload=lp, right_payload=rp)
-    assert I.join_rows([_decoded(store, 0, 0)], "k").num_rows == 1
+    one_side = I.join_rows([_decoded(store, 0, 0)], "k")
+    assert one_side.to_pylist() == [{"key_group": 3, "side": "left", "k": "a", "event_time": 3, "arrival": 0,
+                                     "left": {"a": 1}, "right": None}]
+    assert one_side.schema.field("right").type == pa.struct([])  # no right event buffered: no fields
     JE.on_epoch(store, out.index, JE.JoinInputs(), wm_in=0, new_in=MAX_WATERMARK, wm_out=out.wm_out,
                 spec=spec, left_payload=lp, right_payload=rp)
     assert I.join_rows([_decoded(store, MAX_WATERMARK, MAX_WATERMARK)], "k").num_rows == 0
