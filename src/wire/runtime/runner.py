@@ -64,6 +64,7 @@ from wire.runtime.progress import ProgressReporter
 from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
+from wire.runtime.state_reader import record_layout
 
 
 @dataclass
@@ -447,6 +448,8 @@ class RunningFlow:
         self._own_progress = own_progress
         self.bounded = bounded
         """Whether every source is bounded: the run ends once the input is consumed."""
+        self.spark: SparkSession | None = None
+        """The session the query runs in (reads of its state use it: :meth:`state`)."""
         self.input_consumed = False
         """True once a bounded flow's run ended because its input was consumed."""
         self._end_watch: threading.Thread | None = None
@@ -496,6 +499,25 @@ class RunningFlow:
         """
         self._dispatcher.count_scans()
         return self.summary.source_scans
+
+    def state(self, step: str, key: object) -> pa.Table:
+        """``key``'s state in keyed step ``step`` as of the last committed epoch (issue 29).
+
+        The rows :func:`wire.runtime.state_reader.read_state` returns for that key (their
+        shape per operator kind is documented there), read from the checkpoint while the
+        flow runs: only the key's key group leaves Spark's state store, nothing in the
+        checkpoint is written or locked. ``key`` is cast to the key column's type.
+
+        Raises
+        ------
+        ConfigError
+            If ``step`` is not a keyed step or ``key`` not a value of its key type.
+        CheckpointError
+            If no epoch has committed yet, or Spark's state reader fails (naming why).
+        """
+        from wire.runtime.state_reader import read_state
+
+        return read_state(self.checkpoint, step, key=key, flow=self.plan, spark=self.spark)
 
     def breakers(self) -> dict[str, str]:
         """Circuit breaker state per guarded sink step: closed, open or half_open."""
@@ -677,6 +699,7 @@ def start_plan(
         spark = session()
         warm_up_workers(spark)  # the Python workers start while the flow compiles
         compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
+        record_layout(checkpoint, compiled)  # where each keyed step's state is (wire.read_state)
     except BaseException:
         if start_over is not None:  # no sink was touched: the old checkpoint comes back
             start_over.undo()
@@ -722,6 +745,7 @@ def start_plan(
         raise
     running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
                           bounded=compiled.bounded)
+    running.spark = spark
     running.watch_breakers(sinks)
     return running
 
