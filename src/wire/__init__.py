@@ -12,6 +12,7 @@ Public API::
     wire.sources.files(...)                      # source connectors
     wire.sinks.parquet / jsonl / console         # sink connectors
     wire.spark()                                 # the SparkSession Wire uses
+    wire.read_state, read_key_groups, read_state_spark   # a keyed step's state, from a checkpoint
     wire.WireError and subclasses                # errors
 """
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.errors import CheckpointError, ConfigError, FlowFailed, PlanError, WireError
     from wire.runtime.runner import RunningFlow, RunSummary
     from wire.runtime.session import spark_session as spark
+    from wire.runtime.state_reader import read_key_groups, read_state, read_state_spark
     from wire.state.aggregations import (
         aggregate,
         collect,
@@ -54,6 +56,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
        for n in ("CheckpointError", "ConfigError", "FlowFailed", "PlanError", "WireError")},
     **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},
     "spark": ("wire.runtime.session", "spark_session"),
+    **{n: ("wire.runtime.state_reader", n) for n in ("read_key_groups", "read_state", "read_state_spark")},
     **{n: ("wire.state.aggregations", n)
        for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum",
                  "max_by", "min_by", "top_k")},
@@ -97,6 +100,9 @@ __all__ = [
     "mean",
     "min",
     "min_by",
+    "read_key_groups",
+    "read_state",
+    "read_state_spark",
     "sinks",
     "sources",
     "spark",
