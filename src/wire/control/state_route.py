@@ -65,7 +65,8 @@ def jsonable(value: Any) -> Any:
 
 
 def _meta(table: Any, name: str) -> str:
-    return ((table.schema.metadata or {}).get(name.encode(), b"")).decode()
+    value: bytes = (table.schema.metadata or {}).get(name.encode(), b"")
+    return value.decode()
 
 
 def add_state_route(app: FastAPI, plane: Any, authorized: Callable[..., None]) -> None:

@@ -195,7 +195,8 @@ def layouts(checkpoint: str | os.PathLike[str], *, flow: FlowLike | None = None,
         recorded = _layout_from_flow(_plan_of(flow), checkpoint, _session(spark), groups)
     out = {}
     for step, rec in recorded.items():
-        fp = steps.get(step) if isinstance(steps.get(step), dict) else {}
+        given = steps.get(step) if isinstance(steps, dict) else None
+        fp: dict[str, Any] = given if isinstance(given, dict) else {}
         kind = str(fp.get("kind", ""))
         if kind not in KINDS:
             continue
@@ -389,9 +390,9 @@ def key_group_of(spark: SparkSession, layout: StepLayout, key: object, key_group
     ConfigError
         If the layout does not record the key type, or ``key`` is not a value of it.
     """
-    if layout.key == NO_KEY:
-        value, typ = 0, "int"  # an unkeyed window: one constant key
-    else:
+    value: object = 0  # an unkeyed window: one constant key
+    typ = "int"
+    if layout.key != NO_KEY:
         value, typ = key, layout.key_type
     if not typ:
         raise ConfigError("key", key, f"a key of step {layout.step!r}, whose key type this checkpoint "

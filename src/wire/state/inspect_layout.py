@@ -39,12 +39,9 @@ BUILT_INS: dict[str, type[Aggregator]] = {
 }
 """The aggregator classes a recorded aggregation may name (``wire.count()`` ... ``wire.top_k()``)."""
 
-_WINDOWS = {
-    "Tumbling": (re.compile(r"Tumbling\(size=(-?\d+) ms\)"), lambda m: Tumbling(int(m[1]))),
-    "Sliding": (re.compile(r"Sliding\(size=(-?\d+) ms, slide=(-?\d+) ms\)"),
-                lambda m: Sliding(int(m[1]), int(m[2]))),
-    "Session": (re.compile(r"Session\(gap=(-?\d+) ms\)"), lambda m: Session(int(m[1]))),
-}
+_TUMBLING = re.compile(r"Tumbling\(size=(-?\d+) ms\)")
+_SLIDING = re.compile(r"Sliding\(size=(-?\d+) ms, slide=(-?\d+) ms\)")
+_SESSION = re.compile(r"Session\(gap=(-?\d+) ms\)")
 
 
 def _bad(step: str, what: str) -> CheckpointError:
@@ -53,10 +50,12 @@ def _bad(step: str, what: str) -> CheckpointError:
 
 def window_of(text: str, step: str) -> Tumbling | Sliding | Session:
     """The window a fingerprint's ``window`` text names (``"Tumbling(size=10000 ms)"``)."""
-    for pattern, build in _WINDOWS.values():
-        m = pattern.fullmatch(text)
-        if m is not None:
-            return build(m)  # type: ignore[no-any-return]
+    if (m := _TUMBLING.fullmatch(text)) is not None:
+        return Tumbling(int(m[1]))
+    if (m := _SLIDING.fullmatch(text)) is not None:
+        return Sliding(int(m[1]), int(m[2]))
+    if (m := _SESSION.fullmatch(text)) is not None:
+        return Session(int(m[1]))
     raise _bad(step, f"unknown window {text!r}")
 
 
