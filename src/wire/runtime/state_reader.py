@@ -8,8 +8,9 @@ Where the state is
     (``(bucket, chunk) -> Arrow IPC``; small chunks packed into one entry), in Spark's
     RocksDB state store under ``<checkpoint>/<spark_dir>/state/<operator id>/``.
     Spark's state data source (``spark.read.format("statestore")``, options
-    ``operatorId``, ``stateVarName``, ``batchId``) reads both variables as rows of key
-    group numbers and Arrow blobs; :mod:`wire.state.inspect` decodes them, with Wire's
+    ``operatorId``, ``stateVarName``, ``batchId``; for one key group also
+    ``snapshotPartitionId`` / ``snapshotStartBatchId``: :func:`state_partition`) reads
+    both variables as rows of key group numbers and Arrow blobs; :mod:`wire.state.inspect` decodes them, with Wire's
     own codecs, into the shapes its docstring documents (windows, open sessions, join
     buffers, process states and timers). Neither RocksDB nor the state store files are
     opened by hand: Spark's reader loads the committed version into a directory of its
