@@ -450,6 +450,8 @@ class RunningFlow:
         """Whether every source is bounded: the run ends once the input is consumed."""
         self.spark: SparkSession | None = None
         """The session the query runs in (reads of its state use it: :meth:`state`)."""
+        self.layout: threading.Thread | None = None
+        """Writes ``state_layout.json`` (:func:`wire.runtime.state_reader.record_layout`)."""
         self.input_consumed = False
         """True once a bounded flow's run ended because its input was consumed."""
         self._end_watch: threading.Thread | None = None
@@ -517,6 +519,8 @@ class RunningFlow:
         """
         from wire.runtime.state_reader import read_state
 
+        if self.layout is not None:
+            self.layout.join()
         return read_state(self.checkpoint, step, key=key, flow=self.plan, spark=self.spark)
 
     def breakers(self) -> dict[str, str]:
@@ -633,6 +637,8 @@ class RunningFlow:
     def _finish(self) -> RunSummary:
         if not self._closed:
             self._closed = True
+            if self.layout is not None:
+                self.layout.join()
             for breaker, listener in self._listeners:
                 breaker.remove_listener(listener)
             for sink in self._sinks:
@@ -699,7 +705,6 @@ def start_plan(
         spark = session()
         warm_up_workers(spark)  # the Python workers start while the flow compiles
         compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
-        record_layout(checkpoint, compiled)  # where each keyed step's state is (wire.read_state)
     except BaseException:
         if start_over is not None:  # no sink was touched: the old checkpoint comes back
             start_over.undo()
@@ -746,6 +751,11 @@ def start_plan(
     running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
                           bounded=compiled.bounded)
     running.spark = spark
+    # where each keyed step's state is (wire.read_state): Spark's explained plan takes ~1-3 s,
+    # so it is written while the first epoch runs; state() and the run's end wait for it
+    running.layout = threading.Thread(target=record_layout, args=(checkpoint, compiled),
+                                      name=f"wire-layout-{plan.flow_id}", daemon=True)
+    running.layout.start()
     running.watch_breakers(sinks)
     return running
 
