@@ -227,6 +227,7 @@ def test_state_after_each_epoch_equals_the_oracle_of_the_input_admitted_so_far(s
         wire.read_state(ck, "win", last + 5, spark=spark)
 
 
+@pytest.mark.slow  # five reader processes, each starting its own Spark
 def test_readers_killed_mid_read_change_nothing_and_the_cli_prints_the_state(spark, half_run, tmp_path):
     steps, ck0 = half_run
     ck = str(tmp_path / "ck")  # a copy no running JVM knows (this session's state maintenance stays out)

@@ -10,12 +10,13 @@ Where the state is
     Spark's state data source (``spark.read.format("statestore")``, options
     ``operatorId``, ``stateVarName``, ``batchId``; for one key group also
     ``snapshotPartitionId`` / ``snapshotStartBatchId``: :func:`state_partition`) reads
-    both variables as rows of key group numbers and Arrow blobs; :mod:`wire.state.inspect` decodes them, with Wire's
-    own codecs, into the shapes its docstring documents (windows, open sessions, join
-    buffers, process states and timers). Neither RocksDB nor the state store files are
-    opened by hand: Spark's reader loads the committed version into a directory of its
-    own and reads it, so a read never writes to, deletes from or locks the checkpoint
-    (tested while a flow runs, and with a reader killed mid-read).
+    both variables as rows of key group numbers and Arrow blobs; :mod:`wire.state.inspect`
+    decodes them, with Wire's own codecs, into the shapes its docstring documents
+    (windows, open sessions, join buffers, process states and timers). Neither RocksDB
+    nor the state store files are opened by hand: Spark's reader loads the committed
+    version into a directory of its own and reads it, so a read never writes to,
+    deletes from or locks the checkpoint (tested while a flow runs, and with readers
+    killed mid-read).
 
 Which Spark operator a step is
     Spark numbers its stateful operators, not Wire's steps. Every run records the
