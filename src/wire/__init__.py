@@ -15,6 +15,7 @@ one Spark Structured Streaming query with one checkpoint. Public names::
     wire.sinks                                   # parquet, jsonl, delta, postgres, kafka, ...
     wire.testing                                 # TestStream, MemorySink: the test harness
     wire.sql(flow, query, **tables), sql_late    # streaming SQL over registered streams
+    wire.read_state, read_key_groups, read_state_spark  # a keyed step's state, from a checkpoint
     wire.WireError and its subclasses            # errors (all in wire.errors)
 
 Example (run by the test suite): every error Wire raises on purpose is a ``WireError``.
@@ -57,6 +58,9 @@ if TYPE_CHECKING:  # what static type checkers see; at run time the names load l
     from wire.runtime.runner import RunningFlow as RunningFlow
     from wire.runtime.runner import RunSummary as RunSummary
     from wire.runtime.session import spark_session
+    from wire.runtime.state_reader import read_key_groups as read_key_groups
+    from wire.runtime.state_reader import read_state as read_state
+    from wire.runtime.state_reader import read_state_spark as read_state_spark
     from wire.state.aggregations import aggregate as aggregate
     from wire.state.aggregations import collect as collect
     from wire.state.aggregations import count as count
@@ -89,6 +93,7 @@ _LAZY: LazyTable = {
     **{n: ("wire.runtime.runner", n) for n in ("RunningFlow", "RunSummary")},
     "spark": ("wire.runtime.session", "spark_session"),
     **{n: ("wire.streaming_sql", n) for n in ("sql", "sql_late")},
+    **{n: ("wire.runtime.state_reader", n) for n in ("read_key_groups", "read_state", "read_state_spark")},
     **{n: ("wire.state.aggregations", n)
        for n in ("aggregate", "collect", "count", "first", "last", "max", "mean", "min", "sum",
                  "max_by", "min_by", "top_k")},

@@ -6,6 +6,7 @@ Commands::
              [--no-progress]
     wire checkpoints DIR
     wire report DIR [--out FILE]
+    wire state DIR [STEP] [--key K] [--epoch N] [--format table|csv|parquet] [--out FILE]
     wire pause DIR [--connector STEP]
     wire resume DIR [--connector STEP]
     wire status [FLOW_ID] --url URL [--token TOKEN]
@@ -39,6 +40,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wire.api.flow import Flow
+from wire.cli.state import state as state_command
 from wire.control import client as control_client
 from wire.core.control_file import control_path, read_control, set_paused, set_sink_mode
 from wire.core.time import MAX_WATERMARK, NO_WATERMARK
@@ -47,6 +49,7 @@ from wire.runtime.checkpoint import META_FILE, finished, is_checkpoint, list_epo
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Wire: event-time streams on Spark.")
 console = Console()
+app.command("state")(state_command)  # wire state DIR [STEP]: a checkpoint's keyed state (issue 29)
 
 
 

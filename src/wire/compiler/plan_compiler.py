@@ -74,6 +74,8 @@ class CompiledFlow:
     """Per source step, the payload columns its source produces (None: all of them)."""
     state_keys: dict[str, str] = field(default_factory=dict)
     """Per keyed stateful step (window, join, process), the key column its state rows carry."""
+    state_key_types: dict[str, str] = field(default_factory=dict)
+    """Per keyed stateful step, its key column's Spark SQL type (``xxhash64`` of it picks the key group)."""
 
 
 @dataclass
@@ -157,6 +159,8 @@ class _Build:
     done: dict[str, _Compiled] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
     state_keys: dict[str, str] = field(default_factory=dict)
+    key_types: dict[str, str] = field(default_factory=dict)
+    """Per keyed stateful step, its key column's Spark SQL type (:attr:`CompiledFlow.state_key_types`)."""
     opened: list[_Opened] = field(default_factory=list)
     """The sources that can prune (first compilation only)."""
     bounded: bool = True
@@ -206,7 +210,8 @@ def _compile(
         result = result.unionByName(pack_port(b.take(step).df, result.schema, step, pack=pack))
     sources = source_steps(plan)
     produced = {step: columns[step][0] if step in columns else None for step in sources}
-    compiled = CompiledFlow(plan, result, terminal, sources, b.bounded, key_groups, produced, b.state_keys)
+    compiled = CompiledFlow(plan, result, terminal, sources, b.bounded, key_groups, produced, b.state_keys,
+                            b.key_types)
     return compiled, b.opened
 
 
@@ -247,6 +252,7 @@ def _join(node: IntervalJoinNode, b: _Build) -> _Compiled:
                       key_groups=b.key_groups, channels=left.channels + right.channels,
                       seed=b.seeds.get(node.step))
     b.state_keys[node.step] = str(left.key)
+    b.key_types[node.step] = left.df.schema[str(left.key)].dataType.simpleString()
     return _Compiled(df, left.key, b.keyed_channels(node.step), False)
 
 
@@ -307,6 +313,8 @@ def _key_by(node: KeyByNode, b: _Build) -> _Compiled:
 @_step.register
 def _window(node: WindowAggregateNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    b.key_types[node.step] = (cur.df.schema[cur.key].dataType.simpleString() if cur.key in cur.df.columns
+                              else "int")
     df = compile_window(cur.df, node, cur.key, key_groups=b.key_groups, channels=cur.channels,
                         from_source=cur.from_source, late_read=node.step in b.late_read,
                         seed=b.seeds.get(node.step))
@@ -317,6 +325,8 @@ def _window(node: WindowAggregateNode, b: _Build) -> _Compiled:
 @_step.register
 def _process(node: ProcessNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    if cur.key is not None and cur.key in cur.df.columns:
+        b.key_types[node.step] = cur.df.schema[cur.key].dataType.simpleString()
     df = compile_process(cur.df, node, cur.key, key_groups=b.key_groups, channels=cur.channels,
                          seed=b.seeds.get(node.step))
     b.state_keys[node.step] = str(cur.key)

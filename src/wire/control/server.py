@@ -28,6 +28,9 @@ Routes (OpenAPI schema at ``/openapi.json``, docs at ``/docs``):
 * ``GET /v1/flows/{id}/samples``: the flow's newest dead letters and late events, at most
   50 of each (:mod:`wire.runtime.samples`). They hold record content, so this route
   always needs the token, on loopback too.
+* ``GET /v1/flows/{id}/state/{step}?key=K``: key ``K``'s state in a keyed step as of the
+  last committed epoch (:mod:`wire.control.state_route`); reads only the key's key group.
+  State holds record content, so this route always needs the token, on loopback too.
 * ``GET /v1/token``: 200 when the request's bearer token is this plane's, else 401;
   changes nothing (the dashboard checks a typed token with it before keeping it).
 * ``GET /metrics``: Prometheus text format (:mod:`wire.control.metrics`).
@@ -81,6 +84,7 @@ from wire.control.models import (
     TokenCheck,
 )
 from wire.control.sink_modes import add_sink_mode_routes
+from wire.control.state_route import add_state_route
 from wire.control.status import FlowHandle, RateMeter, samples_of, source_steps, status_of, summary_of
 from wire.core.control_file import check_bind, is_loopback, set_paused
 from wire.errors import ConfigError, WireError
@@ -464,5 +468,6 @@ def create_app(plane: ControlPlane) -> FastAPI:
         return Response(generate_latest(plane.registry), media_type=CONTENT_TYPE_LATEST)
 
     add_sink_mode_routes(app, plane, authorized, reads, changes)  # self-correcting sinks (SPEC §8)
+    add_state_route(app, plane, authorized)  # one key's state (issue 29): the token always
 
     return app

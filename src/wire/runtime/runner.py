@@ -66,6 +66,7 @@ from wire.runtime.recent import RecentEpochs
 from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
+from wire.runtime.state_reader import record_layout
 
 
 @dataclass
@@ -454,6 +455,10 @@ class RunningFlow:
         self._own_progress = own_progress
         self.bounded = bounded
         """Whether every source is bounded: the run ends once the input is consumed."""
+        self.spark: SparkSession | None = None
+        """The session the query runs in (reads of its state use it: :meth:`state`)."""
+        self.layout: threading.Thread | None = None
+        """Writes ``state_layout.json`` (:func:`wire.runtime.state_reader.record_layout`)."""
         self.input_consumed = False
         """True once a bounded flow's run ended because its input was consumed."""
         self._end_watch: threading.Thread | None = None
@@ -503,6 +508,27 @@ class RunningFlow:
         """
         self._dispatcher.count_scans()
         return self.summary.source_scans
+
+    def state(self, step: str, key: object) -> pa.Table:
+        """``key``'s state in keyed step ``step`` as of the last committed epoch (issue 29).
+
+        The rows :func:`wire.runtime.state_reader.read_state` returns for that key (their
+        shape per operator kind is documented there), read from the checkpoint while the
+        flow runs: only the key's key group leaves Spark's state store, nothing in the
+        checkpoint is written or locked. ``key`` is cast to the key column's type.
+
+        Raises
+        ------
+        ConfigError
+            If ``step`` is not a keyed step or ``key`` not a value of its key type.
+        CheckpointError
+            If no epoch has committed yet, or Spark's state reader fails (naming why).
+        """
+        from wire.runtime.state_reader import read_state
+
+        if self.layout is not None:
+            self.layout.join()
+        return read_state(self.checkpoint, step, key=key, flow=self.plan, spark=self.spark)
 
     def breakers(self) -> dict[str, str]:
         """Circuit breaker state per guarded sink step: closed, open or half_open."""
@@ -618,6 +644,8 @@ class RunningFlow:
     def _finish(self) -> RunSummary:
         if not self._closed:
             self._closed = True
+            if self.layout is not None:
+                self.layout.join()
             for breaker, listener in self._listeners:
                 breaker.remove_listener(listener)
             for sink in self._sinks:
@@ -729,6 +757,12 @@ def start_plan(
         raise
     running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
                           bounded=compiled.bounded)
+    running.spark = spark
+    # where each keyed step's state is (wire.read_state): Spark's explained plan takes ~1-3 s,
+    # so it is written while the first epoch runs; state() and the run's end wait for it
+    running.layout = threading.Thread(target=record_layout, args=(checkpoint, compiled),
+                                      name=f"wire-layout-{plan.flow_id}", daemon=True)
+    running.layout.start()
     running.watch_breakers(sinks)
     return running
 

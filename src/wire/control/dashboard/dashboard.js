@@ -1,7 +1,9 @@
 // Wire dashboard: a static page over the control plane's JSON API (no build step).
 //
 // Reads GET /v1/flows, /v1/flows/{id}, /v1/flows/{id}/history and /v1/flows/{id}/graph
-// every REFRESH_MS, and /v1/flows/{id}/samples (recent dead letters and late events: record
+// every REFRESH_MS, /v1/flows/{id}/state/{step}?key=K when asked (a keyed step's state for one
+// key: record content, so only with the token; a stateful node of the graph picks the step),
+// and /v1/flows/{id}/samples (recent dead letters and late events: record
 // content, so only with the token); pause / resume send PATCH with the bearer token typed into the page
 // (kept in this tab's sessionStorage, sent only to this control plane). Plots: uPlot.
 // `wire report` inlines this script with the data in <script id="wire-data">: the same
@@ -322,7 +324,68 @@
       group.append(svg("text", { class: "detail", x: 8, y: 31 },
                        detail.length > 30 ? detail.slice(0, 29) + "…" : detail));
       group.append(svg("text", { class: "live", x: 8, y: 46 }, ""));
+      if (STATEFUL.has(n.kind)) {  // a keyed step: a click picks it for "State by key"
+        group.classList.add("stateful");
+        group.addEventListener("click", () => pickState(n.step));
+      }
       root.append(group);
+    }
+    fillStateSteps(g);
+  }
+
+  // ---- state by key (GET /v1/flows/{id}/state/{step}?key=K) -------------------------
+
+  const STATEFUL = new Set(["window", "join", "process"]);
+  const STATE_NEEDS_TOKEN = "state holds record content: type the token above to read it";
+
+  function fillStateSteps(g) {
+    const select = $("state-step");
+    const steps = g.nodes.filter((n) => STATEFUL.has(n.kind)).map((n) => n.step);
+    select.replaceChildren(...steps.map((s) => el("option", { value: s }, s)));
+    $("state").hidden = Boolean(STATIC) || !steps.length;
+  }
+
+  function pickState(step) {
+    if (STATIC) return;
+    $("state-step").value = step;
+    $("state").scrollIntoView({ block: "nearest" });
+    $("state-key").focus();
+  }
+
+  function cellText(v) {
+    if (v === null || v === undefined) return "-";
+    return typeof v === "object" ? JSON.stringify(v) : String(v);
+  }
+
+  async function readState(ev) {
+    ev.preventDefault();
+    const step = $("state-step").value;
+    const key = $("state-key").value;
+    const head = $("state-rows").tHead.rows[0];
+    const body = $("state-rows").tBodies[0];
+    head.replaceChildren();
+    body.replaceChildren();
+    if (!state.token) {
+      $("state-note").textContent = STATE_NEEDS_TOKEN;
+      return;
+    }
+    const path = `/v1/flows/${encodeURIComponent(state.flow)}/state/${encodeURIComponent(step)}` +
+      `?key=${encodeURIComponent(key)}`;
+    try {
+      const s = await api(path);
+      $("state-note").textContent = `${s.kind} ${s.step}, key ${s.key}: ${s.rows.length} ` +
+        `${plural(s.rows.length, "row")} at epoch ${s.epoch}` +
+        (s.key_group === null ? "" : ` (key group ${s.key_group})`) +
+        `; input watermark ${fmtEventTime(s.input_watermark)}, output watermark ${fmtEventTime(s.output_watermark)}`;
+      for (const c of s.columns) head.append(el("th", {}, c));
+      for (const r of s.rows) {
+        const tr = el("tr", { class: "state-row" });
+        for (const c of s.columns) tr.append(el("td", {}, cellText(r[c])));
+        body.append(tr);
+      }
+    } catch (e) {
+      $("state-note").textContent = e.status === 401 ? `${STATE_NEEDS_TOKEN} (401: ${e.detail})`
+                                                     : `cannot read the state: ${e.detail ?? e.message}`;
     }
   }
 
@@ -540,6 +603,7 @@
     state.minutes = Number(ev.target.value);
     refresh();
   });
+  $("state-form").addEventListener("submit", readState);
   $("pause-flow").addEventListener("click", () => change(null, "paused"));
   $("resume-flow").addEventListener("click", () => change(null, "running"));
   showToken();
