@@ -62,6 +62,23 @@ META_FILE = "wire.json"
 """Wire's metadata file in a checkpoint directory; its presence marks a Wire checkpoint."""
 
 
+def absolute_checkpoint(path: str | os.PathLike[str]) -> str:
+    """``path`` made absolute against this process's working directory (a URI as it is).
+
+    Spark's JVM resolves a relative checkpoint against its own working directory, Wire's
+    Python side against the process's: after a ``chdir`` the two differ, and a bounded
+    flow would wait forever for an end its Python side reads elsewhere (or resume a Spark
+    checkpoint left in the JVM's directory). The runner resolves it once, at start.
+
+    >>> absolute_checkpoint("s3a://bucket/ck"), absolute_checkpoint("/tmp/ck")
+    ('s3a://bucket/ck', '/tmp/ck')
+    """
+    text = os.fspath(path)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
+        return text  # a URI (file:, hdfs://, s3a://); a Windows drive letter is a path
+    return os.path.abspath(text)
+
+
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a Wire checkpoint directory (it holds :data:`META_FILE`)."""
     return (Path(path) / META_FILE).is_file()

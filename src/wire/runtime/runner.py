@@ -49,6 +49,7 @@ from wire.errors import CheckpointError, ConfigError, FlowFailed
 from wire.plan.graph import sinks as plan_sinks
 from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
 from wire.runtime.checkpoint import (
+    absolute_checkpoint,
     begin_start_over,
     default_key_groups,
     epochs_settled,
@@ -686,6 +687,7 @@ def start_plan(
         raise ConfigError("key_groups", key_groups, "None or an int between 1 and 4096")
     if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
         raise ConfigError("max_epochs", max_epochs, "None or an int >= 0")
+    checkpoint = absolute_checkpoint(checkpoint)  # one directory for Spark's JVM and for Python
     plan, kept = keep_unsunk_ports(plan, checkpoint)
     spark_log = None
     sessions: list[SparkSession] = [] if spark is None else [spark]
@@ -758,9 +760,9 @@ def start_plan(
     running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
                           bounded=compiled.bounded)
     running.spark = spark
-    # where each keyed step's state is (wire.read_state): Spark's explained plan takes ~1-3 s,
-    # so it is written while the first epoch runs; state() and the run's end wait for it
-    running.layout = threading.Thread(target=record_layout, args=(checkpoint, compiled),
+    # where each keyed step's state is (wire.read_state): from the plan the first epoch executes
+    # (explained in milliseconds); state() and the run's end wait for it
+    running.layout = threading.Thread(target=record_layout, args=(checkpoint, compiled, query),
                                       name=f"wire-layout-{plan.flow_id}", daemon=True)
     running.layout.start()
     running.watch_breakers(sinks)

@@ -121,16 +121,28 @@ def _meta(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def record_layout(checkpoint: str | os.PathLike[str], compiled: CompiledFlow) -> None:
+def record_layout(
+    checkpoint: str | os.PathLike[str], compiled: CompiledFlow, query: Any = None,
+    *, poll_s: float = 0.05,
+) -> None:
     """Write ``<checkpoint>/state_layout.json`` for a compiled flow (the runner calls it at start).
 
     ``compiled``: a :class:`wire.compiler.plan_compiler.CompiledFlow`; its keyed steps'
-    Spark operator ids come from the physical plan (:func:`wire.runtime.rescale.operator_ids`,
-    the rule a rescale relies on). Written atomically (a temporary file, then renamed).
+    Spark operator ids come from the physical plan (:func:`wire.runtime.rescale.parse_operator_ids`,
+    the rule a rescale relies on). With ``query`` (the flow's running ``StreamingQuery``)
+    the plan is the one its first epoch executed, waited for every ``poll_s`` seconds: it
+    is already planned, so explaining it takes milliseconds, where explaining
+    ``compiled.dataframe`` plans the streaming query again (1-3 s, competing with the
+    first epoch for the cores). A query that ends before executing an epoch, or no query:
+    ``compiled.dataframe``. A flow without keyed steps explains nothing. Written
+    atomically (a temporary file, then renamed).
     """
-    from wire.runtime.rescale import operator_ids
+    from wire.runtime.rescale import operator_ids, parse_operator_ids
 
-    ids = operator_ids(compiled.dataframe)
+    ids: dict[str, int] = {}
+    if compiled.state_keys:
+        text = _executed_plan(query, poll_s) if query is not None else None
+        ids = parse_operator_ids(text) if text is not None else operator_ids(compiled.dataframe)
     types = compiled.state_key_types
     doc = {"key_groups": compiled.key_groups, "steps": {
         step: {"operator_id": op, "key": compiled.state_keys.get(step), "key_type": types.get(step)}
@@ -139,6 +151,26 @@ def record_layout(checkpoint: str | os.PathLike[str], compiled: CompiledFlow) ->
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _executed_plan(query: Any, poll_s: float) -> str | None:
+    """The explained physical plan of the running ``query``'s last epoch, once it ran one (else None)."""
+    import time
+
+    from pyspark import SparkContext
+
+    try:
+        jvm = SparkContext._jvm
+        assert jvm is not None  # a classic (JVM-backed) session runs the query
+        while True:
+            execution = query._jsq.streamingQuery().lastExecution()
+            if execution is not None:
+                return str(jvm.PythonSQLUtils.explainString(execution, "simple"))
+            if not query.isActive:
+                return None
+            time.sleep(poll_s)
+    except (Py4JError, PySparkException, AttributeError):
+        return None
 
 
 def _plan_of(flow: FlowLike) -> Plan:

@@ -241,3 +241,14 @@ def test_list_epochs_names_a_damaged_offset_file(tmp_path):
     _epoch(ck, 1, offset="v1\n{}\n{broken\n", commit=None)
     with pytest.raises(CheckpointError, match=r"offsets/1 line 3 is not JSON"):
         list_epochs(ck)
+
+
+def test_a_relative_checkpoint_is_resolved_once_against_the_working_directory(tmp_path, monkeypatch):
+    """Spark's JVM and Wire's Python side must read one directory, whatever chdir follows."""
+    from wire.runtime.checkpoint import absolute_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_checkpoint("ck") == str(tmp_path / "ck")
+    assert absolute_checkpoint(tmp_path / "a" / ".." / "ck") == str(tmp_path / "ck")
+    for uri in ("file:/data/ck", "hdfs://nn:8020/ck", "s3a://bucket/ck"):
+        assert absolute_checkpoint(uri) == uri
