@@ -34,7 +34,8 @@ from wire.core.time import NO_WATERMARK
 from wire.errors import CheckpointError, ConfigError
 from wire.examples.process_examples import Dedupe
 from wire.runtime.checkpoint import list_epochs
-from wire.testing import MemorySink, TestStreamSource
+from wire.testing import MemorySink
+from wire.testing.test_stream import TestStreamSource
 
 pytestmark = pytest.mark.spark
 
