@@ -23,6 +23,7 @@ from wire.core.time import INT64_MAX
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import ConfigError, WireError
 from wire.sinks.arrow_kinds import is_binary
+from wire.sinks.column_checks import column_names
 from wire.sinks.json_rows import _to_json_array
 
 _BUSY_TIMEOUT_S = 60.0
@@ -242,18 +243,8 @@ def _check_table(table: object) -> str:
 
 
 def _check_key(key: object) -> tuple[str, ...]:
-    accepted = "a column name or a non-empty sequence of distinct column names"
-    if isinstance(key, str):
-        key = (key,)
-    if not isinstance(key, Sequence):
-        raise ConfigError("key", key, accepted)
-    names = tuple(key)
-    if not names or not all(isinstance(k, str) and k and "\x00" not in k for k in names):
-        raise ConfigError("key", key, accepted)
-    if len(set(names)) != len(names):
-        raise ConfigError("key", key, accepted)
-    return names
-
+    return column_names(key, parameter="key",
+                        accepted="a column name or a non-empty sequence of distinct column names")
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'

@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
+from wire.sinks.column_checks import column_names
 from wire.sinks.delta_sink.staging import (
     STAGING_DIR,
     _attempt_dir,
@@ -416,18 +417,8 @@ def _check_uri(path: object) -> str:
 
 
 def _check_partition_by(value: object) -> tuple[str, ...]:
-    accepted = "None, a column name or a sequence of distinct column names"
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = (value,)
-    if not isinstance(value, Sequence):
-        raise ConfigError("partition_by", value, accepted)
-    names = tuple(value)
-    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-        raise ConfigError("partition_by", value, accepted)
-    return names
-
+    return column_names(value, parameter="partition_by", allow_none=True,
+                        accepted="None, a column name or a sequence of distinct column names")
 
 def _last_checkpoint(table: DeltaTable, run: _Run) -> str | None:
     """The checkpoint id of this flow and sink's newest commit still in the table's history."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from wire.errors import ConfigError, WireError, needs_extra
+from wire.sinks.column_checks import column_names
 from wire.sinks.postgres_sink.column_types import _pg_type
 
 with needs_extra("postgres", "wire.sinks.postgres"):
@@ -46,14 +47,8 @@ def _check_dsn(dsn: object) -> str:
 
 
 def _check_key(key: object) -> tuple[str, ...]:
-    accepted = "a column name or a non-empty tuple of distinct column names (required for mode='upsert')"
-    names = (key,) if isinstance(key, str) else key
-    if not isinstance(names, tuple | list) or not names:
-        raise ConfigError("key", key, accepted)
-    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-        raise ConfigError("key", key, accepted)
-    return tuple(names)
-
+    return column_names(key, parameter="key", accepted="a column name or a non-empty tuple of distinct "
+                        "column names (required for mode='upsert')")
 
 # --- shared by the driver and the executors --------------------------------------------
 

@@ -119,6 +119,7 @@ from typing import Any
 from wire.core.time import Duration, to_millis
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError, needs_extra
+from wire.sinks.column_checks import column_names
 
 # The sink's parts live in .tables (the PostgreSQL and Delta tables), .parts (the
 # executors' side) and .driver (the sink);
@@ -133,14 +134,8 @@ __all__ = ["FRONTIER_TABLE", "SelfCorrectingSink", "self_correcting"]
 
 
 def _check_key(key: object) -> tuple[str, ...]:
-    accepted = "a column name or a non-empty sequence of distinct column names"
-    names = (key,) if isinstance(key, str) else key
-    if not isinstance(names, tuple | list) or not names:
-        raise ConfigError("key", key, accepted)
-    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-        raise ConfigError("key", key, accepted)
-    return tuple(names)
-
+    return column_names(key, parameter="key",
+                        accepted="a column name or a non-empty sequence of distinct column names")
 
 def _is_dsn(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://")) or any(
