@@ -44,15 +44,14 @@ MIN_WAIT_S = 0.05
 """Shortest sleep while a breaker is open (no busy loop when a probe is just due)."""
 
 
-@dataclass(frozen=True)
-class GuardedSink(Sink):
-    """One sink behind a circuit breaker, retrying each epoch until accepted; built by :func:`guarded`.
+@dataclass(frozen=True, kw_only=True)
+class _Breakered:
+    """The circuit-breaker settings and runtime state of :class:`GuardedSink` and :class:`RoundRobinSink`.
 
-    ``breaker`` is runtime state: it is kept across :meth:`open` calls (a restart
-    after ``max_open_s`` resumes the same outage) and excluded from equality.
+    Keyword-only fields (see :func:`guarded`). ``breaker`` and the interrupt event are
+    runtime state, excluded from equality.
     """
 
-    inner: Sink
     failure_threshold: int = 3
     reset_timeout_s: float = 5.0
     max_open_s: float | None = None
@@ -63,14 +62,28 @@ class GuardedSink(Sink):
     breaker: CircuitBreaker = field(init=False, compare=False, repr=False)
     _interrupted: threading.Event = field(init=False, compare=False, repr=False)
 
+    def _start_breaker(self, threshold: int) -> None:
+        """Check ``max_open_s`` and create the breaker (``threshold`` failures open it)."""
+        _check_max_open(self.max_open_s)
+        object.__setattr__(self, "breaker", CircuitBreaker(threshold, self.reset_timeout_s, clock=self.clock))
+        object.__setattr__(self, "_interrupted", threading.Event())
+
+
+@dataclass(frozen=True)
+class GuardedSink(_Breakered, Sink):
+    """One sink behind a circuit breaker, retrying each epoch until accepted; built by :func:`guarded`.
+
+    ``breaker`` is runtime state: it is kept across :meth:`open` calls (a restart
+    after ``max_open_s`` resumes the same outage) and excluded from equality.
+    """
+
+    inner: Sink
+
     def __post_init__(self) -> None:
         """Validate the configuration at flow-build time and create the breaker."""
         if not isinstance(self.inner, Sink):
             raise ConfigError("sink", self.inner, "a wire Sink (e.g. wire.sinks.parquet(...))")
-        _check_max_open(self.max_open_s)
-        breaker = CircuitBreaker(self.failure_threshold, self.reset_timeout_s, clock=self.clock)
-        object.__setattr__(self, "breaker", breaker)
-        object.__setattr__(self, "_interrupted", threading.Event())
+        self._start_breaker(self.failure_threshold)
 
     @property
     def guarantee(self) -> Guarantee:  # type: ignore[override]
@@ -140,7 +153,7 @@ class GuardedSink(Sink):
 
 
 @dataclass(frozen=True)
-class RoundRobinSink(Sink):
+class RoundRobinSink(_Breakered, Sink):
     """Each epoch spread over member sinks, failing members out of rotation; built by :func:`round_robin`.
 
     ``breaker`` (the group's) and ``member_breakers`` (one per member, same order) are
@@ -150,16 +163,7 @@ class RoundRobinSink(Sink):
     guarantee: ClassVar[Guarantee] = "at_least_once"
 
     members: tuple[Sink, ...]
-    failure_threshold: int = 3
-    reset_timeout_s: float = 5.0
-    max_open_s: float | None = None
-    on_open: BreakerCallback | None = field(default=None, compare=False)
-    on_close: BreakerCallback | None = field(default=None, compare=False)
-    sleep: Callable[[float], object] | None = field(default=None, compare=False, repr=False)
-    clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
-    breaker: CircuitBreaker = field(init=False, compare=False, repr=False)
     member_breakers: tuple[CircuitBreaker, ...] = field(init=False, compare=False, repr=False)
-    _interrupted: threading.Event = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Validate the members and configuration at flow-build time; create the breakers."""
@@ -179,15 +183,13 @@ class RoundRobinSink(Sink):
                 )
         if len({id(m) for m in members}) != len(members):
             raise ConfigError("sinks", [m.describe() for m in members], "distinct sink objects")
-        _check_max_open(self.max_open_s)
         object.__setattr__(self, "members", members)
         object.__setattr__(
             self, "member_breakers",
             tuple(CircuitBreaker(self.failure_threshold, self.reset_timeout_s, clock=self.clock)
                   for _ in members),
         )
-        object.__setattr__(self, "breaker", CircuitBreaker(1, self.reset_timeout_s, clock=self.clock))
-        object.__setattr__(self, "_interrupted", threading.Event())
+        self._start_breaker(1)  # the group's: open once no member accepts
 
     def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Starting over: hand every member ``<sink_id>.<i>`` to the new checkpoint."""
