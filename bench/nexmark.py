@@ -50,7 +50,6 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -65,6 +64,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pyspark
 from backlog_memory import tree_rss_mb
+from machine import facts
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from windows_bench import pct
@@ -384,29 +384,8 @@ def run_native(spark: SparkSession, query: str, src: Path, epoch: int) -> Result
 
 
 def machine() -> list[str]:
-    cpu = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    ram = "unknown"
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal"):
-            ram = f"{int(line.split()[1]) / 2**20:.1f} GiB"
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True,
-                              check=False).stderr.splitlines()[0]
-    except (OSError, IndexError):
-        java = "unknown"
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             check=False).stdout.strip() or "unknown"
-        # changed tracked files, not counting this benchmark's own results (rewritten as it runs)
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                  ":!bench/results"], capture_output=True, text=True, check=False).stdout
-        rev += "-dirty" if changed.strip() else ""
-    except OSError:
-        rev = "unknown"
+    m = facts()
+    cpu, ram, java, rev = m["cpu"], m["ram"], m["java"], m["rev"]
     return [f"CPU: {cpu}, {os.cpu_count()} cores; RAM {ram}; load average (1 min) at the start "
             f"{LOAD_AT_START[0]:.2f}, at the end {os.getloadavg()[0]:.2f} (other work on the machine "
             "makes the figures noisier)",

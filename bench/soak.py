@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 import pyspark
+from machine import facts
 
 import wire
 from wire.examples.nexmark_queries import QUERIES, TWO_INPUTS, WINDOWED
@@ -418,32 +419,10 @@ def verdict(ts: list[Tenth]) -> list[str]:
 # ------------------------------------------------------------------------------ report
 
 
-def machine(load_start: float, cache: dict[str, list[str]] = {}) -> list[str]:  # noqa: B006
-    """CPU, RAM, the source tree's git revision, Java and Spark versions: read once, at the start."""
-    if "lines" not in cache:
-        cache["lines"] = _machine(load_start)
-    return cache["lines"]
-
-
-def _machine(load_start: float) -> list[str]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown")
-    ram = next((f"{int(line.split()[1]) / 2**20:.1f} GiB"
-                for line in Path("/proc/meminfo").read_text().splitlines()
-                if line.startswith("MemTotal")), "unknown")
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True,
-                              check=False).stderr.splitlines()[0]
-    except (OSError, IndexError):
-        java = "unknown"
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             check=False).stdout.strip() or "unknown"
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                  ":!bench/results"], capture_output=True, text=True, check=False).stdout
-        rev += "-dirty" if changed.strip() else ""
-    except OSError:
-        rev = "unknown"
+def machine(load_start: float) -> list[str]:
+    """CPU, RAM, the source tree's git revision, Java and Spark versions (read once: bench/machine.py)."""
+    m = facts()
+    cpu, ram, java, rev = m["cpu"], m["ram"], m["java"], m["rev"]
     return [f"CPU: {cpu}, {os.cpu_count()} cores; RAM {ram}",
             f"Wire source tree: git {rev}; Java: {java}; PySpark {pyspark.__version__}, "
             f"Python {platform.python_version()}",
