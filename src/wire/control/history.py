@@ -79,9 +79,8 @@ def sample_of(flow: FlowHandle, *, now_ms: int, epochs_before: int | None = None
     epoch_ms = None
     if epochs_before is not None and counters.epochs > epochs_before:
         # each epoch's own duration: not the time the flow waited, paused, before it
-        took = getattr(flow.summary, "epoch_seconds", [])
-        since = getattr(took, "since", None)  # RecentEpochs: the newest epochs' values only
-        walls = since(epochs_before, counters.epochs) if since else list(took)[epochs_before:counters.epochs]
+        # a RunSummary's RecentEpochs: the newest epochs' values only
+        walls = flow.summary.epoch_seconds.since(epochs_before, counters.epochs)
         if walls:
             epoch_ms = 1000.0 * sum(walls) / len(walls)
     paused = {step: bool(control.get("paused") or connectors.get(step, {}).get("paused"))

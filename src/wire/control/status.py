@@ -99,14 +99,12 @@ class Counters:
 
 
 def _series(summary: Any, name: str) -> dict[str, Any]:
-    """``<name>_last`` and ``<name>_total`` of a per-epoch series of ``summary``.
+    """``<name>_last`` and ``<name>_total`` of a run summary's per-epoch series.
 
     Without copying it: a :class:`~wire.runtime.recent.RecentEpochs` knows its total.
     """
-    values = getattr(summary, name, [])
-    last = values[-1] if len(values) else None
-    total = getattr(values, "total", None)
-    return {f"{name}_last": last, f"{name}_total": int(sum(values) if total is None else total)}
+    values = getattr(summary, name)
+    return {f"{name}_last": values[-1] if values else None, f"{name}_total": int(values.total)}
 
 
 def counters_of(summary: Any, *, attempts: int = 5) -> Counters:
