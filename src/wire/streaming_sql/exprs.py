@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from wire.streaming_sql.errors import SqlError
+from wire.errors import SqlError
 from wire.streaming_sql.parse import DIALECT, fail
 from wire.streaming_sql.relation import Relation
 

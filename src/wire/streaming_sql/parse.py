@@ -18,7 +18,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokenizer_core import TokenType
 
-from wire.streaming_sql.errors import SqlError
+from wire.errors import SqlError
 
 DIALECT = "spark"
 """sqlglot's dialect of the expressions Wire hands to Spark: Spark SQL's, as the Python API's."""
