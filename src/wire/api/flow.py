@@ -169,7 +169,9 @@ class Flow:
             On an invalid parameter; when the connector's schema is given (files with
             ``schema=``, Kafka, HTTP ingest, Redis Streams, ``TestStream``), an
             ``event_time`` or ``key`` that is not one of its columns (the message lists
-            them). Without a given schema, that check runs when the flow compiles.
+            them). Without a given schema, that check runs when the flow compiles. Also
+            when the connector's deprecated ``idle_timeout`` / ``watermark_interval``
+            contradicts ``watermark``'s (the message names the keyword and both values).
         """
         if not all(callable(getattr(connector, m, None)) for m in ("read_stream", "resolve_schema")):
             raise ConfigError("connector", connector,
@@ -195,6 +197,9 @@ class Flow:
                                   allow_zero=False)
         step = self._step_id(name, "source")
         _check_columns_known(connector, step, event_time, key)
+        from wire.sources.base.source import with_connector_settings  # the connector imported it already
+
+        with_connector_settings(step, watermark, connector)  # a policy the connector contradicts fails here
         self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch,
                              target_ms))
         return Stream(self, PortRef(step, OUT))

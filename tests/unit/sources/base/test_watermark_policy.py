@@ -166,6 +166,17 @@ def test_connector_keywords_are_deprecated_and_forwarded_into_the_policy(tmp_pat
     assert e.value.parameter == "idle_timeout" and "5000 ms" in str(e.value)
 
 
+def test_a_policy_the_connector_contradicts_fails_at_flow_source(tmp_path):
+    with pytest.warns(DeprecationWarning):
+        src = files(str(tmp_path / "*.csv"), format="csv", schema=SCHEMA, idle_timeout="2s")
+    flow = wire.Flow("contradiction")
+    with pytest.raises(ConfigError) as e:
+        flow.source(src, event_time="ts", watermark=wire.BoundedOutOfOrderness(10, idle_timeout="5s"))
+    assert e.value.parameter == "idle_timeout" and "5000 ms" in str(e.value) and "2000" in str(e.value)
+    assert flow.plan().nodes == ()  # nothing was added
+    flow.source(src, event_time="ts", watermark=wire.BoundedOutOfOrderness(10, idle_timeout="2s"))  # agrees
+
+
 T = pa.schema([("t", pa.int64())])
 
 
