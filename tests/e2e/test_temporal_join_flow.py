@@ -1,0 +1,128 @@
+"""The temporal join on Spark: orders enriched with exchange rates, against DuckDB's ASOF join.
+
+Two file sources (orders, and rate updates with deletes), each read a few rows per
+epoch with its own bounded-out-of-orderness watermark, so the inputs run ahead of each
+other and no row is late. The oracle is DuckDB's ``ASOF LEFT JOIN`` over the same files
+(a delete marker met means no rate). A second run crashes in the middle of an epoch
+(its sink raises after the join's state was updated) and is restarted on the same
+checkpoint: its exactly-once output must still equal the oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import wire
+
+pytestmark = pytest.mark.spark
+CURRENCIES = ["EUR", "GBP", "JPY", "CHF"]
+DISORDER = 15
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _shuffled(rows: list[dict], rng: random.Random) -> list[dict]:
+    """``rows`` sorted by ``t`` with a bounded disorder (< ``DISORDER`` ms)."""
+    return sorted(rows, key=lambda r: r["t"] + rng.uniform(0, DISORDER - 1))
+
+
+def inputs(tmp: Path, seed: int = 7) -> tuple[str, str]:
+    rng = random.Random(seed)
+    rates = [{"t": rng.randrange(0, 1000), "cur": rng.choice(CURRENCIES),
+              "rate": round(rng.uniform(0.5, 2.0), 4), "retracted": rng.random() < 0.15}
+             for _ in range(60)]
+    seen, unique = set(), []
+    for r in rates:  # one version per (currency, time): the oracle's ASOF has no tie rule
+        if (r["cur"], r["t"]) not in seen:
+            seen.add((r["cur"], r["t"]))
+            unique.append(r)
+    orders = [{"t": rng.randrange(0, 1100), "id": i, "cur": rng.choice([*CURRENCIES, "USD"]),
+               "amount": rng.randrange(1, 500)} for i in range(150)]
+    _write(tmp / "rates" / "rates.jsonl", _shuffled(unique, rng))
+    _write(tmp / "orders" / "orders.jsonl", _shuffled(orders, rng))
+    return str(tmp / "orders"), str(tmp / "rates")
+
+
+def oracle(orders: str, rates: str) -> list[tuple]:
+    rows = duckdb.sql(f"""
+        SELECT o.id, o.cur, o.t, o.amount,
+               CASE WHEN r.retracted THEN NULL ELSE r.rate END AS rate,
+               CASE WHEN r.retracted THEN NULL ELSE r.t END AS version_time
+        FROM read_json_auto('{orders}/*.jsonl') o
+        ASOF LEFT JOIN read_json_auto('{rates}/*.jsonl') r ON o.cur = r.cur AND o.t >= r.t
+    """).fetchall()
+    return sorted(rows)
+
+
+def build(orders: str, rates: str, sink: wire.sinks.Sink) -> wire.Flow:
+    flow = wire.Flow("temporal-join-e2e")
+    watermark = wire.BoundedOutOfOrderness(DISORDER)
+    o = flow.source(wire.sources.files(orders, format="jsonl"), event_time="t", name="orders",
+                    watermark=watermark, max_events_per_epoch=40)
+    r = flow.source(wire.sources.files(rates, format="jsonl"), event_time="t", name="rates",
+                    watermark=watermark, max_events_per_epoch=15)
+    table = r.select("cur", "rate", "retracted").as_table(key="cur", delete="retracted")
+    joined = o.temporal_join(table, on="cur", how="left", name="priced")
+    joined.sink(sink, name="out")
+    joined.late().sink(wire.sinks.parquet(str(Path(orders).parent / "late")), name="late")
+    return flow
+
+
+def result(out: Path) -> list[tuple]:
+    t = pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*/*.parquet"))])
+    return sorted(zip(*(t.column(c).to_pylist() for c in
+                        ("id", "cur", "t", "amount", "rate", "version_time")), strict=True))
+
+
+def test_temporal_join_over_files_equals_duckdb_asof_join(spark, tmp_path):
+    orders, rates = inputs(tmp_path)
+    expected = oracle(orders, rates)
+    assert any(r[4] is None for r in expected) and any(r[4] is not None for r in expected)
+    summary = build(orders, rates, wire.sinks.parquet(str(tmp_path / "out"))).run(
+        str(tmp_path / "ck"), spark=spark, key_groups=2)
+    assert summary.epochs > 3
+    assert result(tmp_path / "out") == expected
+    assert not list((tmp_path / "late").glob("*/*.parquet"))  # nothing was late
+
+
+@dataclass(frozen=True, eq=False)
+class CrashingSink(wire.sinks.Sink):
+    """Fails in the middle of epoch ``fail_epoch`` once: the query dies and restarts on its checkpoint."""
+
+    guarantee = "exactly_once"
+    inner: wire.sinks.Sink = None  # type: ignore[assignment]
+    fail_epoch: int = 3
+    seen: list = field(default_factory=list)
+
+    def open(self, **kw):
+        self.inner.open(**kw)
+
+    def write_epoch(self, epoch, table):
+        if epoch == self.fail_epoch and not self.seen:
+            self.seen.append(epoch)
+            raise RuntimeError(f"killed during epoch {epoch}")
+        self.inner.write_epoch(epoch, table)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.slow
+def test_restart_on_the_same_checkpoint_gives_the_oracle_output(spark, tmp_path):
+    orders, rates = inputs(tmp_path, seed=11)
+    sink = CrashingSink(inner=wire.sinks.parquet(str(tmp_path / "out")))
+    summary = build(orders, rates, sink).run(str(tmp_path / "ck"), spark=spark, key_groups=2,
+                                             max_restarts=1, restart_backoff_s=0.1)
+    assert summary.restarts == 1 and "killed during epoch 3" in summary.failures[0]
+    assert result(tmp_path / "out") == oracle(orders, rates)
