@@ -126,3 +126,29 @@ def test_restart_on_the_same_checkpoint_gives_the_oracle_output(spark, tmp_path)
                                              max_restarts=1, restart_backoff_s=0.1)
     assert summary.restarts == 1 and "killed during epoch 3" in summary.failures[0]
     assert result(tmp_path / "out") == oracle(orders, rates)
+
+
+def test_late_order_and_late_rate_reach_the_late_port_on_spark():
+    """Hand-derived: after the watermark reaches 200, an order at 50 and a rate at 60 are late."""
+    ts = wire.testing.TestStream(
+        schema=[("t", pa.int64()), ("kind", pa.string()), ("cur", pa.string()), ("x", pa.float64())],
+        event_time="t")
+    ts = (ts.add_events([{"t": 0, "kind": "rate", "cur": "EUR", "x": 1.5},
+                         {"t": 100, "kind": "order", "cur": "EUR", "x": 10.0}])
+            .advance_watermark(200)
+            .add_events([{"t": 50, "kind": "order", "cur": "EUR", "x": 20.0},
+                         {"t": 60, "kind": "rate", "cur": "EUR", "x": 9.9}]))
+
+    def build(events):
+        rates = events.filter("kind = 'rate'").select("cur", ("rate", "x")).as_table(key="cur")
+        orders = events.filter("kind = 'order'").select("t", "cur", ("amount", "x"))
+        return orders.temporal_join(rates, on="cur")
+
+    out = ts.run(build)
+    assert [(r["t"], r["amount"], r["rate"], r["version_time"]) for r in out["main"]] == [(100, 10.0, 1.5, 0)]
+    late = sorted((r["side"], r["event_time"], r["watermark"], r["amount"], r["rate"], r["reason"])
+                  for r in out["late"])
+    assert late == [
+        ("stream", 50, 200, 20.0, None, "temporal join: event_time < stream watermark"),
+        ("table", 60, 200, None, 9.9, "temporal join: version time < table watermark"),
+    ]
