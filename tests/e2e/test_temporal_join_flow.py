@@ -152,3 +152,26 @@ def test_late_order_and_late_rate_reach_the_late_port_on_spark():
         ("stream", 50, 200, 20.0, None, "temporal join: event_time < stream watermark"),
         ("table", 60, 200, None, 9.9, "temporal join: version time < table watermark"),
     ]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(key="currency"), "step 'priced': invalid key='currency'; accepted: a column of the table's stream"),
+    (dict(on="currency"), "step 'priced': invalid on='currency'; accepted: a column of the stream"),
+    (dict(delete="rate"), "step 'priced': invalid delete='rate'; accepted: a bool column of the table input"),
+    (dict(on="id"), "step 'priced': invalid on='id'; accepted: a stream column of the table key's type"),
+    (dict(rate_column="amount"), "step 'priced': invalid table=['amount']; accepted: a table whose columns "
+                                 "do not clash"),
+])
+def test_bad_columns_fail_when_the_flow_is_built_naming_the_parameter(spark, tmp_path, change, message):
+    orders, rates = inputs(tmp_path)
+    flow = wire.Flow("bad")
+    o = flow.source(wire.sources.files(orders, format="jsonl"), event_time="t", name="orders")
+    r = flow.source(wire.sources.files(rates, format="jsonl"), event_time="t", name="rates")
+    r = r.select("cur", (change.get("rate_column", "rate"), "rate"), "retracted")
+    table = r.as_table(key=change.get("key", "cur"), delete=change.get("delete", "retracted"))
+    o.temporal_join(table, on=change.get("on", "cur"), name="priced").sink(
+        wire.sinks.parquet(str(tmp_path / "out")), name="out")
+    with pytest.raises(wire.ConfigError) as e:
+        flow.run(str(tmp_path / "ck"), spark=spark)
+    assert str(e.value).startswith(message)
+    assert not (tmp_path / "out").exists()
