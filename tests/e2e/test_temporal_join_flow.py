@@ -11,7 +11,12 @@ checkpoint: its exactly-once output must still equal the oracle.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +26,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
+from wire.runtime.checkpoint import list_epochs
 
 pytestmark = pytest.mark.spark
+DRIVER = Path(__file__).parent / "faults" / "temporal_join_driver.py"
 CURRENCIES = ["EUR", "GBP", "JPY", "CHF"]
 DISORDER = 15
 
@@ -65,13 +72,14 @@ def oracle(orders: str, rates: str) -> list[tuple]:
     return sorted(rows)
 
 
-def build(orders: str, rates: str, sink: wire.sinks.Sink) -> wire.Flow:
+def build(orders: str, rates: str, sink: wire.sinks.Sink, *, orders_per_epoch: int = 40,
+          rates_per_epoch: int = 15) -> wire.Flow:
     flow = wire.Flow("temporal-join-e2e")
     watermark = wire.BoundedOutOfOrderness(DISORDER)
     o = flow.source(wire.sources.files(orders, format="jsonl"), event_time="t", name="orders",
-                    watermark=watermark, max_events_per_epoch=40)
+                    watermark=watermark, max_events_per_epoch=orders_per_epoch)
     r = flow.source(wire.sources.files(rates, format="jsonl"), event_time="t", name="rates",
-                    watermark=watermark, max_events_per_epoch=15)
+                    watermark=watermark, max_events_per_epoch=rates_per_epoch)
     table = r.select("cur", "rate", "retracted").as_table(key="cur", delete="retracted")
     joined = o.temporal_join(table, on="cur", how="left", name="priced")
     joined.sink(sink, name="out")
@@ -175,3 +183,40 @@ def test_bad_columns_fail_when_the_flow_is_built_naming_the_parameter(spark, tmp
         flow.run(str(tmp_path / "ck"), spark=spark)
     assert str(e.value).startswith(message)
     assert not (tmp_path / "out").exists()
+
+
+def _committed(checkpoint: Path) -> int:
+    try:
+        return sum(1 for e in list_epochs(checkpoint) if e.committed)
+    except Exception:
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_and_restart_on_the_same_checkpoint_gives_the_oracle_output(tmp_path):
+    """SIGKILL the driver twice, each time once two more epochs committed; restart it until done."""
+    orders, rates = inputs(tmp_path, seed=5)
+    out = tmp_path / "run"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    kills = 0
+    while True:
+        proc = subprocess.Popen([sys.executable, str(DRIVER), orders, rates, str(out)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        if kills < 2:
+            before = _committed(out / "_checkpoint")
+            deadline = time.monotonic() + 300
+            while proc.poll() is None and _committed(out / "_checkpoint") < before + 2:
+                assert time.monotonic() < deadline, "no progress within 300 s"
+                time.sleep(0.05)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                continue
+        output, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, output[-3000:]
+        assert "DONE" in output
+        break
+    assert kills == 2
+    assert result(out / "out") == oracle(orders, rates)
