@@ -10,10 +10,12 @@ unioned and grouped by key group into one transformWithStateInPandas processor
 bytes in and out of it.
 
 State per key group (the ``operator`` ValueState's tables): the stored versions
-(``versions``), the stream events waiting for the table's watermark (``pending``), and
-each input's watermark in force (``sides``: one row, ``stream`` and ``table``, ms). Each
-input's watermark is the minimum over that input's channels; the operator's input
-watermark the minimum over both (SPEC §2).
+(``versions``) and the stream events waiting for the table's watermark (``pending``),
+both carrying the ``on`` column (so a rescale splits them by key like every keyed
+state table, :mod:`wire.state.rekey`); each input's watermark in force is kept next to
+the channel watermarks (entries :data:`STREAM_WM`, :data:`TABLE_WM`: a rescale takes the
+minimum over the old key groups, as for channels). Each input's watermark is the minimum
+over that input's channels; the operator's input watermark the minimum over both (SPEC §2).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from wire.state import temporal_join as TJ
 from wire.state.operator_watermarks import input_watermark
 
 STREAM, TABLE = "stream", "table"
-VERSIONS, PENDING, SIDES = "versions", "pending", "sides"
+VERSIONS, PENDING = "versions", "pending"
+STREAM_WM, TABLE_WM = "__stream", "__table"
+"""Entries of the operator's channel watermarks holding each input's watermark in force (ms)."""
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,6 @@ class TemporalJoinStage:
     key_groups: int
 
 
-def _sides(table: pa.Table | None) -> tuple[int, int]:
-    if table is None or not table.num_rows:
-        return NO_WATERMARK, NO_WATERMARK
-    return int(table.column(STREAM)[0].as_py()), int(table.column(TABLE)[0].as_py())
-
-
 class TemporalJoinProcessor(KeyedProcessor[TemporalJoinStage]):
     """transformWithStateInPandas processor: one key group's versions and pending events per epoch."""
 
@@ -74,20 +72,21 @@ class TemporalJoinProcessor(KeyedProcessor[TemporalJoinStage]):
         """Run :func:`wire.state.temporal_join.on_epoch` on the key group's state; pack its outputs."""
         st = self.stage
         tables = dict(op.tables or {})
-        channels = op.channels or {}
-        old_s, old_t = _sides(tables.get(SIDES))
+        channels = dict(op.channels or {})
+        old_s = channels.get(STREAM_WM, NO_WATERMARK)
+        old_t = channels.get(TABLE_WM, NO_WATERMARK)
         new_s = input_watermark(old_s, channels, st.stream_channels)
         new_t = input_watermark(old_t, channels, st.table_channels)
+        op.channels = {**channels, STREAM_WM: new_s, TABLE_WM: new_t}
         out = TJ.on_epoch(
             tables.get(VERSIONS), tables.get(PENDING),
             group.blobs.get(STREAM, []), group.blobs.get(TABLE, []),
             stream_wm=old_s, new_stream_wm=new_s, table_wm=old_t, new_table_wm=new_t, wm_out=op.wm_out,
             spec=st.spec, stream_payload=st.stream, table_payload=st.table,
         )
-        sides = pa.table({STREAM: pa.array([new_s], pa.int64()), TABLE: pa.array([new_t], pa.int64())})
         return self.finish(
             kg, group, op, new_in=new_in, new_out=out.wm_out,
-            tables={VERSIONS: out.versions, PENDING: out.pending, SIDES: sides},
+            tables={VERSIONS: out.versions, PENDING: out.pending},
             results=out.joined, event_time=out.event_time, late=out.late, stats=out.stats,
         )
 

@@ -161,9 +161,14 @@ def table_input_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
 
 
 def versions_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
-    """Stored versions: the table's key and columns, ``__et`` (version time), ``__seq``, ``__deleted``."""
-    return pa.schema([*_fields(payload, (spec.table_key, *spec.table_columns), "table"),
-                      pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64()), pa.field(DELETED, pa.bool_())])
+    """Stored versions: key, the table's columns, ``__et`` (version time), ``__seq``, ``__deleted``.
+
+    The key column is named as the stream's ``on`` column, so that every state table of
+    the operator carries the operator's key column (a rescale splits them by it).
+    """
+    key, *columns = _fields(payload, (spec.table_key, *spec.table_columns), "table")
+    return pa.schema([key.with_name(spec.key), *columns, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64()),
+                      pa.field(DELETED, pa.bool_())])
 
 
 def _fields(payload: pa.Schema, names: Sequence[str], side: str) -> list[pa.Field]:
@@ -298,7 +303,7 @@ def _upsert(old: pa.Table, new: pa.Table, spec: TemporalJoinSpec) -> pa.Table:
     versions = pa.concat_tables([old, new])
     if not versions.num_rows:
         return versions
-    keys = versions.column(spec.table_key)
+    keys = versions.column(spec.key)
     codes, _ = _key_codes(keys, keys.slice(0, 0))
     t = versions.column(ET).to_numpy()
     order = np.lexsort((np.arange(len(t)), _arrival(versions), t, codes))
@@ -434,17 +439,18 @@ def on_epoch(
     accepted = rows.filter(pa.array(~late_t))
     deleted = (pc.fill_null(accepted.column(spec.delete), False) if spec.delete is not None
                else pa.array(np.zeros(accepted.num_rows, dtype=bool)))
-    new_versions = accepted.select(vschema.names[:-1]).append_column(DELETED, deleted).cast(vschema)
+    new_versions = (accepted.select([spec.table_key, *vschema.names[1:-1]]).rename_columns(vschema.names[:-1])
+                    .append_column(DELETED, deleted).cast(vschema))
     old_versions = _concat([versions], vschema)
     all_versions = _upsert(old_versions, new_versions, spec).cast(vschema)
     # the valid key codes of a null-free versions table: drop versions with a null key
-    all_versions = all_versions.filter(pc.is_valid(all_versions.column(spec.table_key)))
+    all_versions = all_versions.filter(pc.is_valid(all_versions.column(spec.key)))
 
     waiting = pa.concat_tables([_concat([pending], sschema), events.filter(pa.array(~late_s))])
     pt = waiting.column(ET).to_numpy()
     ready = np.ones(len(pt), dtype=bool) if new_table_wm >= MAX_WATERMARK else _before(pt, new_table_wm)
-    vcodes, ecodes = _key_codes(all_versions.column(spec.table_key), waiting.column(spec.key).cast(
-        all_versions.schema.field(spec.table_key).type))
+    vcodes, ecodes = _key_codes(all_versions.column(spec.key), waiting.column(spec.key).cast(
+        all_versions.schema.field(spec.key).type))
     vt = all_versions.column(ET).to_numpy()
 
     go = np.flatnonzero(ready)

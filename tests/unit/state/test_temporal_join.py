@@ -297,3 +297,59 @@ def test_no_per_event_python_loop_large_epoch() -> None:
     run = Run("left")
     run.epoch(events, table, swm=0, twm=MAX_WM)
     assert len(run.joined) == n
+
+
+def test_stream_and_table_keys_may_have_different_names() -> None:
+    spec = TJ.TemporalJoinSpec("cur", "currency", ("amount",), ("rate",))
+    sp = pa.schema([("cur", pa.string()), ("amount", pa.int64())])
+    tp = pa.schema([("currency", pa.string()), ("rate", pa.float64())])
+    r = TJ.on_epoch(None, None, [pa.table({"cur": ["EUR"], "amount": [3], "__et": [7]})],
+                    [pa.table({"currency": ["EUR", "EUR"], "rate": [1.0, 2.0], "__et": [5, 9]})],
+                    stream_wm=0, new_stream_wm=8, table_wm=0, new_table_wm=8, wm_out=0, spec=spec,
+                    stream_payload=sp, table_payload=tp)
+    assert r.joined.to_pylist() == [{"cur": "EUR", "amount": 3, "rate": 1.0, "version_time": 5}]
+    assert r.versions.column_names[0] == "cur"  # state tables carry the operator's key column
+    assert r.versions.column("__et").to_pylist() == [5, 9]
+
+
+def test_a_rescale_splits_the_state_by_key_and_the_output_still_equals_the_oracle() -> None:
+    """2 key groups for two epochs, re-keyed (wire.state.rekey) into 3, then to the end."""
+    from wire.state.rekey import GroupState, rekey
+
+    table = [("a", 0, 1, False), ("b", 2, 2, False), ("c", 4, 3, False), ("a", 10, 4, False),
+             ("b", 12, 0, True), ("c", 14, 5, False), ("a", 20, 6, False), ("b", 22, 7, False)]
+    events = [("a", 5, 0), ("b", 6, 1), ("c", 15, 2), ("a", 11, 3), ("b", 13, 4), ("c", 8, 5),
+              ("a", 25, 6), ("b", 30, 7), ("c", 21, 8)]
+    epochs = [(events[:3], table[:3], 4, 3), (events[3:6], table[3:6], 9, 12),
+              (events[6:], table[6:], 21, 20)]
+
+    def group_of(n: int):
+        return lambda keys: np.array([ord(k) % n for k in keys.to_pylist()], dtype=np.int64)
+
+    spec = _spec("left")
+    groups = {g: GroupState(channels={"__stream": NO_WM, "__table": NO_WM}) for g in range(2)}
+    joined: list[dict] = []
+
+    def epoch(ev, tb, swm, twm, n):
+        assign = group_of(n)
+        evt, tbt = _events(ev), _versions(tb)
+        for g, state in groups.items():
+            mine_e = evt.filter(pa.array(assign(evt.column("k")) == g)) if evt.num_rows else evt
+            mine_t = tbt.filter(pa.array(assign(tbt.column("k")) == g)) if tbt.num_rows else tbt
+            r = TJ.on_epoch(state.tables.get("versions"), state.tables.get("pending"), [mine_e], [mine_t],
+                            stream_wm=state.channels["__stream"], new_stream_wm=swm,
+                            table_wm=state.channels["__table"], new_table_wm=twm, wm_out=state.wm_out,
+                            spec=spec, stream_payload=STREAM, table_payload=TABLE)
+            joined.extend(r.joined.to_pylist())
+            groups[g] = GroupState(min(swm, twm), r.wm_out, {"__stream": swm, "__table": twm},
+                                   {"versions": r.versions, "pending": r.pending})
+
+    for ev, tb, swm, twm in epochs[:2]:
+        epoch(ev, tb, swm, twm, 2)
+    # events wait across the rescale
+    assert sum(s.tables["pending"].num_rows for s in groups.values()) > 0
+    groups = rekey(groups, key="k", new_groups=3, assign=group_of(3))
+    epoch(*epochs[2], 3)
+    epoch([], [], MAX_WM, MAX_WM, 3)
+    got = sorted((r["id"], r["val"], r["version_time"]) for r in joined)
+    assert got == _oracle(events, table, "left")
