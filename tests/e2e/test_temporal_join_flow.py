@@ -220,3 +220,16 @@ def test_sigkill_and_restart_on_the_same_checkpoint_gives_the_oracle_output(tmp_
         break
     assert kills == 2
     assert result(out / "out") == oracle(orders, rates)
+
+
+@pytest.mark.slow
+def test_rescale_mid_run_gives_the_oracle_output(spark, tmp_path):
+    """Three epochs on 2 key groups, then the rest on 5: versions and waiting events are re-keyed."""
+    orders, rates = inputs(tmp_path, seed=3)
+    sink = wire.sinks.parquet(str(tmp_path / "out"))
+    ck = str(tmp_path / "ck")
+    assert build(orders, rates, sink).run(ck, spark=spark, key_groups=2, max_epochs=3,
+                                          progress=False).epochs == 3
+    build(orders, rates, sink).run(ck, spark=spark, key_groups=5, progress=False)
+    assert json.loads((tmp_path / "ck" / "wire.json").read_text())["key_groups"] == 5
+    assert result(tmp_path / "out") == oracle(orders, rates)
