@@ -42,6 +42,7 @@ from wire.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    TemporalJoinNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
 ThrottleMode = Literal["pause", "overflow"]
 """``Stream.throttle``'s modes: hold the excess at the sources, or divert it to ``.overflow()``."""
 THROTTLE_MODES: tuple[ThrottleMode, ...] = get_args(ThrottleMode)
+TemporalHow = Literal["inner", "left"]
+"""``Stream.temporal_join``'s ``how``: drop events without a version, or emit them with nulls."""
+TEMPORAL_HOWS: tuple[TemporalHow, ...] = get_args(TemporalHow)
 
 
 @dataclass(frozen=True)
@@ -944,6 +948,160 @@ class Stream:
             )
         step = self.flow._step_id(name, "drop")
         self.flow._add(DropNode(step, self.ref))
+
+    def as_table(self, key: str, *, delete: str | None = None) -> VersionedTable:
+        """View this stream of keyed upserts as a versioned table, for :meth:`temporal_join`.
+
+        Each event is a *version* of the row of its ``key``: valid from the event's time
+        (its *version time*, int64 ms) until the next version of that key. With
+        ``delete``, an event whose ``delete`` column is true is a delete marker: from its
+        version time on, the key has no row. Of two versions of a key with the same
+        version time, the one that arrived last wins. Columns: the table's columns are
+        this stream's; ``key`` is matched against the stream's ``on=`` column (same
+        type), the ``delete`` column is not joined. Nothing runs or is stored until a
+        :meth:`temporal_join` reads the table (its state holds the versions).
+
+        Parameters
+        ----------
+        key:
+            The key column (any type Spark can hash; nulls never match).
+        delete:
+            None (default: no deletes), or the name of a bool column marking deletes
+            (null counts as false).
+
+        Raises
+        ------
+        ConfigError
+            If ``key`` or ``delete`` is not a non-empty column name; when the flow runs
+            (compiles), if either is not a column of this stream, or ``delete`` not bool.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        >>> import wire
+        >>> flow = wire.Flow("rates")
+        >>> rates = flow.source(wire.sources.files("rates/*.csv", format="csv"), event_time="t")
+        >>> table = rates.as_table(key="currency", delete="retracted")
+        >>> (table.key, table.delete, table.stream.ref.step)
+        ('currency', 'retracted', 'source_1')
+        """
+        self._require_out("as_table")
+        for parameter, value in (("key", key), ("delete", delete)):
+            if (value is not None or parameter == "key") and (not isinstance(value, str) or not value):
+                accepted = "a column name" + (" or None" if parameter == "delete" else "")
+                raise ConfigError(parameter, value, accepted)
+        return VersionedTable(self, key, delete)
+
+    def temporal_join(
+        self,
+        table: VersionedTable,
+        *,
+        on: str,
+        how: TemporalHow = "inner",
+        name: str | None = None,
+    ) -> Stream:
+        """Enrich each event with the version of its key's table row valid at the event's time.
+
+        Event-time temporal join (Flink's ``JOIN ... FOR SYSTEM_TIME AS OF``): an event
+        with ``on`` value ``k`` and event time ``t`` meets the version of ``k`` in
+        ``table`` (:meth:`as_table`) with the largest version time ``<= t``. None, or a
+        delete marker: ``how="inner"`` drops the event, ``how="left"`` emits it with
+        null table columns. Null keys never match.
+
+        Columns out: ``on``, this stream's other columns, the table's columns other than
+        its key and delete column (nullable), and ``version_time`` (int64 ms, the version
+        time met; null when none). A name in both inputs is an error (rename it with
+        ``select``). The output is keyed by ``on``; each row's event time is the event's.
+
+        Emission: an event is emitted in the first epoch in which the table's watermark
+        has passed its time (``table watermark > t``), so the version it met is final:
+        the result depends neither on the epoch split nor on the order in which the two
+        inputs arrive (a replay gives the same answer). The output watermark follows the
+        Beam hold rule (SPEC §2): the minimum of both inputs' watermarks, held at the
+        earliest event still waiting.
+
+        Late rows go to ``.late()`` (SPEC §3): an event with ``t <`` the stream's
+        watermark, and a table row with version time ``<`` the table's watermark, with
+        ``side`` (``"stream"`` / ``"table"``), ``event_time``, ``watermark`` and
+        ``reason``. State, per key group: the waiting events, and per key only the
+        versions a not-yet-late event can still meet (the newest at or before the stream
+        watermark, and newer ones).
+
+        Parameters
+        ----------
+        table:
+            A versioned table of the same flow (``stream.as_table(key=...)``).
+        on:
+            This stream's column matched against the table's key (same type).
+        how:
+            ``"inner"`` (default) or ``"left"``.
+        name:
+            The step id (default ``temporal_join_<n>``).
+
+        Raises
+        ------
+        ConfigError
+            If ``table`` is not a versioned table of this flow, ``how`` is not
+            ``"inner"`` or ``"left"``, or ``on`` is not a column name; when the flow runs
+            (compiles), if ``on`` or the table's key is not a column, their types differ,
+            or output columns clash.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        Orders priced at the exchange rate valid when they were placed:
+
+        >>> import pyarrow as pa, wire
+        >>> ts = wire.testing.TestStream(
+        ...     schema=[("t", pa.int64()), ("kind", pa.string()), ("cur", pa.string()), ("x", pa.float64())],
+        ...     event_time="t")
+        >>> ts = ts.add_events([
+        ...     {"t": 0, "kind": "rate", "cur": "EUR", "x": 1.1},
+        ...     {"t": 10, "kind": "rate", "cur": "EUR", "x": 1.2},
+        ...     {"t": 5, "kind": "order", "cur": "EUR", "x": 100.0},
+        ...     {"t": 12, "kind": "order", "cur": "EUR", "x": 50.0},
+        ...     {"t": 7, "kind": "order", "cur": "USD", "x": 9.0}]).advance_watermark_to_infinity()
+        >>> def build(events):
+        ...     rates = events.filter("kind = 'rate'").select("cur", ("rate", "x")).as_table(key="cur")
+        ...     orders = events.filter("kind = 'order'").select("t", "cur", ("amount", "x"))
+        ...     return orders.temporal_join(rates, on="cur", how="left")
+        >>> out = ts.run(build)
+        >>> list(out["main"][0])
+        ['cur', 't', 'amount', 'rate', 'version_time', 'epoch']
+        >>> sorted((r["t"], r["cur"], r["amount"], r["rate"], r["version_time"]) for r in out["main"])
+        [(5, 'EUR', 100.0, 1.1, 0), (7, 'USD', 9.0, None, None), (12, 'EUR', 50.0, 1.2, 10)]
+        >>> ts.run(lambda e: e.temporal_join(e.as_table(key="cur"), on="cur", how="outer"))
+        Traceback (most recent call last):
+            ...
+        wire.errors.ConfigError: invalid how='outer'; accepted: 'inner' or 'left'
+        """
+        self._require_out("temporal_join")
+        if not isinstance(table, VersionedTable) or table.stream.flow is not self.flow:
+            raise ConfigError("table", table, "a versioned table of the same flow (stream.as_table(key=...))")
+        if how not in TEMPORAL_HOWS:
+            raise ConfigError("how", how, " or ".join(map(repr, TEMPORAL_HOWS)))
+        if not isinstance(on, str) or not on:
+            raise ConfigError("on", on, "a column name of this stream")
+        step = self.flow._step_id(name, "temporal_join")
+        self.flow._add(TemporalJoinNode(step, self.ref.step, table.stream.ref.step, on, table.key,
+                                        table.delete, how))
+        return Stream(self.flow, PortRef(step))
+
+
+@dataclass(frozen=True)
+class VersionedTable:
+    """A stream of keyed upserts seen as a table with versions in event time (``Stream.as_table``).
+
+    Not a stream: it is only read by :meth:`Stream.temporal_join`. ``stream`` is the
+    stream of versions, ``key`` its key column, ``delete`` its bool delete-marker column
+    (None: no deletes).
+    """
+
+    stream: Stream
+    key: str
+    delete: str | None = None
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_se
 from wire.compiler.join_stage import compile_join
 from wire.compiler.process_stage import compile_process
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
+from wire.compiler.temporal_join_stage import compile_temporal_join
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import NO_KEY, compile_window
 from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_SIDE, KIND_WATERMARK, PORT
@@ -51,6 +52,7 @@ from wire.plan.nodes import (
     ProcessNode,
     SelectNode,
     SourceNode,
+    TemporalJoinNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
@@ -254,6 +256,17 @@ def _join(node: IntervalJoinNode, b: _Build) -> _Compiled:
     b.state_keys[node.step] = str(left.key)
     b.key_types[node.step] = left.df.schema[str(left.key)].dataType.simpleString()
     return _Compiled(df, left.key, b.keyed_channels(node.step), False)
+
+
+@_step.register
+def _temporal_join(node: TemporalJoinNode, b: _Build) -> _Compiled:
+    stream, table = b.take(node.stream), b.take(node.table)
+    df = compile_temporal_join(stream.df, table.df, node, key_groups=b.key_groups,
+                               stream_channels=stream.channels, table_channels=table.channels,
+                               seed=b.seeds.get(node.step))
+    b.state_keys[node.step] = node.on
+    b.key_types[node.step] = stream.df.schema[node.on].dataType.simpleString()
+    return _Compiled(df, node.on, b.keyed_channels(node.step), False)
 
 
 @_step.register

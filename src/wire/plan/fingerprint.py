@@ -31,6 +31,7 @@ from wire.plan.nodes import (
     ProcessNode,
     SinkNode,
     SourceNode,
+    TemporalJoinNode,
     WindowAggregateNode,
 )
 
@@ -38,6 +39,7 @@ Fingerprint = dict[str, dict[str, Any]]
 """Per step id, ``{"kind": ..., <parameter>: <JSON value>}``."""
 
 SOURCE, WINDOW, JOIN, PROCESS, SINK = "source", "window", "interval_join", "process", "sink"
+TEMPORAL_JOIN = "temporal_join"
 
 
 def readable(value: Any) -> Any:
@@ -181,6 +183,19 @@ def _join(node: IntervalJoinNode, plan: Plan, checkpoint: str | None) -> dict[st
         "lower_ms": node.lower_ms,
         "upper_ms": node.upper_ms,
         "allowed_lateness_ms": node.allowed_lateness_ms,
+    }
+
+
+@_fingerprint.register
+def _temporal_join(node: TemporalJoinNode, plan: Plan, checkpoint: str | None) -> dict[str, Any]:
+    return {
+        "kind": TEMPORAL_JOIN,
+        "on": node.on,
+        "table_key": node.table_key,
+        "delete": node.delete,
+        "how": node.how,
+        "stream_sources": sources_of(plan, node.stream),
+        "table_sources": sources_of(plan, node.table),
     }
 
 

@@ -38,6 +38,7 @@ from wire.plan.nodes import (
     SelectNode,
     SinkNode,
     SourceNode,
+    TemporalJoinNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
@@ -237,6 +238,7 @@ KINDS: dict[type, str] = {
     KeyByNode: "key_by",
     WindowAggregateNode: "window",
     IntervalJoinNode: "join",
+    TemporalJoinNode: "temporal_join",
     ProcessNode: "process",
     UnionNode: "union",
     SinkNode: "sink",
@@ -273,6 +275,11 @@ def _window_detail(node: WindowAggregateNode) -> str:
 @detail.register
 def _join_detail(node: IntervalJoinNode) -> str:
     return f"{node.left} x {node.right} [{node.lower_ms}, {node.upper_ms}] ms"
+
+
+@detail.register
+def _temporal_join_detail(node: TemporalJoinNode) -> str:
+    return f"{node.stream} x table {node.table} on {node.on}, {node.how}"
 
 
 @detail.register

@@ -257,6 +257,37 @@ class IntervalJoinNode(Node):
 
 
 @dataclass(frozen=True)
+class TemporalJoinNode(Node):
+    """Event-time temporal join of a stream with a versioned table (``Stream.temporal_join``).
+
+    Each event of ``stream`` meets the version of its key (column ``on``) in the table
+    built from ``table`` (keyed by ``table_key``; a true ``delete`` column marks a
+    delete) with the largest version time ``<=`` the event's time
+    (:mod:`wire.state.temporal_join`). ``how`` is ``"inner"`` or ``"left"``. The output
+    is keyed by ``on``.
+    """
+
+    stream: str
+    table: str
+    on: str
+    table_key: str
+    delete: str | None
+    how: str
+
+    def inputs(self) -> tuple[str, ...]:
+        """``(stream, table)``."""
+        return (self.stream, self.table)
+
+    def side_ports(self) -> tuple[str, ...]:
+        """Late events and late table updates leave on ``late``."""
+        return (LATE,)
+
+    def output_key(self, input_keys: tuple[str | None, ...]) -> str | None:
+        """``on``."""
+        return self.on
+
+
+@dataclass(frozen=True)
 class UnionNode(Node):
     """Merge several streams with the same columns; watermark = minimum of the inputs."""
 

@@ -15,7 +15,7 @@ from wire.core.envelope import encode_table
 from wire.core.time import MAX_WATERMARK, NO_WATERMARK
 from wire.delivery.sink import Sink
 from wire.errors import ConfigError
-from wire.plan.nodes import LATE, IntervalJoinNode, PortRef, ProcessNode, WindowAggregateNode
+from wire.plan.nodes import LATE, PortRef
 from wire.runtime.runner import RunSummary
 from wire.testing.test_stream import TestStreamSource
 
@@ -140,8 +140,7 @@ class TestStream:
         result = build(source)
         sinks = {"main": MemorySink(), "late": MemorySink(), "dead_letter": MemorySink()}
         result.sink(sinks["main"], name="main")
-        windows = [n.step for n in flow.plan().nodes
-                   if isinstance(n, WindowAggregateNode | IntervalJoinNode | ProcessNode)]
+        windows = [n.step for n in flow.plan().nodes if LATE in n.side_ports()]
         for step in windows:
             Stream(flow, PortRef(step, LATE)).sink(sinks["late"], name=f"late_{step}")
         flow.dead_letters().sink(sinks["dead_letter"], name="dead_letter")

@@ -1,0 +1,489 @@
+"""Event-time temporal join of a stream with a versioned table, as one pure function (no Spark).
+
+:func:`on_epoch` is ``(state, inputs, watermarks) -> (state, outputs, late, watermark)``
+for one key group and one epoch: the Spark processor
+(:class:`wire.compiler.temporal_join_stage.TemporalJoinProcessor`) only unpacks the
+epoch's blobs and the group's state tables, calls it, and packs what it returns; the
+unit tests call it directly.
+
+Versioned table (``Stream.as_table``)
+    The table input is a stream of keyed upserts. Each row is a *version* of the row of
+    its key, valid from its event time (the *version time*, ms) until the next version
+    of that key. A row whose delete column is true is a *delete marker*: from its version
+    time on, the key has no row. Two versions of one key with the same version time: the
+    one that arrived last wins (greatest ``__seq``; equal or null ``__seq``: the later
+    row, state before the epoch's rows).
+
+Join rule (Flink's event-time temporal join, ``FOR SYSTEM_TIME AS OF``)
+    Each stream event with key ``k`` and event time ``t`` meets the version of ``k``
+    with the largest version time ``<= t``. None, or a delete marker: with
+    ``how="inner"`` the event is dropped, with ``how="left"`` it is emitted with null
+    table columns. A null key never matches. The output row's event time is ``t``.
+
+Emission (SPEC §2)
+    An event is emitted once the table input's watermark has passed ``t``
+    (``table watermark > t``): no version at or before ``t`` can arrive any more (it
+    would be late), so the version it met is final. Until then it waits in the
+    *pending* buffer. The result therefore depends neither on how the inputs are split
+    into epochs nor on the order in which the two inputs arrive.
+
+Late rows (SPEC §3)
+    A stream event with ``t <`` the stream input's watermark in force while it arrived
+    is late; so is a table row with version time ``<`` the table input's watermark.
+    Both go to the ``late`` table (:func:`late_schema`) with ``side`` (``"stream"`` or
+    ``"table"``), ``event_time``, ``watermark`` and ``reason`` (:data:`STREAM_LATE_REASON`,
+    :data:`TABLE_LATE_REASON`); they change nothing else.
+
+Purge
+    A not-yet-late stream event of key ``k`` has ``t >= H_k``, where ``H_k`` is the lower
+    of the stream watermark after the epoch and the earliest pending event of ``k``. Per
+    key the state keeps only what such an event can meet: the newest version at or
+    before ``H_k`` and every newer version. That newest one is dropped too when it is a
+    delete marker behind the table watermark (no version and a delete marker then mean
+    the same; a delete marker at or after the table watermark still hides an older
+    version that may arrive). Once the stream input ended
+    (:data:`~wire.core.time.MAX_WATERMARK`) and nothing is pending, nothing is kept.
+
+Output watermark (Beam watermark-hold rule, SPEC §2)
+    ``out' = max(out, min(stream wm', table wm', earliest pending t))``: a later output
+    row is a pending event or a future on-time event, never behind it.
+
+Everything is vectorized (a sort and a ``searchsorted`` per epoch over the whole key
+group), never a Python loop per event, version or key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from wire.core.envelope import ENVELOPE_COLUMNS, ET, MAX_WATERMARK, SEQ
+from wire.errors import ConfigError
+from wire.state import operator_watermarks as OW
+
+How = Literal["inner", "left"]
+"""``how=`` of the temporal join: drop unmatched events, or emit them with null table columns."""
+HOWS: tuple[How, ...] = get_args(How)
+
+STREAM_LATE_REASON = "temporal join: event_time < stream watermark"
+"""The ``reason`` of a late stream event."""
+TABLE_LATE_REASON = "temporal join: version time < table watermark"
+"""The ``reason`` of a late table row (an update or delete behind the table's watermark)."""
+
+VERSION_TIME = "version_time"
+"""Output column: int64 version time (ms) of the table version met; null when none."""
+DELETED = "__deleted"
+"""Version column: bool, True for a delete marker."""
+_LATE_COLUMNS = ("event_time", "watermark", "reason", "side")
+
+
+def _check_name(parameter: str, value: object) -> str:
+    if not isinstance(value, str) or not value or value in ENVELOPE_COLUMNS:
+        raise ConfigError(parameter, value, f"a non-empty column name, none of {list(ENVELOPE_COLUMNS)}")
+    return value
+
+
+@dataclass(frozen=True)
+class TemporalJoinSpec:
+    """Configuration of an event-time temporal join (an immutable value).
+
+    Parameters
+    ----------
+    key : str
+        The stream's key column (``on=``).
+    table_key : str
+        The table's key column (``as_table(key=...)``); same type as ``key``.
+    stream_columns : tuple of str
+        The stream's payload columns other than ``key``.
+    table_columns : tuple of str
+        The table's payload columns other than ``table_key`` and ``delete``.
+    delete : str or None
+        The table's bool delete-marker column (None: no deletes).
+    how : {"inner", "left"}
+        What an event without a version gets: dropped, or null table columns.
+
+    Raises
+    ------
+    ConfigError
+        If ``how`` is not one of :data:`HOWS`, a name is invalid, or the output or late
+        column names clash.
+    """
+
+    key: str
+    table_key: str
+    stream_columns: tuple[str, ...]
+    table_columns: tuple[str, ...]
+    delete: str | None = None
+    how: How = "inner"
+
+    def __post_init__(self) -> None:
+        _check_name("on", self.key)
+        _check_name("key", self.table_key)
+        if self.delete is not None:
+            _check_name("delete", self.delete)
+        if self.how not in HOWS:
+            raise ConfigError("how", self.how, " or ".join(map(repr, HOWS)))
+        object.__setattr__(self, "stream_columns", tuple(self.stream_columns))
+        object.__setattr__(self, "table_columns", tuple(self.table_columns))
+        out = [self.key, *self.stream_columns, *self.table_columns, VERSION_TIME]
+        self._unique(out, "output")
+        self._unique([*out[:-1], *([self.delete] if self.delete else []), *_LATE_COLUMNS], "late")
+
+    @staticmethod
+    def _unique(names: list[str], what: str) -> None:
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ConfigError(
+                "table", dups, f"a table whose columns do not clash with the stream's or with "
+                f"Wire's {what} columns (rename them with select; {what} columns: {names})")
+
+    @property
+    def late_table_columns(self) -> tuple[str, ...]:
+        """The table columns of a late row: the payload and the delete column."""
+        return (*self.table_columns, *([self.delete] if self.delete else []))
+
+
+def stream_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
+    """Pending stream events: the stream's key and columns (from ``payload``), ``__et``, ``__seq``."""
+    return pa.schema([*_fields(payload, (spec.key, *spec.stream_columns), "stream"),
+                      pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
+
+
+def table_input_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
+    """Table rows as the kernel takes them: key, columns, delete column, ``__et``, ``__seq``."""
+    return pa.schema([*_fields(payload, (spec.table_key, *spec.late_table_columns), "table"),
+                      pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
+
+
+def versions_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
+    """Stored versions: key, the table's columns, ``__et`` (version time), ``__seq``, ``__deleted``.
+
+    The key column is named as the stream's ``on`` column, so that every state table of
+    the operator carries the operator's key column (a rescale splits them by it).
+    """
+    key, *columns = _fields(payload, (spec.table_key, *spec.table_columns), "table")
+    return pa.schema([key.with_name(spec.key), *columns, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64()),
+                      pa.field(DELETED, pa.bool_())])
+
+
+def _fields(payload: pa.Schema, names: Sequence[str], side: str) -> list[pa.Field]:
+    missing = [n for n in names if n not in payload.names]
+    if missing:
+        parameter = {"stream": "on", "table": "key"}[side]
+        raise ConfigError(parameter, missing, f"columns of the {side} input: {payload.names}")
+    return [payload.field(n) for n in names]
+
+
+def output_schema(spec: TemporalJoinSpec, stream: pa.Schema, table: pa.Schema) -> pa.Schema:
+    """The joined rows: the stream's key and columns, the table's columns, int64 ``version_time``.
+
+    ``stream`` / ``table`` are the inputs' payload schemas. Table columns are nullable
+    (null for an unmatched event with ``how="left"``).
+
+    Raises
+    ------
+    ConfigError
+        If a column is missing, or the key types differ.
+    """
+    skey = _fields(stream, (spec.key,), "stream")[0]
+    tkey = _fields(table, (spec.table_key,), "table")[0]
+    if skey.type != tkey.type:
+        raise ConfigError("on", spec.key, f"a stream column of the table key's type {tkey.type} "
+                          f"(got {skey.type})")
+    if spec.delete is not None and not pa.types.is_boolean(_fields(table, (spec.delete,), "table")[0].type):
+        raise ConfigError("delete", spec.delete, "a bool column of the table input")
+    return pa.schema([*_fields(stream, (spec.key, *spec.stream_columns), "stream"),
+                      *(f.with_nullable(True) for f in _fields(table, spec.table_columns, "table")),
+                      pa.field(VERSION_TIME, pa.int64())])
+
+
+def late_schema(spec: TemporalJoinSpec, stream: pa.Schema, table: pa.Schema) -> pa.Schema:
+    """The late table, shared by both inputs.
+
+    The stream's key and columns, the table's columns and delete column (the other
+    input's columns are null in a late row; a late table row's key is in the key
+    column), then int64 ``event_time`` (a table row's version time) and ``watermark``,
+    string ``reason`` and ``side`` (``"stream"`` or ``"table"``).
+    """
+    out = output_schema(spec, stream, table)
+    fields = [f.with_nullable(True) for f in out if f.name != VERSION_TIME]
+    if spec.delete is not None:
+        fields.append(table.field(spec.delete).with_nullable(True))
+    return pa.schema([*fields, pa.field("event_time", pa.int64()), pa.field("watermark", pa.int64()),
+                      pa.field("reason", pa.string()), pa.field("side", pa.string())])
+
+
+@dataclass(frozen=True)
+class TemporalEpoch:
+    """What :func:`on_epoch` returns.
+
+    ``joined``: the emitted rows in :func:`output_schema`, ordered by event time, then
+    arrival; ``event_time``: their event times (int64 ms, the stream events');
+    ``late``: late rows in :func:`late_schema`; ``versions`` / ``pending``: the state
+    to keep (:func:`versions_schema`, :func:`stream_schema`); ``wm_out``: the new output
+    watermark (ms); ``stats``: ``joined``, ``late``, gauges ``versions``, ``pending``,
+    ``input_watermark``, ``output_watermark``.
+    """
+
+    joined: pa.Table
+    event_time: pa.Array
+    late: pa.Table
+    versions: pa.Table
+    pending: pa.Table
+    wm_out: int
+    stats: dict[str, int]
+
+
+def _concat(parts: Sequence[pa.Table | None], schema: pa.Schema) -> pa.Table:
+    tables = []
+    for t in parts:
+        if t is None or not t.num_rows:
+            continue
+        if SEQ not in t.column_names:
+            t = t.append_column(SEQ, pa.nulls(t.num_rows, pa.int64()))
+        tables.append(t.select(schema.names).cast(schema))
+    if not tables:
+        return schema.empty_table()
+    out = pa.concat_tables(tables)
+    if out.column(ET).null_count:
+        raise ValueError(f"{ET} must not contain nulls")
+    return out
+
+
+def _before(t: np.ndarray, bound: int) -> np.ndarray:
+    """``t < bound`` for int64 ``t`` and any Python int ``bound``."""
+    if bound > np.iinfo(np.int64).max:
+        return np.ones(len(t), dtype=bool)
+    if bound < np.iinfo(np.int64).min:
+        return np.zeros(len(t), dtype=bool)
+    return t < np.int64(bound)
+
+
+def _late_rows(rows: pa.Table, side: str, schema: pa.Schema, spec: TemporalJoinSpec, wm: int) -> pa.Table:
+    n = rows.num_rows
+    reason = STREAM_LATE_REASON if side == "stream" else TABLE_LATE_REASON
+    own = set(rows.column_names)
+    columns = []
+    for f in schema:
+        if f.name == spec.key:
+            columns.append(rows.column(spec.key if side == "stream" else spec.table_key).cast(f.type))
+        elif f.name == "event_time":
+            columns.append(rows.column(ET))
+        elif f.name == "watermark":
+            columns.append(pa.array(np.full(n, wm, np.int64)))
+        elif f.name in ("reason", "side"):
+            columns.append(pa.array([reason if f.name == "reason" else side] * n, pa.string()))
+        elif f.name in own and (f.name in spec.stream_columns) == (side == "stream"):
+            columns.append(rows.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _key_codes(a: pa.ChunkedArray, b: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense int64 codes of two key columns of one type (equal keys, equal codes; null = -1)."""
+    both = pa.chunked_array([*a.chunks, *b.chunks], type=a.type).combine_chunks()
+    codes = pc.dictionary_encode(both).indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes[: len(a)], codes[len(a):]
+
+
+def _arrival(table: pa.Table) -> np.ndarray:
+    """``__seq`` with nulls as -1 (a null arrival sorts first, then row order decides)."""
+    seq: np.ndarray = pc.fill_null(table.column(SEQ), -1).to_numpy().astype(np.int64)
+    return seq
+
+
+def _upsert(old: pa.Table, new: pa.Table, spec: TemporalJoinSpec) -> pa.Table:
+    """Old and new versions, one per (key, version time): the last arrived; sorted by key code, time."""
+    versions = pa.concat_tables([old, new])
+    if not versions.num_rows:
+        return versions
+    keys = versions.column(spec.key)
+    codes, _ = _key_codes(keys, keys.slice(0, 0))
+    t = versions.column(ET).to_numpy()
+    order = np.lexsort((np.arange(len(t)), _arrival(versions), t, codes))
+    codes, t = codes[order], t[order]
+    last = np.ones(len(t), dtype=bool)
+    last[:-1] = (codes[1:] != codes[:-1]) | (t[1:] != t[:-1])
+    return versions.take(pa.array(order[last]))
+
+
+def _asof(vcodes: np.ndarray, vt: np.ndarray, ecodes: np.ndarray, et: np.ndarray) -> np.ndarray:
+    """Per event, the index of the version with its key and the largest time ``<= t``; -1: none.
+
+    ``vcodes`` / ``vt`` sorted by (code, time); codes ``>= 0`` except null keys (``-1``).
+    """
+    if not len(vt) or not len(et):
+        return np.full(len(et), -1, dtype=np.int64)
+    values = np.unique(np.concatenate([vt, et]))
+    m = np.int64(len(values))
+    composite_v = vcodes * m + np.searchsorted(values, vt)
+    composite_e = ecodes * m + np.searchsorted(values, et)
+    pos = np.searchsorted(composite_v, composite_e, side="right") - 1
+    ok = (pos >= 0) & (ecodes >= 0)
+    ok[ok] = vcodes[pos[ok]] == ecodes[ok]
+    return np.where(ok, pos, -1)
+
+
+def _purge(versions: pa.Table, vcodes: np.ndarray, pending_codes: np.ndarray, pending_t: np.ndarray,
+           stream_wm: int, table_wm: int, n_codes: int) -> np.ndarray:
+    """Mask of the versions to keep (sorted by code, time): see "Purge" in the module docstring."""
+    vt = versions.column(ET).to_numpy()
+    if stream_wm >= MAX_WATERMARK:
+        horizon = np.full(n_codes, np.iinfo(np.int64).max, dtype=np.int64)
+        needed = np.zeros(n_codes, dtype=bool)
+    else:
+        horizon = np.full(n_codes, max(stream_wm, np.iinfo(np.int64).min), dtype=np.int64)
+        needed = np.ones(n_codes, dtype=bool)
+    ok = pending_codes >= 0
+    np.minimum.at(horizon, pending_codes[ok], pending_t[ok])
+    needed[pending_codes[ok]] = True
+    h = horizon[vcodes]
+    newer = vt > h
+    at_or_before = ~newer
+    # the newest version at or before the horizon: the last of its key's run with vt <= h
+    nxt_same = np.zeros(len(vt), dtype=bool)
+    nxt_same[:-1] = (vcodes[1:] == vcodes[:-1]) & at_or_before[1:]
+    base = at_or_before & ~nxt_same
+    deleted = versions.column(DELETED).to_numpy(zero_copy_only=False).astype(bool)
+    # a delete marker still shadows a version older than it that may arrive (time >= table wm)
+    shadows = ~_before(vt, table_wm)
+    keep: np.ndarray = needed[vcodes] & (newer | (base & (~deleted | shadows)))
+    return keep
+
+
+def on_epoch(
+    versions: pa.Table | None,
+    pending: pa.Table | None,
+    stream: Sequence[pa.Table],
+    table: Sequence[pa.Table],
+    *,
+    stream_wm: int,
+    new_stream_wm: int,
+    table_wm: int,
+    new_table_wm: int,
+    wm_out: int,
+    spec: TemporalJoinSpec,
+    stream_payload: pa.Schema,
+    table_payload: pa.Schema,
+) -> TemporalEpoch:
+    """Run one epoch of a key group's temporal join; the rules are in the module docstring.
+
+    Parameters
+    ----------
+    versions, pending : pyarrow.Table or None
+        The key group's stored versions (:func:`versions_schema`) and pending stream
+        events (:func:`stream_schema`) as the previous epoch left them (None: empty).
+    stream, table : sequence of pyarrow.Table
+        The epoch's new stream events and table rows: payload + int64 ``__et`` (event /
+        version time, ms, no nulls) + int64 ``__seq`` (arrival, may be null or absent).
+    stream_wm, table_wm : int
+        Each input's watermark in force while the epoch's rows arrived (ms).
+    new_stream_wm, new_table_wm : int
+        Each input's watermark after the epoch (ms; never below the one before).
+    wm_out : int
+        The output watermark before the epoch (ms).
+    spec : TemporalJoinSpec
+        The join's configuration.
+    stream_payload, table_payload : pyarrow.Schema
+        The inputs' payload columns.
+
+    Returns
+    -------
+    TemporalEpoch
+        Joined rows, late rows, the state to keep, the new output watermark, counters.
+
+    Raises
+    ------
+    ValueError
+        If a watermark decreases or an ``__et`` is null.
+    ConfigError
+        If a column is missing or the key types differ.
+
+    Examples
+    --------
+    >>> spec = TemporalJoinSpec("cur", "cur", ("amount",), ("rate",))
+    >>> sp = pa.schema([("cur", pa.string()), ("amount", pa.int64())])
+    >>> tp = pa.schema([("cur", pa.string()), ("rate", pa.float64())])
+    >>> rates = pa.table({"cur": ["EUR", "EUR"], "rate": [1.1, 1.2], "__et": [0, 10]})
+    >>> orders = pa.table({"cur": ["EUR", "EUR", "USD"], "amount": [5, 6, 7], "__et": [9, 10, 3]})
+    >>> out = on_epoch(None, None, [orders], [rates], stream_wm=0, new_stream_wm=11, table_wm=0,
+    ...                new_table_wm=11, wm_out=0, spec=spec, stream_payload=sp, table_payload=tp)
+    >>> out.joined.to_pylist()  # doctest: +NORMALIZE_WHITESPACE
+    [{'cur': 'EUR', 'amount': 5, 'rate': 1.1, 'version_time': 0},
+     {'cur': 'EUR', 'amount': 6, 'rate': 1.2, 'version_time': 10}]
+    >>> out.versions.column("rate").to_pylist(), out.wm_out
+    ([1.2], 11)
+    """
+    if new_stream_wm < stream_wm or new_table_wm < table_wm:
+        raise ValueError("watermarks never decrease: "
+                         f"stream {stream_wm} -> {new_stream_wm}, table {table_wm} -> {new_table_wm}")
+    out_schema = output_schema(spec, stream_payload, table_payload)
+    lschema = late_schema(spec, stream_payload, table_payload)
+    sschema = stream_schema(spec, stream_payload)
+    vschema = versions_schema(spec, table_payload)
+    events = _concat(stream, sschema)
+    rows = _concat(table, table_input_schema(spec, table_payload))
+
+    late_s = _before(events.column(ET).to_numpy(), stream_wm)
+    late_t = _before(rows.column(ET).to_numpy(), table_wm)
+    late = pa.concat_tables([
+        _late_rows(events.filter(pa.array(late_s)), "stream", lschema, spec, stream_wm),
+        _late_rows(rows.filter(pa.array(late_t)), "table", lschema, spec, table_wm),
+    ])
+    accepted = rows.filter(pa.array(~late_t))
+    deleted = (pc.fill_null(accepted.column(spec.delete), False) if spec.delete is not None
+               else pa.array(np.zeros(accepted.num_rows, dtype=bool)))
+    new_versions = (accepted.select([spec.table_key, *vschema.names[1:-1]]).rename_columns(vschema.names[:-1])
+                    .append_column(DELETED, deleted).cast(vschema))
+    old_versions = _concat([versions], vschema)
+    all_versions = _upsert(old_versions, new_versions, spec).cast(vschema)
+    # the valid key codes of a null-free versions table: drop versions with a null key
+    all_versions = all_versions.filter(pc.is_valid(all_versions.column(spec.key)))
+
+    waiting = pa.concat_tables([_concat([pending], sschema), events.filter(pa.array(~late_s))])
+    pt = waiting.column(ET).to_numpy()
+    ready = np.ones(len(pt), dtype=bool) if new_table_wm >= MAX_WATERMARK else _before(pt, new_table_wm)
+    vcodes, ecodes = _key_codes(all_versions.column(spec.key), waiting.column(spec.key).cast(
+        all_versions.schema.field(spec.key).type))
+    vt = all_versions.column(ET).to_numpy()
+
+    go = np.flatnonzero(ready)
+    go = go[np.lexsort((_arrival(waiting)[go], pt[go]))]
+    hit = _asof(vcodes, vt, ecodes[go], pt[go])
+    if hit.size and all_versions.num_rows:
+        is_del = all_versions.column(DELETED).to_numpy(zero_copy_only=False).astype(bool)
+        hit = np.where((hit >= 0) & is_del[np.maximum(hit, 0)], -1, hit)
+    if spec.how == "inner":
+        go, hit = go[hit >= 0], hit[hit >= 0]
+    emitted = waiting.take(pa.array(go, pa.int64()))
+    idx = pa.array(hit, pa.int64(), mask=hit < 0)
+    met = all_versions.take(idx)
+    joined = pa.Table.from_arrays(
+        [*(emitted.column(c) for c in (spec.key, *spec.stream_columns)),
+         *(met.column(c) for c in spec.table_columns), met.column(ET)],
+        schema=out_schema)
+
+    still = waiting.filter(pa.array(~ready))
+    n_codes = int(max(vcodes.max(initial=-1), ecodes.max(initial=-1))) + 1
+    keep = _purge(all_versions, vcodes, ecodes[~ready], pt[~ready], new_stream_wm, new_table_wm,
+                  n_codes)
+    kept = all_versions.filter(pa.array(keep))
+
+    new_in = min(new_stream_wm, new_table_wm)
+    hold = int(pt[~ready].min()) if still.num_rows else None
+    new_out = OW.output_watermark(wm_out, new_in, hold)
+    stats = {
+        "joined": joined.num_rows,
+        "late": late.num_rows,
+        "gauge:versions": kept.num_rows,
+        "gauge:pending": still.num_rows,
+        "gauge:input_watermark": new_in,
+        "gauge:output_watermark": new_out,
+    }
+    return TemporalEpoch(joined, emitted.column(ET).combine_chunks(), late, kept, still, new_out, stats)
