@@ -1,0 +1,152 @@
+"""Compile ``Stream.lookup_join`` into one ``mapInArrow`` stage (no state store).
+
+A lookup join keeps no state, so it needs neither ``transformWithState`` nor a key-group
+call: each epoch task enriches the events it holds and passes watermark and side rows
+through unchanged (the join neither holds nor moves watermarks).
+
+* **Database table** (PostgreSQL): the stream is first shuffled by the key group of its
+  ``on`` column (``xxhash64(on) mod key_groups``, as keyed operators compute it,
+  :func:`wire.compiler.keyed.with_key_group`), so all events of one key group meet in
+  one task. The task gathers its events, takes their distinct keys, answers what it
+  can from its worker's cache (:class:`wire.tables.lookup.KeyCache`) and asks the
+  table for the rest in one batched query. So an epoch asks the table at most once per
+  key group (once per task), never once per event, and each key at most once.
+* **Snapshot table** (Delta, Parquet): no shuffle; each worker process keeps the whole
+  table and reads its version once per epoch task (:class:`wire.tables.lookup.SnapshotLookup`).
+
+The readers live in the Python worker process (:data:`_READERS`, one per step and
+table definition), so the cache and the loaded snapshot outlive a task: Spark reuses
+its Python workers (``spark.python.worker.reuse``, on by default). Metrics per task:
+``events``, ``lookup_queries``, ``lookup_keys``, ``lookup_cache_hits``, ``lookup_loads``,
+``unmatched`` (events without a row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from wire.compiler.keyed import conform, each_batch, with_key_group
+from wire.core.arrow_types import arrow_payload_schema, spark_round_trip, spark_schema
+from wire.core.envelope import KG, METRICS_PORT, metrics_table, side_batch, with_envelope
+from wire.errors import ConfigError
+from wire.plan.nodes import LookupJoinNode
+from wire.tables.base import LookupTable, SnapshotTable, hold_and_retry
+from wire.tables.lookup import DatabaseLookup, KeyCache, SnapshotLookup, enrich
+
+Reader = DatabaseLookup | SnapshotLookup
+
+_READERS: dict[tuple[str, str, int, int], Reader] = {}
+"""This Python worker process's readers, by (step, table, cache TTL, cache size)."""
+
+
+@dataclass(frozen=True)
+class LookupStage:
+    """The ``mapInArrow`` function of one lookup join (pickled to the executors)."""
+
+    step: str
+    table: LookupTable
+    table_schema: pa.Schema
+    """The table's key, then the joined columns."""
+    on: str
+    how: str
+    cache_ttl_ms: int
+    cache_size: int
+    out: pa.Schema
+    """Output rows: the input's payload, the joined columns, the envelope."""
+
+    @property
+    def __name__(self) -> str:  # Spark names the stage after its function
+        return "wire_lookup_" + self.step.encode("utf-8").hex()
+
+    def reader(self) -> Reader:
+        """The table's reader in this worker process (made on first use)."""
+        table = repr(self.table) + getattr(self.table, "dsn", "")
+        ident = (self.step, table, self.cache_ttl_ms, self.cache_size)
+        reader = _READERS.get(ident)
+        if reader is None:
+            if isinstance(self.table, SnapshotTable):
+                reader = SnapshotLookup(self.table, self.table_schema, self.step)
+            else:
+                reader = DatabaseLookup(self.table, self.table_schema, self.step,
+                                        KeyCache(self.cache_ttl_ms, self.cache_size))
+            _READERS[ident] = reader
+        return reader
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One epoch task: control rows at once; the events, enriched, once all are read."""
+        data: list[pa.RecordBatch] = []
+        for control, rows in each_batch(batches):
+            if control is not None:
+                yield conform(control, self.out)
+            if rows.num_rows:
+                data.append(rows)
+        if not data:
+            return
+        events = pa.Table.from_batches(data)
+        yield from self.join(events, self.reader())
+
+    def join(self, events: pa.Table, reader: Reader) -> Iterator[pa.RecordBatch]:
+        """Enrich one task's data rows with ``reader`` (one batched read); then the metrics row."""
+        reader.begin_epoch()
+        joined, unmatched = enrich(events, self.on, reader.rows(events.column(self.on)), how=self.how)
+        for batch in joined.to_batches(max_chunksize=65_536):
+            yield conform(batch, self.out)
+        stats = {"events": events.num_rows, "unmatched": unmatched, **reader.stats.as_metrics()}
+        yield side_batch(self.out, METRICS_PORT, metrics_table(self.step, stats), key_group=0)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+def _comparable(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether event keys of type ``a`` can be matched with table keys of type ``b`` (cast to ``a``)."""
+    kinds = (pa.types.is_integer, _is_text, pa.types.is_binary, pa.types.is_date, pa.types.is_timestamp)
+    return a == b or any(k(a) and k(b) for k in kinds)
+
+
+def compile_lookup_join(df: DataFrame, node: LookupJoinNode, *, key_groups: int) -> DataFrame:
+    """Append the lookup join ``node`` to the envelope DataFrame ``df``.
+
+    Output payload columns: ``df``'s, then the table's joined columns (their Arrow types
+    as Spark reads them). The table's schema is read here, on the driver (retried like
+    any read while the table is unavailable).
+
+    Raises
+    ------
+    ConfigError
+        ``on`` is not a column of the stream; its type cannot be matched with the
+        table's key type; a joined column has the name of a stream column; the table,
+        its key or a column does not exist.
+    TableUnavailable
+        The table could not be reached for its ``unavailable_timeout``.
+    """
+    payload = arrow_payload_schema(df)
+    if node.on not in payload.names:
+        raise ConfigError("on", node.on, f"a column of the stream: {payload.names}", step=node.step)
+    try:
+        schema = hold_and_retry(node.table, node.table.resolve_schema, step=node.step)
+    except ConfigError as e:
+        raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
+    finally:
+        node.table.close()  # the driver reads no rows: do not keep its connection
+    on_type, key_type = payload.field(node.on).type, schema.field(0).type
+    if not _comparable(on_type, key_type):
+        raise ConfigError("on", node.on, f"a column whose type matches the table key {schema.names[0]!r} "
+                          f"({key_type}); {node.on!r} is {on_type}", step=node.step)
+    clash = [n for n in schema.names[1:] if n in payload.names]
+    if clash:
+        raise ConfigError("columns", clash, "joined columns whose names the stream does not have: rename "
+                          "the stream's (map/select) or pick the table's with columns=[...]", step=node.step)
+    out = spark_round_trip(with_envelope(pa.schema([*payload, *list(schema)[1:]])))
+    stage = LookupStage(node.step, node.table, schema, node.on, node.how, node.cache_ttl_ms,
+                        node.cache_size, out)
+    if not node.table.snapshot:
+        df = with_key_group(df, node.on, key_groups).repartition(key_groups, F.col(KG))
+    return df.mapInArrow(stage, spark_schema(out))
+
