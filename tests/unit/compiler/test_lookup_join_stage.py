@@ -1,0 +1,91 @@
+"""The lookup join's mapInArrow function on envelope batches, without Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from tests.unit.tables.test_lookup import RecordingTable
+
+from wire.compiler import lookup_join_stage as LJ
+from wire.core.envelope import (
+    BLOB,
+    KIND,
+    KIND_DATA,
+    KIND_SIDE,
+    KIND_WATERMARK,
+    METRICS_PORT,
+    PORT,
+    WM,
+    decode_table,
+    envelope_batch,
+    watermark_batch,
+    with_envelope,
+)
+
+PAYLOAD = pa.schema([("t", pa.int64()), ("customer", pa.int64())])
+TABLE = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def stage(table, how="left", ttl=60_000, size=100):
+    out = with_envelope(pa.schema([*PAYLOAD, pa.field("name", pa.string())]))
+    return LJ.LookupStage("enrich", table, TABLE, "customer", how, ttl, size, out)
+
+
+def events(customers):
+    schema = with_envelope(PAYLOAD)
+    n = len(customers)
+    return envelope_batch(schema, {
+        "t": pa.array(range(n), pa.int64()), "customer": pa.array(customers, pa.int64()),
+        KIND: pa.array([KIND_DATA] * n, pa.int32()), WM: pa.array([0] * n, pa.int64())}, n)
+
+
+@pytest.fixture(autouse=True)
+def fresh_readers():
+    LJ._READERS.clear()
+    yield
+    LJ._READERS.clear()
+
+
+def run(st, batches):
+    out = pa.Table.from_batches(list(st(iter(batches))))
+    data = out.filter(pc.equal(out.column(KIND), KIND_DATA))
+    side = out.filter(pc.equal(out.column(KIND), KIND_SIDE))
+    metrics = [decode_table(b) for p, b in zip(side.column(PORT).to_pylist(), side.column(BLOB).to_pylist(),
+                                               strict=True) if p == METRICS_PORT]
+    marks = out.filter(pc.equal(out.column(KIND), KIND_WATERMARK))
+    return data, metrics, marks
+
+
+def test_a_task_reads_its_keys_in_one_query_across_its_batches_and_passes_watermarks_through():
+    table = RecordingTable({1: "a", 2: "b"})
+    st = stage(table)
+    data, metrics, marks = run(st, [events([1, 3]), watermark_batch(with_envelope(PAYLOAD), 42, [0, 1]),
+                                    events([2, 1, 3])])
+    assert table.queries == [[1, 2, 3]]
+    assert sorted(zip(data.column("customer").to_pylist(), data.column("name").to_pylist(),
+                      strict=True)) == [(1, "a"), (1, "a"), (2, "b"), (3, None), (3, None)]
+    assert marks.column(WM).to_pylist() == [42, 42]
+    counters = {r["name"]: r["value"] for r in metrics[0].to_pylist()}
+    assert counters == {"events": 5, "unmatched": 2, "lookup_queries": 1, "lookup_keys": 3,
+                        "lookup_cache_hits": 0, "lookup_loads": 0}
+    # the next epoch's task in the same worker: keys cached, none read again
+    table.rows[1] = "changed"
+    data, metrics, _ = run(st, [events([1, 2])])
+    assert table.queries == [[1, 2, 3]]
+    assert data.column("name").to_pylist() == ["a", "b"]  # within cache_ttl: the cached rows
+
+
+def test_inner_drops_events_without_a_row_and_no_cache_reads_every_epoch():
+    table = RecordingTable({1: "a"})
+    st = stage(table, how="inner", ttl=0)
+    for _ in range(2):
+        data, _, _ = run(st, [events([1, 2, 1])])
+        assert data.column("customer").to_pylist() == [1, 1]
+    assert table.queries == [[1, 2], [1, 2]]
+
+
+def test_a_task_without_events_reads_nothing():
+    table = RecordingTable({1: "a"})
+    data, metrics, marks = run(stage(table), [watermark_batch(with_envelope(PAYLOAD), 7, [0])])
+    assert (data.num_rows, metrics, marks.num_rows, table.queries) == (0, [], 1, [])
