@@ -105,7 +105,7 @@ class DatabaseLookup:
 
     def rows(self, keys: pa.Array) -> pa.Table:
         """The table's rows for the distinct, non-null ``keys`` (a cache miss: one batched read)."""
-        wanted = [k for k in pc.unique(keys.drop_null()).to_pylist()]
+        wanted = pc.unique(keys.drop_null()).to_pylist()
         found: dict[Hashable, tuple[Any, ...]] = {}
         missing = []
         for k in wanted:
