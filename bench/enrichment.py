@@ -49,7 +49,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pyspark
 from nexmark import (
     LOAD_AT_START,
     MASTER,
@@ -325,8 +324,7 @@ def main() -> None:
     if args.out is not None:
         command = "python bench/enrichment.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         md = ["# Enrichment: Wire's lookup join vs plain PySpark's stream-static join", "",
-              f"Command: `{command}`", "", *[f"- {m}" for m in machine()],
-              f"- PySpark {pyspark.__version__}", "",
+              f"Command: `{command}`", "", *[f"- {m}" for m in machine()], "",
               f"{args.events:,} orders over {args.keys:,} customers, epochs of {args.epoch_size:,} orders; "
               f"the customers file replaced by its next version every {args.change_every:g} s while a query "
               "runs (10 % of the rows changed per version).", "",
