@@ -23,7 +23,7 @@ its Python workers (``spark.python.worker.reuse``, on by default). Metrics per t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -42,6 +42,16 @@ Reader = DatabaseLookup | SnapshotLookup
 
 _READERS: dict[tuple[str, str, int, int], Reader] = {}
 """This Python worker process's readers, by (step, table, cache TTL, cache size)."""
+
+MAX_READERS = 32
+"""Readers a worker process keeps; beyond, the oldest is dropped (a long-lived worker serving many flows)."""
+
+BUFFER_ROWS = 1 << 20
+"""Events a task gathers before it asks a database table for their keys.
+
+A task normally holds all its events of the epoch in one read; a task with more asks once
+per this many, so its memory stays bounded. Snapshot tables need no gathering: each batch
+is joined as it comes."""
 
 
 @dataclass(frozen=True)
@@ -64,11 +74,17 @@ class LookupStage:
         return "wire_lookup_" + self.step.encode("utf-8").hex()
 
     def reader(self) -> Reader:
-        """The table's reader in this worker process (made on first use)."""
+        """The table's reader in this worker process (made on first use).
+
+        A table is told apart by its ``repr`` (its settings, never mutable state) and, for
+        a database, its DSN.
+        """
         table = repr(self.table) + getattr(self.table, "dsn", "")
         ident = (self.step, table, self.cache_ttl_ms, self.cache_size)
         reader = _READERS.get(ident)
         if reader is None:
+            while len(_READERS) >= MAX_READERS:
+                _READERS.pop(next(iter(_READERS))).table.close()
             if isinstance(self.table, SnapshotTable):
                 reader = SnapshotLookup(self.table, self.table_schema, self.step)
             else:
@@ -78,26 +94,42 @@ class LookupStage:
         return reader
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """One epoch task: control rows at once; the events, enriched, once all are read."""
-        data: list[pa.RecordBatch] = []
+        """One epoch task: control rows at once, the enriched events, then one metrics row.
+
+        A database table is read once for the task's events (once per
+        :data:`BUFFER_ROWS` events), after they were all gathered; a snapshot table's
+        version is read at the first event, and each batch is joined as it comes.
+        """
+        reader: Reader | None = None
+        pending: list[pa.RecordBatch] = []
+        gathered = events = unmatched = 0
         for control, rows in each_batch(batches):
             if control is not None:
                 yield conform(control, self.out)
-            if rows.num_rows:
-                data.append(rows)
-        if not data:
+            if not rows.num_rows:
+                continue
+            if reader is None:
+                reader = self.reader()
+                reader.begin_epoch()
+            pending.append(rows)
+            gathered += rows.num_rows
+            if self.table.snapshot or gathered >= BUFFER_ROWS:
+                events, unmatched = events + gathered, unmatched + (yield from self.join(pending, reader))
+                pending, gathered = [], 0
+        if reader is None:
             return
-        events = pa.Table.from_batches(data)
-        yield from self.join(events, self.reader())
+        if pending:
+            events, unmatched = events + gathered, unmatched + (yield from self.join(pending, reader))
+        stats = {"events": events, "unmatched": unmatched, **reader.stats.as_metrics()}
+        yield side_batch(self.out, METRICS_PORT, metrics_table(self.step, stats), key_group=0)
 
-    def join(self, events: pa.Table, reader: Reader) -> Iterator[pa.RecordBatch]:
-        """Enrich one task's data rows with ``reader`` (one batched read); then the metrics row."""
-        reader.begin_epoch()
+    def join(self, batches: list[pa.RecordBatch], reader: Reader) -> Generator[pa.RecordBatch, None, int]:
+        """Enrich ``batches`` of data rows with ``reader`` (one batched read); return the unmatched count."""
+        events = pa.Table.from_batches(batches)
         joined, unmatched = enrich(events, self.on, reader.rows(events.column(self.on)), how=self.how)
         for batch in joined.to_batches(max_chunksize=65_536):
             yield conform(batch, self.out)
-        stats = {"events": events.num_rows, "unmatched": unmatched, **reader.stats.as_metrics()}
-        yield side_batch(self.out, METRICS_PORT, metrics_table(self.step, stats), key_group=0)
+        return unmatched
 
 
 def _is_text(t: pa.DataType) -> bool:

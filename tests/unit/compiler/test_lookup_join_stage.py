@@ -89,3 +89,33 @@ def test_a_task_without_events_reads_nothing():
     table = RecordingTable({1: "a"})
     data, metrics, marks = run(stage(table), [watermark_batch(with_envelope(PAYLOAD), 7, [0])])
     assert (data.num_rows, metrics, marks.num_rows, table.queries) == (0, [], 1, [])
+
+
+def test_a_task_with_more_events_than_the_buffer_asks_once_per_buffer(monkeypatch):
+    monkeypatch.setattr(LJ, "BUFFER_ROWS", 4)
+    table = RecordingTable({1: "a", 2: "b"})
+    data, metrics, _ = run(stage(table, ttl=0), [events([1, 2, 3]), events([1, 2]), events([3])])
+    assert table.queries == [[1, 2, 3], [3]]  # 5 events gathered, then the last one
+    assert data.num_rows == 6
+    counters = {r["name"]: r["value"] for r in metrics[0].to_pylist()}
+    assert (counters["events"], counters["unmatched"], counters["lookup_queries"]) == (6, 2, 2)
+
+
+def test_a_snapshot_table_is_checked_once_per_task_and_joined_batch_by_batch():
+    from tests.unit.tables.test_lookup import VersionedTable
+
+    table = VersionedTable()
+    st = stage(table)
+    produced = st(iter([events([1]), events([2, 1])]))
+    first = next(produced)  # the first batch's rows leave before the second batch is read
+    assert first.column("name").to_pylist() == ["a"]
+    rest = pa.Table.from_batches(list(produced))
+    assert rest.filter(pc.equal(rest.column(KIND), KIND_DATA)).column("name").to_pylist() == [None, "a"]
+    assert (table.state["checks"], table.state["loads"]) == (1, 1)
+
+
+def test_a_worker_keeps_a_bounded_number_of_readers(monkeypatch):
+    monkeypatch.setattr(LJ, "MAX_READERS", 2)
+    for step in ("a", "b", "c"):
+        LJ.LookupStage(step, RecordingTable({}), TABLE, "customer", "left", 0, 0, PAYLOAD).reader()
+    assert [k[0] for k in LJ._READERS] == ["b", "c"]
