@@ -68,7 +68,7 @@ def test_a_task_reads_its_keys_in_one_query_across_its_batches_and_passes_waterm
     assert marks.column(WM).to_pylist() == [42, 42]
     counters = {r["name"]: r["value"] for r in metrics[0].to_pylist()}
     assert counters == {"events": 5, "unmatched": 2, "lookup_queries": 1, "lookup_keys": 3,
-                        "lookup_cache_hits": 0, "lookup_loads": 0}
+                        "lookup_cache_hits": 0}
     # the next epoch's task in the same worker: keys cached, none read again
     table.rows[1] = "changed"
     data, metrics, _ = run(st, [events([1, 2])])
@@ -101,16 +101,14 @@ def test_a_task_with_more_events_than_the_buffer_asks_once_per_buffer(monkeypatc
     assert (counters["events"], counters["unmatched"], counters["lookup_queries"]) == (6, 2, 2)
 
 
-def test_a_snapshot_table_is_checked_once_per_task_and_joined_batch_by_batch():
+def test_a_snapshot_tables_udf_returns_the_joined_columns_as_a_struct_checking_the_version_once():
     from tests.unit.tables.test_lookup import VersionedTable
 
     table = VersionedTable()
-    st = stage(table)
-    produced = st(iter([events([1]), events([2, 1])]))
-    first = next(produced)  # the first batch's rows leave before the second batch is read
-    assert first.column("name").to_pylist() == ["a"]
-    rest = pa.Table.from_batches(list(produced))
-    assert rest.filter(pc.equal(rest.column(KIND), KIND_DATA)).column("name").to_pylist() == [None, "a"]
+    table.state["rows"] = {1: "a", 3: "c"}
+    produced = list(stage(table).joined_columns(iter([pa.array([1, 2, None], pa.int64()),
+                                                       pa.array([3, 1], pa.int64())])))
+    assert [p.to_pylist() for p in produced] == [[{"name": "a"}, None, None], [{"name": "c"}, {"name": "a"}]]
     assert (table.state["checks"], table.state["loads"]) == (1, 1)
 
 
