@@ -41,6 +41,9 @@ _ARROW: dict[str, pa.DataType] = {
 _AS_TEXT = {"uuid", "json", "jsonb"}
 """Types read as their text form."""
 
+CONNECT_TIMEOUT_S = 10
+"""libpq's ``connect_timeout`` (s) when the DSN sets none."""
+
 _CONNECTIONS: dict[str, Any] = {}
 """This process's open connection per DSN (executors: one per Python worker process)."""
 
@@ -68,7 +71,13 @@ class PostgresTable(LookupTable):
         if conn is None or conn.closed:
             with needs_extra("postgres", "wire.tables.postgres"):
                 import psycopg
-            conn = psycopg.connect(self.dsn, autocommit=True)
+            # a connection attempt that hangs (an unreachable host) must not outlast the hold
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            dsn = self.dsn
+            if "connect_timeout" not in conninfo_to_dict(dsn):
+                dsn = make_conninfo(dsn, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(dsn, autocommit=True)
             _CONNECTIONS[self.dsn] = conn
         return conn
 

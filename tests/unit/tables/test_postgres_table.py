@@ -73,3 +73,21 @@ def test_a_refused_connection_is_transient_a_bad_query_is_not(dsn, table):
     assert t.transient(refused.value)
     assert not t.transient(psycopg.errors.UndefinedColumn("no such column"))
     assert postgres_table._CONNECTIONS.get(t.dsn) is None
+
+
+@pytest.mark.parametrize(("dsn", "timeout"), [("host=db dbname=shop", "10"),
+                                              ("postgresql://u@db:5432/shop", "10"),
+                                              ("host=db connect_timeout=3", "3")])
+def test_a_connection_attempt_is_bounded_unless_the_dsn_says_how(monkeypatch, dsn, timeout):
+    from psycopg.conninfo import conninfo_to_dict
+
+    seen = []
+
+    class Conn:
+        closed = False
+
+    monkeypatch.setattr(psycopg, "connect", lambda conninfo, **kw: seen.append(conninfo) or Conn())
+    t = wire.tables.postgres(dsn, "customers", key="id")
+    t._connection()
+    t.close()
+    assert conninfo_to_dict(seen[0])["connect_timeout"] == timeout
