@@ -156,7 +156,7 @@ class LookupStage:
             if table_keys.type != keys.type:
                 table_keys = table_keys.cast(keys.type)
             idx = pc.index_in(keys, value_set=table_keys)
-            arrays = [rows.column(n).take(idx).combine_chunks().cast(t)
+            arrays = [rows.column(n).take(idx).combine_chunks().cast(t, safe=False)  # ns -> µs
                       for n, t in zip(names, types, strict=True)]
             yield pa.StructArray.from_arrays(arrays, names=names, mask=pc.is_null(idx))
 

@@ -117,3 +117,18 @@ def test_a_worker_keeps_a_bounded_number_of_readers(monkeypatch):
     for step in ("a", "b", "c"):
         LJ.LookupStage(step, RecordingTable({}), TABLE, "customer", "left", 0, 0, PAYLOAD).reader()
     assert [k[0] for k in LJ._READERS] == ["b", "c"]
+
+
+def test_a_nanosecond_timestamp_column_of_a_snapshot_table_comes_back_in_microseconds():
+    from tests.unit.tables.test_lookup import VersionedTable
+
+    ns = pa.schema([("id", pa.int64()), ("since", pa.timestamp("ns"))])
+
+    class Stamped(VersionedTable):
+        def load(self, version):
+            return pa.table({"id": [1], "since": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns"))})
+
+    out = with_envelope(pa.schema([*PAYLOAD, pa.field("since", pa.timestamp("us", tz="UTC"))]))
+    st = LJ.LookupStage("enrich", Stamped(), ns, "customer", "left", 0, 0, out)
+    (got,) = list(st.joined_columns(iter([pa.array([1], pa.int64())])))
+    assert got.field("since").to_pylist()[0].isoformat() == "2023-11-14T22:13:20.123456+00:00"
