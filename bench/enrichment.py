@@ -323,7 +323,7 @@ def main() -> None:
     lines = report_rows(runs)
     if args.out is not None:
         command = "python bench/enrichment.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        md = ["# Enrichment: Wire's lookup join vs plain PySpark's stream-static join", "",
+        md = [f"# Enrichment: Wire's {args.join} join vs plain PySpark's stream-static join", "",
               f"Command: `{command}`", "", *[f"- {m}" for m in machine()], "",
               f"{args.events:,} orders over {args.keys:,} customers, epochs of {args.epoch_size:,} orders; "
               f"the customers file replaced by its next version every {args.change_every:g} s while a query "
