@@ -14,6 +14,7 @@ one Spark Structured Streaming query with one checkpoint. Public names::
     wire.sources                                 # files, kafka, redis_stream, http_ingest
     wire.sinks                                   # parquet, jsonl, delta, postgres, kafka, ...
     wire.testing                                 # TestStream, MemorySink: the test harness
+    wire.tables                                  # postgres, delta, parquet: Stream.lookup_join's tables
     wire.sql(flow, query, **tables), sql_late    # streaming SQL over registered streams
     wire.read_state, read_key_groups, read_state_spark  # a keyed step's state, from a checkpoint
     wire.WireError and its subclasses            # errors (all in wire.errors)
@@ -39,6 +40,7 @@ from wire.lazy import LazyTable, lazy_names
 if TYPE_CHECKING:  # what static type checkers see; at run time the names load lazily
     from wire import sinks as sinks
     from wire import sources as sources
+    from wire import tables as tables
     from wire import testing as testing
     from wire.api.flow import Flow as Flow
     from wire.api.flow import Stream as Stream
@@ -85,6 +87,7 @@ _LAZY: LazyTable = {
     "sinks": ("wire.sinks", None),
     "sources": ("wire.sources", None),
     "testing": ("wire.testing", None),
+    "tables": ("wire.tables", None),
     **{n: ("wire.api.flow", n) for n in ("Flow", "Stream", "WindowedStream")},
     **{n: ("wire.core.windowing", n) for n in ("BoundedOutOfOrderness", "Session", "Sliding", "Tumbling")},
     **{n: ("wire.errors", n)

@@ -167,3 +167,12 @@ class SqlError(ConfigError):
         self.column = column
         where = f"line {line}, column {column}: " if line is not None else ""
         Exception.__init__(self, f"SQL {where}{problem}; supported: {accepted}")
+
+
+class TableUnavailable(WireError, RuntimeError):
+    """A lookup table stayed unreachable for its ``unavailable_timeout`` (``Stream.lookup_join``).
+
+    Raised in the epoch that reads the table, after holding and retrying with backoff;
+    the message names the lookup join's step, the table and the last error. The epoch
+    fails, so nothing of it is committed (the supervisor may restart the flow).
+    """

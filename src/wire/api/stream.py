@@ -36,6 +36,7 @@ from wire.plan.nodes import (
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
+    LookupJoinNode,
     MapNode,
     PortRef,
     ProcessNode,
@@ -51,6 +52,8 @@ from wire.state.aggregations import Aggregator
 from wire.state.keyed_state import StateSpec
 from wire.state.process import OnEvents, OnTimer, declared_states
 from wire.state.spec import Callback, Emit
+from wire.tables.base import LookupTable
+from wire.tables.lookup import HOWS, How
 
 if TYPE_CHECKING:
     from wire.api.flow import Flow
@@ -781,6 +784,112 @@ class Stream:
         step = self.flow._step_id(name, "join")
         return self.interval_join(other, lower=lower, upper=upper, allowed_lateness=allowed_lateness,
                                   right_prefix=right_prefix, name=step)
+
+    def lookup_join(
+        self,
+        table: LookupTable,
+        *,
+        on: str,
+        how: How = "inner",
+        cache_ttl: Duration | None = None,
+        cache_size: int | None = None,
+        name: str | None = None,
+    ) -> Stream:
+        """Enrich each event with the row of ``table`` whose key equals the event's ``on`` column.
+
+        A lookup join (Flink's ``JOIN ... FOR SYSTEM_TIME AS OF proctime``): each event
+        meets the table **as it is when the event's epoch runs** (processing time), not
+        as it was at the event's time, so a replay may meet other rows
+        (docs/lookup_join.md; the event-time alternative is the temporal join).
+
+        Output columns: this stream's columns (key, event time and watermark unchanged),
+        then the table's joined columns (``columns=`` of the table; not its key), with
+        their Arrow types as Spark reads them (e.g. PostgreSQL ``int4`` -> int32,
+        ``timestamptz`` -> timestamp UTC). Emission: in the event's epoch; the step keeps
+        no state, holds no watermark and has no late port.
+
+        Reads: a database table (``wire.tables.postgres``) is asked at most once per key
+        group per epoch, for the distinct keys that the worker's cache lacks, in one
+        batched query (the stream is shuffled by the key group of ``on`` first); rows and
+        misses stay cached per worker process for ``cache_ttl``, at most ``cache_size``
+        keys (least recently used out first). A snapshot table (``wire.tables.delta``,
+        ``wire.tables.parquet``) is loaded whole by each worker and loaded again when its
+        version changes, checked once per epoch; it has no cache settings.
+
+        Failures: while the table cannot be reached, the epoch holds and retries with
+        backoff for the table's ``unavailable_timeout``, then the flow fails with
+        :class:`wire.errors.TableUnavailable` naming the step and the table.
+
+        Parameters
+        ----------
+        table:
+            A table from ``wire.tables``.
+        on:
+            The stream's column matched with the table's key (same kind of type:
+            integers of any width, strings, dates, timestamps, binary).
+        how:
+            ``"inner"`` (default): an event without a row (or with a null ``on``) is
+            dropped. ``"left"``: it is kept, with nulls in the joined columns.
+        cache_ttl:
+            Database tables: how long a row (or a miss) read from the table is reused,
+            ms or a duration such as ``"60s"`` (default 60 s; 0: no cache, every epoch
+            reads every key it needs).
+        cache_size:
+            Database tables: the most keys a worker's cache keeps (default 100,000;
+            0: no cache).
+        name:
+            The step id (default ``lookup_join_<n>``).
+
+        Raises
+        ------
+        ConfigError
+            When ``table`` is not a ``wire.tables`` table, ``on`` is not a column name,
+            ``how`` is not ``"inner"`` / ``"left"``, ``cache_ttl`` / ``cache_size`` are
+            negative or given for a snapshot table; when the flow is compiled, if ``on``
+            is not a column of the stream, its type does not match the table key's, a
+            joined column's name is already a stream column, or the table lacks the key
+            or a column.
+        TableUnavailable
+            When the flow runs (or compiles) and the table stays unreachable.
+        PlanError
+            On the flow's dead-letter output.
+
+        Examples
+        --------
+        Orders enriched from a Parquet table of customers (a snapshot table):
+
+        >>> import pathlib, tempfile, pyarrow as pa, pyarrow.parquet as pq, wire
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "customers.parquet"
+        >>> pq.write_table(pa.table({"id": [1, 2], "tier": ["gold", "silver"]}), path)
+        >>> ts = wire.testing.TestStream(schema=[("t", pa.int64()), ("customer", pa.int64())],
+        ...                              event_time="t")
+        >>> ts = ts.add_events([{"t": 1, "customer": 2}, {"t": 2, "customer": 3}])
+        >>> out = ts.run(lambda orders: orders.lookup_join(
+        ...     wire.tables.parquet(path, key="id"), on="customer", how="left"))
+        >>> sorted((row["t"], row["customer"], row["tier"]) for row in out["main"])
+        [(1, 2, 'silver'), (2, 3, None)]
+        """
+        self._require_out("lookup_join")
+        if not isinstance(table, LookupTable):
+            raise ConfigError("table", table,
+                              "a table from wire.tables: postgres(...), delta(...), parquet(...)")
+        if not isinstance(on, str) or not on:
+            raise ConfigError("on", on, "the name of the stream's column matched with the table's key")
+        if how not in HOWS:
+            raise ConfigError("how", how, " or ".join(repr(h) for h in HOWS))
+        if table.snapshot:
+            for parameter, value in (("cache_ttl", cache_ttl), ("cache_size", cache_size)):
+                if value is not None:
+                    raise ConfigError(parameter, value, f"None for a snapshot table ({table.describe()} "
+                                      "is loaded whole and re-read when its version changes, checked "
+                                      "once per epoch)")
+        ttl = to_millis(60_000 if cache_ttl is None else cache_ttl, parameter="cache_ttl")
+        size = 100_000 if cache_size is None else cache_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError("cache_size", cache_size, "None (100,000 keys) or an int >= 0 (0: no cache)")
+        step = self.flow._step_id(name, "lookup_join")
+        self.flow._add(LookupJoinNode(step, self.ref.step, table, on, how, ttl, size))
+        return Stream(self.flow, PortRef(step))
 
     def late(self) -> Stream:
         """The late port of a window aggregation, join or process step: late events.

@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 from wire.compiler.branches import pack_port, read_once
 from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
 from wire.compiler.join_stage import compile_join
+from wire.compiler.lookup_join_stage import compile_lookup_join
 from wire.compiler.process_stage import compile_process
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.temporal_join_stage import compile_temporal_join
@@ -46,6 +47,7 @@ from wire.plan.nodes import (
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
+    LookupJoinNode,
     MapNode,
     Node,
     Plan,
@@ -345,6 +347,12 @@ def _process(node: ProcessNode, b: _Build) -> _Compiled:
     b.state_keys[node.step] = str(cur.key)
     key = cur.key if cur.key in node.schema.names else None
     return _Compiled(df, key, b.keyed_channels(node.step), False)
+
+
+@_step.register
+def _lookup_join(node: LookupJoinNode, b: _Build) -> _Compiled:
+    cur = b.take(node.upstream)
+    return replace(cur, df=compile_lookup_join(cur.df, node, key_groups=b.key_groups))
 
 
 def _prunable(connector: object) -> bool:

@@ -30,6 +30,7 @@ from wire.plan.nodes import (
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
+    LookupJoinNode,
     MapNode,
     Node,
     Plan,
@@ -306,6 +307,14 @@ def _sink_detail(node: SinkNode) -> str:
 @detail.register
 def _drop_detail(node: DropNode) -> str:
     return f"drops {node.source.port_id()}"
+
+
+KINDS[LookupJoinNode] = "lookup_join"
+
+
+@detail.register
+def _lookup_join_detail(node: LookupJoinNode) -> str:
+    return f"{node.table.describe()} on {node.on} ({node.how})"
 
 
 def graph_of(plan: Plan) -> dict[str, list[dict[str, str]]]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # types only: the plan does not depend on connectors or kerne
     from wire.sources.base import Source
     from wire.state.aggregator import Aggregator
     from wire.state.spec import Callback, Emit
+    from wire.tables.base import LookupTable
 
 OUT: Final = "out"
 LATE: Final = "late"
@@ -254,6 +255,24 @@ class IntervalJoinNode(Node):
     def side_ports(self) -> tuple[str, ...]:
         """Late events leave on ``late``."""
         return (LATE,)
+
+
+@dataclass(frozen=True, eq=False)
+class LookupJoinNode(UnaryNode):
+    """Enrich each event with the row of an external ``table`` whose key equals its ``on`` column.
+
+    Stateless (``Stream.lookup_join``): the table is read when the event's epoch runs
+    (processing time). ``how`` is ``"inner"`` or ``"left"``; ``cache_ttl_ms`` /
+    ``cache_size`` bound each worker's cache of a database table's rows (0: no cache).
+    The output keeps the input's key.
+    """
+
+    stateless = True
+    table: LookupTable
+    on: str
+    how: str
+    cache_ttl_ms: int
+    cache_size: int
 
 
 @dataclass(frozen=True)
