@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from wire.api.stream import Stream, WindowedStream
+from wire.api.stateful import WindowedStream
+from wire.api.stream import Stream
 from wire.core.time import Duration, to_millis
 from wire.core.windowing import BoundedOutOfOrderness
 from wire.delivery.sink import overlapping

@@ -12,9 +12,11 @@ import inspect
 
 import pytest
 
-from wire.api.stream import Stream, WindowedStream
+from wire.api.stateful import WindowedStream
+from wire.api.stream import Stream
 
-PUBLIC_MODULES = ("wire", "wire.api", "wire.api.flow", "wire.api.stream", "wire.errors", "wire.delivery.sink")
+PUBLIC_MODULES = ("wire", "wire.api", "wire.api.flow", "wire.api.stream", "wire.api.stateful",
+                  "wire.api.joins", "wire.errors", "wire.delivery.sink")
 FLAGS = doctest.ELLIPSIS
 
 
@@ -63,4 +65,5 @@ def test_every_public_stream_method_has_the_template(cls, name):
 def test_the_examples_are_found():
     names = {p.values[0].name for p in EXAMPLES}
     assert {"wire", "wire.api.stream.Stream.map", "wire.api.stream.Stream.dead_letters",
-            "wire.api.stream.WindowedStream.aggregate"} <= names
+            "wire.api.stateful.WindowedStream.aggregate", "wire.api.stateful.Stateful.window",
+            "wire.api.joins.Joins.temporal_join", "wire.api.joins.Joins.lookup_join"} <= names

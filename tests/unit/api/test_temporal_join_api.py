@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import wire
-from wire.api.stream import VersionedTable
+from wire.api.joins import VersionedTable
 from wire.errors import ConfigError, PlanError
 from wire.plan.fingerprint import incompatible_changes, plan_fingerprint
 from wire.plan.graph import graph_of, key_of
