@@ -3,11 +3,11 @@
 The base owns admission, watermarks, offsets, tasks and envelope rows. This module holds
 what is Kafka's: discovering topic-partitions, the planner's consumer (one per planner
 process, read ahead by a background thread that decodes the records as they come, so
-that planning an epoch only takes what is ready: :class:`_ReadAhead`), the group commits
+that planning an epoch only takes what is ready: :class:`ReadAhead`), the group commits
 that acknowledge an epoch once Spark committed it (contraflow, SPEC §7; at most once per
 ``commit_interval``), and the executors' reads of exactly one partition's recorded
 offset range, so a replayed epoch reads the same records (their consumers are kept
-between tasks: :class:`_ConsumerCache`).
+between tasks: :class:`ConsumerCache`).
 
 Records are handled column by column (:class:`~wire.sources.kafka_source.decode.KafkaBatch`):
 offsets, keys and values are taken from each ``consume`` call's messages in one pass
@@ -17,16 +17,11 @@ record.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import re
-import threading
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -36,6 +31,17 @@ from wire.errors import WireError
 from wire.sources.base.offsets import Position, positions_of
 from wire.sources.base.partitioned import Admitted, PartitionedReader, Read
 from wire.sources.base.source import Offset
+from wire.sources.kafka_source.consumers import (
+    BATCH,
+    CONSUMERS,
+    Kept,
+    batch_of,
+    consumer_config,
+    is_fatal,
+    message_offset,
+    raise_fatal,
+    records_only,
+)
 from wire.sources.kafka_source.decode import (
     TIMESTAMP_COLUMN,
     AvroDecoder,
@@ -45,396 +51,17 @@ from wire.sources.kafka_source.decode import (
     record_text,
     split_name,
 )
+from wire.sources.kafka_source.read_ahead import Ahead, ReadAhead
 
 if TYPE_CHECKING:
     import confluent_kafka
 
     from wire.sources.kafka_source.config import KafkaBinding
 
-_BATCH = 50_000
-"""At most this many messages per ``consume`` call."""
-_GAP_S = 0.2
-"""The planner stops waiting for records when none came for this long."""
-_MAX_WAIT_S = 10.0
 _READ_TIMEOUT_S = 60.0
 """An executor fails its task when the broker gives no record of its range for this long."""
-_CACHED_CONSUMERS = 8
-"""An executor process keeps at most this many consumers between tasks (:class:`_ConsumerCache`)."""
 _SKIP_RANGES = 4
 """A kept consumer reads on (dropping records) to a range at most this many times its size ahead."""
-_CACHED_IDLE_S = 30.0
-"""A kept consumer unused for this long is closed."""
-
-
-def consumer_config(binding: KafkaBinding, *, role: str) -> dict[str, Any]:
-    """The client settings of a consumer: the planner's (``role="planner"``), its read-ahead's, an executor's.
-
-    The user's ``config`` passes through (security, SASL, SSL, fetch tuning); Wire sets
-    ``group.id``, turns off auto-commit (offsets are committed after an epoch commits)
-    and turns on partition-EOF events; ``isolation.level`` defaults to ``read_committed``.
-    """
-    src = binding.source
-    conf: dict[str, Any] = {"isolation.level": "read_committed", "queued.max.messages.kbytes": 16384}
-    conf.update(src.config)
-    conf.update({
-        "bootstrap.servers": src.bootstrap_servers,
-        "group.id": src.group,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
-    })
-    if role != "planner":
-        conf["client.id"] = f"{conf.get('client.id', 'wire')}-{binding.step}-{role}"
-    return conf
-
-
-def _batch(msgs: Sequence[confluent_kafka.Message], timestamps: bool) -> KafkaBatch:
-    """Consumed records (no error events) column by column: one pass per column, no object per record."""
-    n = len(msgs)
-    offsets = np.fromiter((m.offset() for m in msgs), np.int64, n)
-    stamps = np.fromiter((m.timestamp()[1] for m in msgs), np.int64, n) if timestamps else None
-    return KafkaBatch(offsets, [m.key() for m in msgs], [m.value() for m in msgs], stamps)
-
-
-def _records_only(
-    msgs: list[confluent_kafka.Message], event: Callable[[confluent_kafka.Message], bool]
-) -> tuple[list[confluent_kafka.Message], bool]:
-    """The records among ``msgs`` before the first error event for which ``event`` returns True.
-
-    ``event(msg)`` handles each error event (partition EOF, transient errors) and says
-    whether to stop there. Returns the records and whether it stopped.
-    """
-    events = [i for i, m in enumerate(msgs) if m.error() is not None]  # (KafkaError == None raises)
-    if not events:
-        return msgs, False
-    records, at = [], 0
-    for i in events:
-        records += msgs[at:i]
-        at = i + 1
-        if event(msgs[i]):
-            return records, True
-    return records + msgs[at:], False
-
-
-@dataclass
-class _Kept:
-    consumer: confluent_kafka.Consumer
-    resume_at: int | None
-    """The offset the consumer's next record has (None: unknown, assign it again)."""
-    used: float
-
-
-class _ConsumerCache:
-    """The consumers an executor process keeps between tasks, one per (client settings, partition).
-
-    A task that reads a partition's next range (the planner's ranges follow each other)
-    takes the consumer the previous task of that partition left in the process, with the
-    records it already fetched, instead of connecting and fetching again; Spark's own Kafka
-    source keeps its executor consumers the same way. Python workers run one task at a
-    time; a consumer in use is out of the cache. At most :data:`_CACHED_CONSUMERS` are kept;
-    one unused for :data:`_CACHED_IDLE_S` is closed (a daemon thread looks every few
-    seconds: a stopped query's consumers do not stay connected); a process that forked gets
-    none of its parent's.
-    """
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.kept: dict[tuple[str, str], _Kept] = {}
-        self.lock = threading.Lock()
-        self.reaper: threading.Thread | None = None
-
-    def take(self, key: tuple[str, str]) -> _Kept | None:
-        """The kept consumer of ``key`` (now out of the cache), or None."""
-        with self.lock:
-            if self.pid != os.getpid():
-                self.pid, self.kept, self.reaper = os.getpid(), {}, None
-            return self.kept.pop(key, None)
-
-    def give(self, key: tuple[str, str], kept: _Kept) -> None:
-        """Keep ``kept`` for the next task of ``key``; the least recently used go beyond the limit."""
-        kept.used = time.monotonic()
-        with self.lock:
-            closing = [old] if (old := self.kept.pop(key, None)) is not None else []
-            self.kept[key] = kept
-            while len(self.kept) > _CACHED_CONSUMERS:
-                closing.append(self.kept.pop(min(self.kept, key=lambda k: self.kept[k].used)))
-            if self.reaper is None:
-                self.reaper = threading.Thread(target=self._reap, name="kafka consumer reaper", daemon=True)
-                self.reaper.start()
-        for k in closing:
-            k.consumer.close()
-
-    def expire(self, now: float) -> None:
-        """Close the consumers unused since ``now - _CACHED_IDLE_S``."""
-        with self.lock:
-            idle = [k for k, v in self.kept.items() if now - v.used > _CACHED_IDLE_S]
-            closing = [self.kept.pop(k) for k in idle]
-        for k in closing:
-            k.consumer.close()
-
-    def _reap(self) -> None:
-        while True:
-            time.sleep(min(5.0, _CACHED_IDLE_S / 4))
-            self.expire(time.monotonic())
-
-
-_CONSUMERS = _ConsumerCache()
-
-
-def _name(msg: confluent_kafka.Message) -> str:
-    """The partition name of a consumed message; ``""`` for an event of no topic."""
-    topic = msg.topic()
-    if not topic:
-        return ""
-    partition = msg.partition()
-    assert partition is not None  # librdkafka sets the partition of every message of a topic
-    return partition_name(topic, partition)
-
-
-def _offset(msg: confluent_kafka.Message) -> int:
-    """The offset of a consumed record or partition-EOF event (librdkafka sets it for both)."""
-    offset = msg.offset()
-    assert offset is not None
-    return offset
-
-
-def _is_fatal(error: Exception) -> bool:
-    """Whether a ``KafkaException`` carries a fatal error (the client cannot go on)."""
-    err = error.args[0] if error.args else None
-    return err is not None and hasattr(err, "fatal") and bool(err.fatal())
-
-
-def _raise_fatal(err: confluent_kafka.KafkaError, where: str) -> None:
-    if err.fatal():
-        raise WireError(f"{where}: fatal Kafka error: {err}")
-
-
-@dataclass(frozen=True)
-class _Ahead:
-    """Records of one partition the planner read ahead: offsets, event times, which are valid.
-
-    ``event_times[i]`` counts only where ``valid[i]`` (a record that decodes, with a usable
-    event time: it moves the watermark); malformed records count as admitted too.
-    """
-
-    offsets: np.ndarray
-    event_times: np.ndarray
-    valid: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def slice(self, start: int, stop: int | None = None) -> _Ahead:
-        """Records ``start`` (index) up to ``stop`` (excluded; None: the end)."""
-        return _Ahead(self.offsets[start:stop], self.event_times[start:stop], self.valid[start:stop])
-
-    @staticmethod
-    def concat(parts: Sequence[_Ahead]) -> _Ahead:
-        """The records of ``parts``, one after the other."""
-        if len(parts) == 1:
-            return parts[0]
-        return _Ahead(np.concatenate([p.offsets for p in parts]) if parts else np.zeros(0, np.int64),
-                      np.concatenate([p.event_times for p in parts]) if parts else np.zeros(0, np.int64),
-                      np.concatenate([p.valid for p in parts]) if parts else np.zeros(0, dtype=bool))
-
-    def admitted(self, position: int) -> Admitted:
-        """These records admitted from ``position``: their count, the next position, the valid event times."""
-        nxt = int(self.offsets[-1]) + 1 if len(self) else position
-        return Admitted(len(self), nxt, self.event_times[self.valid])
-
-
-class _ReadAhead:
-    """The planner's consumer, read ahead by a background thread while epochs run.
-
-    The thread consumes the assigned partitions' records as they come (up to ``limit``
-    records held; more while a :meth:`take` waits, since the records it waits for may come
-    after other partitions'), splits them by partition and decodes them with ``decode``
-    (valid records and their event times), so that planning an epoch takes records
-    already decoded instead of fetching and decoding them while the executors wait. What
-    an epoch admits does not change: :meth:`take` hands out each partition's records in
-    offset order from the planner's positions, waiting for records the partition's end
-    offset says exist, as the planner did when it consumed them itself (until none came
-    for :data:`_GAP_S`, at most :data:`_MAX_WAIT_S`). When the positions asked differ from where
-    the records read ahead continue (a restart, a replay, a new partition) the consumer
-    is assigned again and what was read ahead is dropped. An error of the thread (a fatal
-    Kafka error) is raised by the next :meth:`take`. The consumer is the read-ahead's own,
-    used by its thread alone (while a thread consumes, metadata and offset requests of
-    another thread on the same consumer were seen to block).
-    """
-
-    def __init__(self, consumer: confluent_kafka.Consumer, decode: Callable[[str, KafkaBatch], _Ahead], *,
-                 stamps: bool, limit: int, where: str) -> None:
-        self.consumer, self.decode, self.stamps = consumer, decode, stamps  # its own consumer
-        self.limit, self.where = limit, where
-        self.cond = threading.Condition()
-        self.positions: dict[str, int] = {}
-        """Per partition, where the next :meth:`take` starts (the records read ahead follow)."""
-        self.assign_to: dict[str, int] | None = None
-        """Positions the thread is to assign the consumer at, before it consumes again."""
-        self.ready: dict[str, deque[_Ahead]] = {}
-        self.held = 0
-        self.eof: dict[str, int] = {}
-        """Per partition, the offset of the partition-EOF event after the last record read ahead."""
-        self.generation = 0
-        self.hungry = False
-        """Whether a :meth:`take` waits for records: the thread then reads on even past ``limit``."""
-        self.arrived = 0.0
-        self.failure: BaseException | None = None
-        self.closing = False
-        self.thread: threading.Thread | None = None
-
-    def take(
-        self, positions: dict[str, int], counts: dict[str, int], highs: Mapping[str, int]
-    ) -> dict[str, _Ahead]:
-        """Up to ``counts[n]`` records of each partition ``n`` from ``positions[n]`` on.
-
-        ``highs``: each partition's end offset seen while planning; a partition whose
-        records read ahead reached it (an EOF event at it) is not waited for.
-        """
-        with self.cond:
-            self._raise_failure()
-            self._start(positions)
-
-            def waiting(n: str) -> bool:
-                have = sum(len(a) for a in self.ready.get(n, ()))
-                return have < counts[n] and self.eof.get(n, -1) < highs.get(n, -1)
-
-            t0 = time.monotonic()
-            while self.failure is None and any(waiting(n) for n in counts):
-                now = time.monotonic()
-                if now - max(t0, self.arrived) >= _GAP_S or now - t0 >= _MAX_WAIT_S:
-                    break
-                self.hungry = True  # read on past ``limit``: other partitions' records may come first
-                self.cond.notify_all()
-                self.cond.wait(_GAP_S / 4)
-            self.hungry = False
-            self._raise_failure()
-            out = {n: self._pop(n, c) for n, c in counts.items()}
-            self.cond.notify_all()  # room to read ahead again
-            return out
-
-    def start(self, positions: dict[str, int]) -> None:
-        """Read ahead from ``positions`` on, if not already."""
-        with self.cond:
-            self._start(positions)
-
-    def _start(self, positions: dict[str, int]) -> None:
-        if self.positions != positions:
-            self._assign(positions)
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name=f"read-ahead {self.where}", daemon=True)
-            self.thread.start()
-
-    def _pop(self, name: str, count: int) -> _Ahead:
-        queue = self.ready.setdefault(name, deque())
-        parts: list[_Ahead] = []
-        have = 0
-        while queue and have < count:
-            part = queue.popleft()
-            k = min(len(part), count - have)
-            parts.append(part.slice(0, k))
-            if k < len(part):
-                queue.appendleft(part.slice(k))
-            have += k
-        self.held -= have
-        got = _Ahead.concat(parts)
-        if have:
-            self.positions[name] = int(got.offsets[-1]) + 1
-        return got
-
-    def _assign(self, positions: dict[str, int]) -> None:
-        """Read ahead from ``positions`` on; the thread assigns the consumer (it makes all its calls)."""
-        self.generation += 1
-        self.positions, self.assign_to = dict(positions), dict(positions)
-        self.ready, self.held, self.eof = {n: deque() for n in positions}, 0, {}
-        self.cond.notify_all()
-
-    def eof_at(self, name: str) -> int:
-        """The offset of the partition-EOF event read after partition ``name``'s last record (-1: none).
-
-        Every record of ``name`` before that offset was read ahead (and handed out, or held).
-        """
-        with self.cond:
-            return self.eof.get(name, -1)
-
-    def forget(self) -> None:
-        """Drop what was read ahead; the next :meth:`take` assigns the consumer again."""
-        with self.cond:
-            self.generation += 1
-            self.positions, self.assign_to, self.ready, self.held, self.eof = {}, None, {}, 0, {}
-
-    def close(self) -> None:
-        """Stop the thread, then close the consumer."""
-        with self.cond:
-            self.closing = True
-            self.cond.notify_all()
-        if self.thread is not None:
-            self.thread.join(timeout=10)
-        self.consumer.close()
-
-    def _raise_failure(self) -> None:
-        if self.failure is not None:
-            failure, self.failure, self.thread = self.failure, None, None
-            self.generation += 1
-            self.positions, self.assign_to, self.ready, self.held, self.eof = {}, None, {}, 0, {}
-            raise failure
-
-    def _run(self) -> None:
-        from confluent_kafka import TopicPartition
-
-        while True:
-            with self.cond:
-                while not (self.closing or self.assign_to is not None
-                           or (self.positions and (self.held < self.limit or self.hungry))):
-                    self.cond.wait(0.5)
-                if self.closing:
-                    return
-                generation, assign_to, self.assign_to = self.generation, self.assign_to, None
-            try:
-                if assign_to is not None:
-                    self.consumer.assign([TopicPartition(*split_name(n), o) for n, o in assign_to.items()])
-                items = self._read(self.consumer.consume(num_messages=_BATCH, timeout=_GAP_S / 2))
-            except BaseException as e:  # raised by the next take()
-                with self.cond:
-                    self.failure = e
-                    self.cond.notify_all()
-                return
-            if not items:
-                continue
-            with self.cond:
-                if generation != self.generation:  # assigned again meanwhile: these are stale
-                    continue
-                for name, item in items:
-                    if isinstance(item, int):
-                        self.eof[name] = item
-                        continue
-                    self.ready.setdefault(name, deque()).append(item)
-                    self.held += len(item)
-                    self.eof.pop(name, None)
-                    self.arrived = time.monotonic()
-                self.cond.notify_all()
-
-    def _read(self, msgs: list[confluent_kafka.Message]) -> list[tuple[str, _Ahead | int]]:
-        """Consumed messages as, in order, decoded runs of one partition's records and EOF offsets."""
-        from confluent_kafka import KafkaError
-
-        events = [i for i, m in enumerate(msgs) if m.error() is not None]
-        items: list[tuple[str, _Ahead | int]] = []
-        at = 0
-        for i in [*events, len(msgs)]:
-            if i > at:
-                items += [(n, self.decode(n, batch)) for n, batch in _runs(msgs[at:i], self.stamps)]
-            if i < len(msgs):
-                err, name = msgs[i].error(), _name(msgs[i])
-                assert err is not None
-                if err.code() == KafkaError._PARTITION_EOF and name:
-                    items.append((name, _offset(msgs[i])))
-                else:
-                    _raise_fatal(err, self.where)
-            at = i + 1
-        return items
-
 
 class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsTriggerAvailableNow):
     """Stream reader of :func:`wire.sources.kafka`: a :class:`PartitionedReader` over topic-partitions.
@@ -459,7 +86,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         "_pending": None, "_committed_at": None, "_acked": {}, "_bounds": None, "_completed": None,
     }
     """The planner's per-process caches: their start values, also after pickling."""
-    _ahead: _ReadAhead | None
+    _ahead: ReadAhead | None
     _highs: dict[str, int]
     _known: list[str] | None
     _avro: AvroDecoder | None
@@ -602,7 +229,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
 
         bounds = self._end_offsets()
         want = dict(budgets)
-        parts: dict[str, list[_Ahead]] = {n: [] for n in budgets}
+        parts: dict[str, list[Ahead]] = {n: [] for n in budgets}
         ended: set[str] = set()
         at = dict(positions)
         deadline = time.monotonic() + self._timeout_s
@@ -632,7 +259,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                 break
         out = {}
         for n in budgets:
-            got = _Ahead.concat(parts[n]) if parts[n] else _Ahead.concat([])
+            got = Ahead.concat(parts[n]) if parts[n] else Ahead.concat([])
             admitted = got.admitted(positions[n])
             if n in ended:
                 admitted = Admitted(admitted.count, bounds.get(n, positions[n]), admitted.event_times)
@@ -702,7 +329,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
 
         if not isinstance(error, KafkaException):
             return False
-        if _is_fatal(error):
+        if is_fatal(error):
             step = self._binding.step
             raise WireError(f"kafka source {step!r}: fatal Kafka error: {error.args[0]}") from error
         return True
@@ -768,35 +395,35 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                                                         timeout=self._timeout_s, cached=False)
         return int(low), int(high)
 
-    def _fetch(self, positions: dict[str, int], counts: dict[str, int]) -> dict[str, _Ahead]:
+    def _fetch(self, positions: dict[str, int], counts: dict[str, int]) -> dict[str, Ahead]:
         """Up to ``counts[n]`` records of each partition ``n`` from ``positions[n]`` on, decoded.
 
-        Taken from what this process's :class:`_ReadAhead` read ahead (it is started, or
+        Taken from what this process's :class:`ReadAhead` read ahead (it is started, or
         its consumer assigned again at ``positions``, as needed).
         """
         return self._read_ahead().take(positions, counts, self._highs)
 
-    def _read_ahead(self) -> _ReadAhead:
+    def _read_ahead(self) -> ReadAhead:
         if self._ahead is None:
             # a consumer of its own: while one thread consumes, another's metadata and offset requests
             # on the same consumer were seen to block (noida-db, partitions at their end)
             from confluent_kafka import Consumer
 
             consumer = Consumer(consumer_config(self._binding, role="read-ahead"))
-            self._ahead = _ReadAhead(consumer, self._decode_ahead,
+            self._ahead = ReadAhead(consumer, self._decode_ahead,
                                      stamps=self._binding.event_time == TIMESTAMP_COLUMN,
-                                     limit=max(_BATCH, 2 * self._binding.max_events_per_epoch),
+                                     limit=max(BATCH, 2 * self._binding.max_events_per_epoch),
                                      where=f"kafka source {self._binding.step!r}")
         return self._ahead
 
-    def _decode_ahead(self, name: str, batch: KafkaBatch) -> _Ahead:
+    def _decode_ahead(self, name: str, batch: KafkaBatch) -> Ahead:
         """What the planner keeps of records read ahead: offsets, which are valid, their event times."""
         decoded = self._read(name, batch, 0, ()).decoded
         valid = np.zeros(len(batch), dtype=bool)
         valid[decoded.positions] = True
         times = np.zeros(len(batch), np.int64)
         times[decoded.positions] = decoded.event_times
-        return _Ahead(batch.offsets, times, valid)
+        return Ahead(batch.offsets, times, valid)
 
     def _read(self, name: str, batch: KafkaBatch, position: int, columns: Sequence[str] | None) -> Read:
         """The records of ``batch`` (partition ``name``, read from ``position``), decoded.
@@ -826,7 +453,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
 
         Stops at the range's end or at the partition's end (records deleted by retention
         or compaction are then missing: the caller reports them). The consumer comes from
-        this process's cache (:class:`_ConsumerCache`) and goes back to it: when the task
+        this process's cache (:class:`ConsumerCache`) and goes back to it: when the task
         that used it last stopped at most :data:`_SKIP_RANGES` ranges before this one, it
         reads on from there (the records before ``first`` are consumed and dropped: they
         are usually fetched already), else it is assigned at ``first``.
@@ -842,9 +469,9 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         tp = TopicPartition(topic, part)
         conf = consumer_config(self._binding, role="reader")
         key = (json.dumps(sorted(conf.items())), name)
-        kept = _CONSUMERS.take(key)
+        kept = CONSUMERS.take(key)
         if kept is None:
-            kept = _Kept(Consumer(conf), None, 0.0)
+            kept = Kept(Consumer(conf), None, 0.0)
         consumer = kept.consumer
         out: list[KafkaBatch] = []
         got, resume_at, closed = 0, None, False
@@ -861,8 +488,8 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                 err = msg.error()
                 assert err is not None
                 if err.code() == KafkaError._PARTITION_EOF:
-                    return self._partition_ended(consumer, tp, _offset(msg), nxt)
-                _raise_fatal(err, f"kafka source {self._binding.step!r}")
+                    return self._partition_ended(consumer, tp, message_offset(msg), nxt)
+                raise_fatal(err, f"kafka source {self._binding.step!r}")
                 return False
 
             last = time.monotonic()
@@ -871,11 +498,11 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                     raise WireError(f"kafka source {self._binding.step!r}: no record of {name} "
                                     f"[{first}, {nxt}) for {_READ_TIMEOUT_S:.0f} s; is the broker down?")
                 want = taken - got + max(0, first - pos)  # records before ``first`` are skipped
-                consumed = consumer.consume(num_messages=min(_BATCH, want), timeout=0.5)
-                msgs, ended = _records_only(consumed, event)
+                consumed = consumer.consume(num_messages=min(BATCH, want), timeout=0.5)
+                msgs, ended = records_only(consumed, event)
                 if msgs:
                     last = time.monotonic()
-                    batch = _batch(msgs, stamps)
+                    batch = batch_of(msgs, stamps)
                     pos = int(batch.offsets[-1]) + 1
                     lo, hi = np.searchsorted(batch.offsets, [first, nxt])
                     out.append(batch.slice(int(lo), int(hi)))
@@ -894,7 +521,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         finally:
             if not closed:
                 kept.resume_at = resume_at
-                _CONSUMERS.give(key, kept)
+                CONSUMERS.give(key, kept)
 
     def _partition_ended(
         self, consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition, at: int, nxt: int
@@ -926,7 +553,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                 low, _ = consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
                 return int(low)
             except KafkaException as e:
-                if _is_fatal(e) or time.monotonic() > deadline:
+                if is_fatal(e) or time.monotonic() > deadline:
                     raise WireError(f"kafka source {self._binding.step!r}: cannot read the first offset "
                                     f"of {tp.topic}:{tp.partition} for {_READ_TIMEOUT_S:.0f} s: {e}") from e
                 time.sleep(0.5)
@@ -935,15 +562,3 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         """Partition ``name``'s records with offsets in ``[first, next)``, at most ``taken`` (executor)."""
         batch = self.fetch_range(name, int(first), int(next), taken)
         return self._read(name, batch, int(first), self._binding.output_schema.names)
-
-
-def _runs(msgs: list[confluent_kafka.Message], stamps: bool) -> list[tuple[str, KafkaBatch]]:
-    """Consumed records (no error events) as runs of one partition's records, in order."""
-    batch = _batch(msgs, stamps)
-    parts = np.fromiter((m.partition() for m in msgs), np.int64, len(msgs))
-    topics = [m.topic() for m in msgs]
-    if topics.count(topics[0]) != len(topics):
-        codes = {t: i for i, t in enumerate(dict.fromkeys(topics))}
-        parts = parts + np.fromiter((codes[t] for t in topics), np.int64, len(msgs)) * (1 << 32)
-    cuts = [0, *(np.flatnonzero(parts[1:] != parts[:-1]) + 1).tolist(), len(msgs)]
-    return [(_name(msgs[a]), batch.slice(a, b)) for a, b in itertools.pairwise(cuts)]

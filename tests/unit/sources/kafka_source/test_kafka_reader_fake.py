@@ -37,6 +37,7 @@ from wire.core.time import NO_WATERMARK
 from wire.core.watermarks import WatermarkPolicy
 from wire.errors import WireError
 from wire.sources.base.offsets import partitions_of
+from wire.sources.kafka_source import consumers, read_ahead
 from wire.sources.kafka_source import reader as kafka_reader
 from wire.sources.kafka_source.reader import KafkaStreamReader
 from wire.sources.kafka_source.source import KafkaBinding, kafka
@@ -173,10 +174,10 @@ def fresh_cache(monkeypatch):
     # the planner waits for records its read-ahead thread has not handed over yet for up to _GAP_S
     # without one arriving (then it plans with what it has): long here, so that a busy machine
     # cannot make a planning admit less than the fake broker holds
-    monkeypatch.setattr(kafka_reader, "_GAP_S", 5.0)
-    kafka_reader._CONSUMERS.kept.clear()
+    monkeypatch.setattr(read_ahead, "GAP_S", 5.0)
+    kafka_reader.CONSUMERS.kept.clear()
     yield
-    kafka_reader._CONSUMERS.kept.clear()
+    kafka_reader.CONSUMERS.kept.clear()
     while READERS:
         READERS.pop().close()  # stops the planner's read-ahead thread
 
@@ -243,7 +244,7 @@ def test_every_record_once_and_the_watermark_of_each_epoch(monkeypatch, data, bu
     budget can go, epoch after epoch, to a partition whose only backlog is a trailing
     transaction marker (a known limit, not new here)."""
     broker, truth = data
-    caches = [kafka_reader._ConsumerCache() for _ in range(3)]
+    caches = [consumers.ConsumerCache() for _ in range(3)]
     r = make_reader(broker, monkeypatch)
     try:
         check_every_record_once(r, broker, truth, budgets, replay, workers, caches, monkeypatch)
@@ -262,7 +263,7 @@ def check_every_record_once(r, broker, truth, budgets, replay, workers, caches, 
             if offset["admitted"] == len(truth):
                 break
             continue
-        monkeypatch.setattr(kafka_reader, "_CONSUMERS", caches[workers[i % len(workers)]])
+        monkeypatch.setattr(kafka_reader, "CONSUMERS", caches[workers[i % len(workers)]])
         got, letters = read_epoch(r, offset, end)
         if replay:  # a replay, with the consumers the first read left in the cache
             assert read_epoch(r, offset, end) == (got, letters)
@@ -294,7 +295,7 @@ def test_a_kept_consumer_reads_on_past_an_eof_it_queued_before_the_partition_gre
     broker = Broker({0: recs[:3]}, {0: 3})
     r = make_reader(broker, monkeypatch)
     assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
-    (kept,) = kafka_reader._CONSUMERS.kept.values()
+    (kept,) = kafka_reader.CONSUMERS.kept.values()
     assert kept.resume_at == 3 and kept.consumer.eof  # the EOF at 3 waits in its queue
     broker.parts[0], broker.ends[0] = recs, 6
     assert r.fetch_range("t:0", 3, 6, 3).offsets.tolist() == [3, 4, 5]
@@ -311,7 +312,7 @@ def test_records_deleted_below_the_low_watermark_are_one_gone_dead_letter(monkey
     start = r.initialOffset()
     end = r.latestOffset(start, ReadMaxRows(8))
     broker.low[0] = 5  # retention deleted 0..4 before the executor read the range
-    kafka_reader._CONSUMERS.kept.clear()
+    kafka_reader.CONSUMERS.kept.clear()
     rows, dead = read_epoch(r, start, end)
     assert [o for _, o, _, _ in rows] == [5, 6, 7]
     assert dead == [("t:0:[0,8)", "5 admitted records are gone (deleted by retention or compaction)")]
@@ -392,7 +393,7 @@ def test_a_kept_consumer_reads_on_over_ranges_other_processes_read(monkeypatch):
     r = make_reader(broker, monkeypatch)
     assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
     assert r.fetch_range("t:0", 6, 9, 3).offsets.tolist() == [6, 7, 8]
-    (kept,) = kafka_reader._CONSUMERS.kept.values()
+    (kept,) = kafka_reader.CONSUMERS.kept.values()
     assert kept.consumer.assigns == 1 and kept.resume_at == 9
     assert r.fetch_range("t:0", 40, 43, 3).offsets.tolist() == [40, 41, 42]
     assert kept.consumer.assigns == 2 and len(broker.consumers) == 2
@@ -448,17 +449,17 @@ def test_offsets_the_group_has_are_not_committed_again(monkeypatch):
 def test_the_consumer_cache_keeps_at_most_8_closes_idle_ones_and_none_after_a_fork(monkeypatch):
     now = [1_000.0]
     monkeypatch.setattr(kafka_reader.time, "monotonic", lambda: now[0])
-    cache = kafka_reader._ConsumerCache()
+    cache = consumers.ConsumerCache()
     broker = Broker({0: []}, {0: 0})
     kept = []
     for i in range(9):
         now[0] += 1
-        kept.append(kafka_reader._Kept(broker.consumer(), i, 0.0))
+        kept.append(consumers.Kept(broker.consumer(), i, 0.0))
         cache.give(("conf", f"t:{i}"), kept[-1])
     assert kept[0].consumer.closed and not any(k.consumer.closed for k in kept[1:])  # the least recently used
     assert cache.take(("conf", "t:0")) is None
     assert cache.take(("conf", "t:5")) is kept[5]  # now out of the cache, in use
-    now[0] += kafka_reader._CACHED_IDLE_S - 5  # t:1, t:2 unused for longer than the idle time
+    now[0] += consumers.CACHED_IDLE_S - 5  # t:1, t:2 unused for longer than the idle time
     cache.expire(now[0])
     assert [k.consumer.closed for k in kept[1:5]] == [True, True, False, False]
     cache.pid = -1  # as in a process forked from this one
@@ -495,7 +496,7 @@ def test_the_read_ahead_reads_past_its_limit_for_a_partition_that_waits(monkeypa
     consumer = Scripted(msgs + eofs, size=3)
     broker = Broker({0: [], 1: []}, {0: 20, 1: 5})
     r = make_reader(broker, monkeypatch)
-    ahead = kafka_reader._ReadAhead(consumer, r._decode_ahead, stamps=False, limit=4, where="test")
+    ahead = read_ahead.ReadAhead(consumer, r._decode_ahead, stamps=False, limit=4, where="test")
     try:
         got = ahead.take({"t:0": 0, "t:1": 0}, {"t:1": 5}, {"t:0": 20, "t:1": 5})
         assert got["t:1"].offsets.tolist() == [0, 1, 2, 3, 4] and got["t:1"].valid.all()
@@ -595,7 +596,7 @@ def test_a_bounded_source_admits_every_record_before_the_start_ends_once_and_not
     record before the start's end offsets once (the valid ones as rows, the others as dead
     letters), none after them, and ends."""
     broker, truth = data
-    monkeypatch.setattr(kafka_reader, "_CONSUMERS", kafka_reader._ConsumerCache())  # none of another example
+    monkeypatch.setattr(kafka_reader, "CONSUMERS", consumers.ConsumerCache())  # none of another example
     r = make_reader(broker, monkeypatch, bounded=True)
     offset = r.initialOffset()
     for p in broker.parts:
