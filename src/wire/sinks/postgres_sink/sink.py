@@ -164,8 +164,8 @@ class PostgresAppendSink(_PostgresSink):
         finally:
             conn.close()
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Connect as :meth:`_PostgresSink.open` does, then drop the staging tables a crashed run left.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
+        """``open``: connect as :class:`_PostgresSink` does, then drop the staging tables a crashed run left.
 
         Raises
         ------
@@ -175,14 +175,15 @@ class PostgresAppendSink(_PostgresSink):
             The marker table holds this flow's and sink's epochs under another
             checkpoint (see :func:`postgres`).
         """
-        super().open(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
-        run = self._opened()
+        run = super()._start_run(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
         assert run.conn is not None
         try:
             with run.conn.transaction():
                 self._drop_staging(run.conn, self._staging_prefix(run))
         except psycopg.Error as e:
+            run.conn.close()
             raise WireError(f"{self.describe()}: cannot open: {e}") from e
+        return run
 
     def prepare_epoch(self, epoch: int) -> EpochStager:
         """Driver: mint the epoch attempt's staging prefix; a replay of a recorded epoch stages nothing.
