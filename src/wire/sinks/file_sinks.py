@@ -19,17 +19,12 @@ from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.epoch_files import EpochFiles, SinkOwner, fsync_file, part_file_name
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import ConfigError
+from wire.sinks.column_checks import path_text
 from wire.sinks.json_rows import jsonl_lines
 
 
 def _check_path(path: object) -> str:
-    accepted = "a non-empty directory path (str or os.PathLike)"
-    if not isinstance(path, str | os.PathLike):
-        raise ConfigError("path", path, accepted)
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("path", path, accepted)
-    return text
+    return path_text(path, accepted="a non-empty directory path (str or os.PathLike)")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import ConfigError, WireError
 from wire.sinks.arrow_kinds import is_binary
-from wire.sinks.column_checks import column_names
+from wire.sinks.column_checks import column_names, path_text
 from wire.sinks.json_rows import _to_json_array
 
 _BUSY_TIMEOUT_S = 60.0
@@ -221,13 +221,8 @@ def sqlite(path: str | os.PathLike[str], *, table: str, key: str | Sequence[str]
 
 
 def _check_path(path: object) -> str:
-    accepted = "a non-empty database file path (str or os.PathLike), not ':memory:'"
-    if not isinstance(path, str | os.PathLike):
-        raise ConfigError("path", path, accepted)
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip() or text == ":memory:":
-        raise ConfigError("path", path, accepted)
-    return text
+    return path_text(path, accepted="a non-empty database file path (str or os.PathLike), not ':memory:'",
+                     refused=(":memory:",))
 
 
 def _check_table(table: object) -> str:

@@ -46,7 +46,7 @@ import pyarrow as pa
 from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
-from wire.sinks.column_checks import column_names
+from wire.sinks.column_checks import column_names, path_text
 from wire.sinks.delta_sink.staging import (
     STAGING_DIR,
     _attempt_dir,
@@ -399,13 +399,7 @@ def _referenced(table: DeltaTable) -> set[str]:
 
 
 def _check_uri(path: object) -> str:
-    accepted = "a non-empty table path or URI (str or os.PathLike)"
-    if not isinstance(path, str | os.PathLike):
-        raise ConfigError("path", path, accepted)
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("path", path, accepted)
-    return text
+    return path_text(path, accepted="a non-empty table path or URI (str or os.PathLike)")
 
 
 def _check_partition_by(value: object) -> tuple[str, ...]:

@@ -165,15 +165,10 @@ class PostgresAppendSink(_PostgresSink):
             conn.close()
 
     def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
-        """``open``: connect as :class:`_PostgresSink` does, then drop the staging tables a crashed run left.
+        """``open``: connect and check the marker table, then drop the staging tables a crashed run left.
 
-        Raises
-        ------
-        WireError
-            When the database cannot be reached or set up.
-        CheckpointError
-            The marker table holds this flow's and sink's epochs under another
-            checkpoint (see :func:`postgres`).
+        Raises as :meth:`_PostgresSink._start_run` (CheckpointError: epochs of this sink
+        under another checkpoint), and WireError when the staging tables cannot be dropped.
         """
         run = super()._start_run(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
         assert run.conn is not None
