@@ -190,7 +190,9 @@ def test_a_start_over_stopped_while_handing_over_the_sinks_is_finished_by_the_ne
     unreachable = "host=127.0.0.1 port=1 dbname=postgres user=wire connect_timeout=2"
 
     def flow(size: str, dsn: str) -> wire.Flow:
-        f = wire.Flow("access-log")
+        # its own flow id: the module's PostgreSQL marker table keeps the other tests' epochs
+        # of flow "access-log" sink "to_postgres", which this flow's first run would refuse
+        f = wire.Flow("access-log-handover")
         windows = (f.source(wire.sources.files(str(tmp_path / "in"), format="jsonl"), event_time="t",
                             key="k", max_events_per_epoch=30, name="events")
                    .window(wire.Tumbling(size)).aggregate(n=wire.count(), total=wire.sum("x"),

@@ -104,15 +104,15 @@ def published_epochs(directory: str | os.PathLike[str]) -> list[int]:
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make the directory's entries (creates, renames, deletes) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(directory)
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:
     """Flush a closed file's data to stable storage."""
+    _fsync(path)
+
+
+def _fsync(path: str | os.PathLike[str]) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

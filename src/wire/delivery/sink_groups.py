@@ -68,6 +68,15 @@ class _Breakered:
         object.__setattr__(self, "breaker", CircuitBreaker(threshold, self.reset_timeout_s, clock=self.clock))
         object.__setattr__(self, "_interrupted", threading.Event())
 
+    def interrupt(self) -> None:
+        """Make a ``write_epoch`` that waits on the open breaker raise now (graceful stop)."""
+        self._interrupted.set()
+
+    def _settings(self) -> str:
+        """``failure_threshold=3 reset_timeout_s=5.0[ max_open_s=...]``, for ``describe``."""
+        limit = "" if self.max_open_s is None else f" max_open_s={self.max_open_s}"
+        return f"failure_threshold={self.failure_threshold} reset_timeout_s={self.reset_timeout_s}{limit}"
+
 
 @dataclass(frozen=True)
 class GuardedSink(_Breakered, Sink):
@@ -135,21 +144,13 @@ class GuardedSink(_Breakered, Sink):
                 self.on_close(breaker)
             return
 
-    def interrupt(self) -> None:
-        """Make a ``write_epoch`` that waits on an open breaker raise now (graceful stop)."""
-        self._interrupted.set()
-
     def close(self) -> None:
         """Close the inner sink (run end, driver)."""
         self.inner.close()
 
     def describe(self) -> str:
         """E.g. ``"guarded[parquet out/x (exactly_once)] failure_threshold=3 reset_timeout_s=5.0"``."""
-        limit = "" if self.max_open_s is None else f" max_open_s={self.max_open_s}"
-        return (
-            f"guarded[{self.inner.describe()}] failure_threshold={self.failure_threshold} "
-            f"reset_timeout_s={self.reset_timeout_s}{limit} ({self.guarantee})"
-        )
+        return f"guarded[{self.inner.describe()}] {self._settings()} ({self.guarantee})"
 
 
 @dataclass(frozen=True)
@@ -245,10 +246,6 @@ class RoundRobinSink(_Breakered, Sink):
                 first = rotation[(j + epoch) % len(rotation)]
                 self._deliver(epoch * n + j, table.slice(start, stop - start), first)
 
-    def interrupt(self) -> None:
-        """Make a ``write_epoch`` that waits on the group's open breaker raise now (graceful stop)."""
-        self._interrupted.set()
-
     def close(self) -> None:
         """Close every member (run end, driver); the first error is raised after all are closed."""
         error: BaseException | None = None
@@ -262,12 +259,8 @@ class RoundRobinSink(_Breakered, Sink):
 
     def describe(self) -> str:
         """E.g. ``"round_robin[webhook a (at_least_once), webhook b (at_least_once)] ..."``."""
-        limit = "" if self.max_open_s is None else f" max_open_s={self.max_open_s}"
         inner = ", ".join(m.describe() for m in self.members)
-        return (
-            f"round_robin[{inner}] failure_threshold={self.failure_threshold} "
-            f"reset_timeout_s={self.reset_timeout_s}{limit} ({self.guarantee})"
-        )
+        return f"round_robin[{inner}] {self._settings()} ({self.guarantee})"
 
     def _deliver(self, slice_id: int, rows: pa.Table, first: int) -> None:
         n = len(self.members)

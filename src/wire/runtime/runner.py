@@ -1,7 +1,7 @@
 """Run a compiled flow as one Spark streaming query with one checkpoint (SPEC §6).
 
 Per epoch (Spark micro-batch) the driver's ``foreachBatch`` handler
-(:class:`EpochDispatcher`) runs one Spark job over the epoch's rows in which the
+(:class:`~wire.runtime.dispatcher.EpochDispatcher`) runs one Spark job over the epoch's rows in which the
 executors split them by port and stage every executor sink's rows
 (:mod:`wire.runtime.dataplane`); the driver then commits each executor sink with
 the tasks' receipts and writes each driver sink; only after it returns does Spark
@@ -27,27 +27,21 @@ import json
 import signal
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from wire.compiler.branches import source_scans
-from wire.compiler.plan_compiler import CompiledFlow, compile_plan
+from wire.compiler.plan_compiler import compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
-from wire.core.envelope import metrics_table
-from wire.core.time import NO_WATERMARK
-from wire.delivery.sink import ExecutorSink, Sink
+from wire.delivery.sink import Sink
 from wire.errors import CheckpointError, ConfigError, FlowFailed
 from wire.plan.graph import sinks as plan_sinks
-from wire.plan.nodes import OUT, Plan, PortRef, SinkNode
+from wire.plan.nodes import Plan, SinkNode
 from wire.runtime.checkpoint import (
     absolute_checkpoint,
     begin_start_over,
@@ -59,180 +53,22 @@ from wire.runtime.checkpoint import (
     read_spark_log,
     spark_checkpoint,
 )
-from wire.runtime.dataplane import RESULT_TYPE, EpochResult, PartitionWriter, Route, with_epoch
+from wire.runtime.dispatcher import EpochDispatcher, StopRequested
 from wire.runtime.epoch_log import EpochLog
-from wire.runtime.kept_ports import keep_unsunk_ports, kept_step
+from wire.runtime.kept_ports import keep_unsunk_ports
 from wire.runtime.progress import ProgressReporter
-from wire.runtime.recent import RecentEpochs
 from wire.runtime.rescale import rescale_checkpoint
-from wire.runtime.samples import SampleBuffer
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
 from wire.runtime.state_reader import record_layout
+from wire.runtime.summary import RunSummary
 
-
-@dataclass
-class RunSummary:
-    """What one ``Flow.run`` did. Counts are for this run only (not earlier runs).
-
-    ``metrics`` maps ``(step, counter)`` to totals, e.g. ``("source_1", "events")``.
-    ``epoch_seconds`` is each epoch's duration: from when Spark recorded its offsets (the
-    sources had planned it) to its commit on the driver, so without the time the flow
-    waited for input, was paused or held by a breaker (the dashboard's and ``wire
-    report``'s epoch duration); ``epoch_wall_seconds`` the time between consecutive epoch
-    completions (the full epoch latency including Spark's work, and any wait before it).
-
-    The four per-epoch series (``epoch_seconds``, ``epoch_wall_seconds``, ``driver_rows``,
-    ``driver_bytes``) are lists of the newest 10,000 epochs' values
-    (:class:`~wire.runtime.recent.RecentEpochs`: ``.total`` sums them all, ``.dropped``
-    counts the older values let go), so that a run of millions of epochs stays bounded.
-    """
-
-    flow_id: str
-    epochs: int = 0
-    elapsed_s: float = 0.0
-    metrics: Counter[tuple[str, str]] = field(default_factory=Counter)
-    rows_written: Counter[str] = field(default_factory=Counter)
-    emitted: Counter[str] = field(default_factory=Counter)
-    epoch_wall_seconds: RecentEpochs = field(default_factory=RecentEpochs)
-    epoch_seconds: RecentEpochs = field(default_factory=RecentEpochs)
-    driver_rows: RecentEpochs = field(default_factory=RecentEpochs)
-    """Per epoch, the data rows that reached the driver: zero when every sink is an
-    executor sink (Parquet, JSON Lines, Delta, PostgreSQL, SQLite); driver sinks
-    (console, webhook, Redis stream, memory, guarded, round_robin) receive theirs there."""
-    driver_bytes: RecentEpochs = field(default_factory=RecentEpochs)
-    """Per epoch, the bytes of the epoch job's result that reached the driver:
-    receipts, metric records, previews of dead letters and late events, and the rows of
-    driver sinks."""
-    stopped_early: bool = False
-    interrupted: bool = False
-    """True when Ctrl-C (SIGINT) stopped the run (:meth:`RunningFlow.await_termination`):
-    gracefully after the first (the epoch in flight committed), at once after a second
-    (that epoch is replayed on the next run). ``stopped_early`` is then True too."""
-    source_steps: tuple[str, ...] = ()
-    restarts: int = 0
-    failures: list[str] = field(default_factory=list)
-
-    kept: dict[str, str] = field(default_factory=dict)
-    """Side ports no sink read, kept under the checkpoint: port id -> directory
-    (:mod:`wire.runtime.kept_ports`); their rows are counted in ``rows_written`` under
-    the step ``kept-<step>-<port>``."""
-
-    spark_log: str | None = None
-    """Where Spark's log and its Python workers' output went (``<checkpoint>/spark.log``) when
-    the run started the SparkSession itself; None when it ran on a session it was given (or an
-    active one), whose output goes wherever that session's JVM writes."""
-
-    gauges: dict[tuple[str, str], int] = field(default_factory=dict)
-    """Latest value of each gauge, e.g. ``("hourly", "input_watermark")``.
-
-    Watermarks are the minimum over an operator's key groups, other gauges the sum."""
-
-    source_scans: int | None = None
-    """How many times each epoch scans the flow's sources, from Spark's physical plan
-    (:func:`wire.compiler.branches.source_scans`): set when the run ends (while it runs:
-    :attr:`RunningFlow.source_scans`); None if no epoch ran. A source read by several
-    branches is scanned once (:func:`wire.compiler.branches.read_once`), so this is the
-    number of sources."""
-
-    samples: SampleBuffer = field(default_factory=SampleBuffer, compare=False, repr=False)
-    """The newest dead letters and late events of committed epochs, at most
-    ``SAMPLE_SIZE`` (50) of each (:mod:`wire.runtime.samples`); ``samples.newest("late")``."""
-
-    def add_metrics(self, metrics: pa.Table) -> None:
-        """Fold one epoch's metric records (counters add up; gauges replace)."""
-        epoch_gauges: dict[tuple[str, str], list[int]] = {}
-        for step, name, value in zip(
-            *(metrics.column(c).to_pylist() for c in ("step", "name", "value")), strict=True
-        ):
-            if name.startswith("gauge:"):
-                epoch_gauges.setdefault((step, name[len("gauge:"):]), []).append(value)
-            else:
-                self.metrics[(step, name)] += value
-        for k, values in epoch_gauges.items():
-            self.gauges[k] = min(values) if "watermark" in k[1] else sum(values)
-
-    def watermarks(self) -> dict[str, dict[str, int]]:
-        """Per step, its latest watermarks (ms since the Unix epoch, event time).
-
-        A stateful step (window, join, process function) reports ``input_watermark`` and
-        ``output_watermark`` (the minimum over its key groups); a source step reports
-        ``watermark`` (the source's) and, per partition, ``watermark:<partition>``, where
-        ``<partition>`` is the connector's partition name:
-
-        * files: ``all`` (``partition_by=None``), the directory name
-          (``partition_by="directory"``) or the file's path relative to the base directory
-          (``partition_by="file"``);
-        * Kafka: ``<topic>:<partition>``, e.g. ``watermark:orders:0``;
-        * Redis Streams: the stream's key; HTTP ingest: ``wal``;
-        * the Nexmark generator: ``watermark`` only; a ``wire.testing`` stream: none.
-
-        E.g. ``{"hourly": {"input_watermark": 1700000000000, "output_watermark":
-        1699999200000}, "flights": {"watermark": 1700000000000, "watermark:all":
-        1700000000000}}``. A watermark that does not exist yet (a partition, source or step
-        that has seen no event: internally ``-2**63``) is left out, and so is a step with
-        none; after a bounded input's end the watermarks are ``2**63 - 1``
-        (:data:`wire.core.envelope.MAX_WATERMARK`).
-        """
-        out: dict[str, dict[str, int]] = {}
-        for (step, name), value in sorted(self.gauges.items()):
-            if "watermark" in name and value != NO_WATERMARK:
-                out.setdefault(step, {})[name] = value
-        return out
-
-    def merge(self, later: RunSummary) -> RunSummary:
-        """Fold in ``later``, the summary of a restart of the same flow; return self."""
-        self.epochs += later.epochs
-        self.elapsed_s += later.elapsed_s
-        self.metrics.update(later.metrics)
-        self.rows_written.update(later.rows_written)
-        self.emitted.update(later.emitted)
-        self.epoch_wall_seconds += later.epoch_wall_seconds
-        self.epoch_seconds += later.epoch_seconds
-        self.driver_rows += later.driver_rows
-        self.driver_bytes += later.driver_bytes
-        self.gauges.update(later.gauges)
-        self.kept.update(later.kept)
-        self.samples.extend(later.samples)
-        self.stopped_early = later.stopped_early
-        self.interrupted = self.interrupted or later.interrupted
-        return self
-
-    def total(self, counter: str) -> int:
-        """Sum of ``counter`` over all steps."""
-        return sum(v for (_, name), v in self.metrics.items() if name == counter)
-
-    @property
-    def input_events(self) -> int:
-        """Well-formed events admitted by the sources."""
-        return sum(self.metrics[(step, "events")] for step in self.source_steps)
-
-    def render(self) -> str:
-        """A human-readable multi-line summary."""
-        rate = self.input_events / self.elapsed_s if self.elapsed_s else 0.0
-        lines = [
-            f"flow {self.flow_id}: {self.epochs} epochs in {self.elapsed_s:.1f} s",
-            f"  input events      {self.input_events:>10,}",
-            f"  malformed         {self.total('malformed'):>10,}",
-            f"  late events       {self.total('late'):>10,}",
-            f"  windows early     {self.emitted['early']:>10,}",
-            f"  windows final     {self.emitted['final']:>10,}",
-            f"  windows update    {self.emitted['update']:>10,}",
-            f"  events per second {rate:>10,.0f}",
-        ]
-        if self.source_scans is not None and self.source_scans != len(self.source_steps):
-            lines.append(f"  source scans      {self.source_scans:>10,} per epoch "
-                         f"({len(self.source_steps)} sources)")
-        if self.restarts:
-            lines.append(f"  restarts          {self.restarts:>10,}")
-        if self.interrupted:
-            lines.append("  stopped by Ctrl-C; the next run resumes after the last completed epoch")
-        for port, path in self.kept.items():
-            rows = self.rows_written[kept_step(PortRef(*port.rsplit(".", 1)))]
-            lines.append(f"  kept {port} (no sink): {rows:,} rows in {path}")
-        if self.spark_log is not None:
-            lines.append(f"  Spark's log: {self.spark_log}")
-        return "\n".join(lines)
-
+__all__ = [
+    "AWAIT_POLL_S", "END_POLL_S", "EpochDispatcher", "Interrupts", "RunSummary", "RunningFlow",
+    "StopRequested", "input_consumed", "run_plan", "start_plan",
+]
+"""The runner's names; :class:`RunSummary` (:mod:`wire.runtime.summary`) and
+:class:`EpochDispatcher`/:class:`StopRequested` (:mod:`wire.runtime.dispatcher`) live in
+their own modules and are importable from here too."""
 
 END_POLL_S = 0.1
 """How often (s) a bounded flow's run checks whether its input is consumed."""
@@ -292,144 +128,6 @@ class Interrupts:
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
-
-
-class StopRequested(Exception):
-    """Raised inside ``foreachBatch`` to stop a run before an epoch writes anything."""
-
-
-class EpochDispatcher:
-    """The ``foreachBatch`` handler: route one epoch's ports to their sinks."""
-
-    def __init__(
-        self,
-        compiled: CompiledFlow,
-        sinks: list[SinkNode],
-        summary: RunSummary,
-        *,
-        max_epochs: int | None,
-        progress: ProgressReporter | None,
-    ) -> None:
-        self.main_port = PortRef(compiled.terminal_step, OUT).port_id()
-        self.sinks = sinks
-        self.summary = summary
-        self.max_epochs = max_epochs
-        self.progress = progress
-        self.stop_requested = False
-        self.last_error: str | None = None
-        """Why the last epoch failed on the driver (a sink's exception), if it did."""
-        self.epoch_log: EpochLog | None = None
-        """Where each completed epoch's counters are recorded (``wire report``), if anywhere."""
-        self.epoch_base = 0
-        """Added to Spark's batch id to make the epoch id sinks and the epoch log see: after a
-        rescale the query starts again at batch 0 (:mod:`wire.runtime.rescale`)."""
-        self.query: StreamingQuery | None = None
-        """The query this handles (set once it started): its plan gives ``source_scans``."""
-        self.spark_dir: Path | None = None
-        """Spark's checkpoint: when ``offsets/<batch>`` was written, the epoch was planned."""
-        self._last = time.perf_counter()
-
-    def __call__(self, batch: DataFrame, epoch: int) -> None:
-        """Handle Spark batch ``epoch`` (epoch ``epoch_base + epoch``): stage on executors, commit here."""
-        batch_id = epoch
-        epoch += self.epoch_base
-        if self.max_epochs is not None and self.summary.epochs >= self.max_epochs:
-            self.stop_requested = True
-            raise StopRequested(f"stopping before epoch {epoch} (max_epochs={self.max_epochs})")
-        routes = [
-            Route(node.step, node.source,
-                  node.sink.prepare_epoch(epoch) if isinstance(node.sink, ExecutorSink) else None)
-            for node in self.sinks
-        ]
-        writer = PartitionWriter(epoch, self.main_port, routes)
-        try:
-            result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_TYPE).toArrow())
-        except Exception as e:
-            self.last_error = f"epoch {epoch}: {_staging_cause(e)}"
-            raise
-        for node in self.sinks:
-            try:
-                if isinstance(node.sink, ExecutorSink):
-                    parts = result.staged.get(node.step, [])
-                    node.sink.commit_epoch(epoch, parts)
-                    written = sum(p.rows for p in parts)
-                else:
-                    rows = result.driver_rows.get(node.source.port_id())
-                    if rows is None or rows.num_rows == 0:
-                        continue
-                    node.sink.write_epoch(epoch, with_epoch(rows, epoch))
-                    written = rows.num_rows
-                report = getattr(node.sink, "epoch_metrics", None)  # the self-correcting sink's
-                if report is not None and (counters := report()):
-                    self.summary.add_metrics(metrics_table(node.step, counters))
-            except Exception as e:
-                self.last_error = f"epoch {epoch}: sink {node.step!r} raised {e!r}"
-                raise
-            self.summary.rows_written[node.step] += written
-        self.summary.emitted.update(result.emitted)
-        self.summary.driver_rows.append(result.received_rows)
-        self.summary.driver_bytes.append(result.received_bytes)
-        if result.metrics is not None:
-            self.summary.add_metrics(result.metrics)
-        self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
-        self.summary.epochs += 1
-        now = time.perf_counter()
-        took = self.epoch_duration(batch_id, now)
-        self.summary.epoch_wall_seconds.append(now - self._last)
-        self.summary.epoch_seconds.append(took)
-        if self.epoch_log is not None:
-            self.epoch_log.append(self.summary, epoch, took)
-            if result.samples:
-                self.epoch_log.write_samples(self.summary.samples)
-        self._last = now
-        if self.progress is not None:
-            self.progress.epoch(self.summary, epoch, sum(result.emitted.values()),
-                                self.summary_late(result.metrics))
-
-    def epoch_duration(self, batch_id: int, now: float) -> float:
-        """Seconds from when Spark planned batch ``batch_id`` (its offset file) to ``now``.
-
-        Never longer than since the previous epoch's commit (or the query's start: a
-        replayed epoch's offset file is older than this run); ``now`` is ``perf_counter()``.
-        Without the offset file: since the previous commit.
-        """
-        since_last = now - self._last
-        if self.spark_dir is None:
-            return since_last
-        try:
-            planned = (self.spark_dir / "offsets" / str(batch_id)).stat().st_mtime
-        except OSError:
-            return since_last
-        return max(0.0, min(since_last, time.time() - planned))
-
-    def count_scans(self) -> None:
-        """Record ``summary.source_scans`` once, from the query's last epoch.
-
-        Called when the run ends (and by :attr:`RunningFlow.source_scans`), never from the
-        ``foreachBatch`` thread: explaining the query there would run a Spark command inside
-        the epoch's own execution.
-        """
-        if self.summary.source_scans is None and self.query is not None:
-            with contextlib.suppress(Py4JError):  # the JVM is gone (a failed run): nothing to count
-                self.summary.source_scans = source_scans(self.query)
-
-    @staticmethod
-    def summary_late(metrics: pa.Table | None) -> int:
-        """Late records counted in one epoch's metric records."""
-        if metrics is None:
-            return 0
-        late = pc.equal(metrics.column("name"), "late")
-        return int(pc.sum(pc.if_else(late, metrics.column("value"), 0)).as_py() or 0)
-
-
-def _staging_cause(error: Exception) -> str:
-    """The stager's own message inside a failed epoch job, or the job's error's first line."""
-    text = str(error)
-    marker = "StagingFailed: "
-    if marker in text:
-        return text[text.index(marker) + len(marker):].splitlines()[0]
-    first = text.splitlines()[0] if text else repr(error)
-    return f"the epoch's Spark job failed: {first}"
 
 
 class RunningFlow:

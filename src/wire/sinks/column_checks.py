@@ -1,7 +1,8 @@
-"""Build-time checks of column-name arguments shared by the sinks (keys, partition columns)."""
+"""Build-time checks of arguments shared by the sinks: column names (keys, partition columns), paths."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from wire.errors import ConfigError
@@ -35,3 +36,23 @@ def column_names(
             isinstance(n, str) and n and "\x00" not in n for n in names):
         raise ConfigError(parameter, value, accepted)
     return names
+
+
+def path_text(value: object, *, accepted: str, refused: tuple[str, ...] = ()) -> str:
+    """``value`` (a ``str`` or ``os.PathLike``) as the text of the sink's ``path`` parameter.
+
+    >>> path_text("out/x", accepted="a directory path")
+    'out/x'
+
+    Raises
+    ------
+    ConfigError
+        Naming ``path`` and ``accepted``: not a ``str`` or ``os.PathLike`` of text, blank,
+        or one of ``refused`` (e.g. SQLite's ``":memory:"``).
+    """
+    if not isinstance(value, str | os.PathLike):
+        raise ConfigError("path", value, accepted)
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text.strip() or text in refused:
+        raise ConfigError("path", value, accepted)
+    return text

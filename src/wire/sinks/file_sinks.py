@@ -8,27 +8,23 @@ per-epoch file publication in :mod:`wire.delivery.epoch_files`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.epoch_files import EpochFiles, SinkOwner, fsync_file, part_file_name
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
-from wire.errors import ConfigError, WireError
+from wire.errors import ConfigError
+from wire.sinks.column_checks import path_text
 from wire.sinks.json_rows import jsonl_lines
 
 
 def _check_path(path: object) -> str:
-    accepted = "a non-empty directory path (str or os.PathLike)"
-    if not isinstance(path, str | os.PathLike):
-        raise ConfigError("path", path, accepted)
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("path", path, accepted)
-    return text
+    return path_text(path, accepted="a non-empty directory path (str or os.PathLike)")
 
 
 @dataclass(frozen=True)
@@ -62,14 +58,13 @@ class _FileStager(EpochStager):
 
 
 @dataclass(frozen=True)
-class _EpochFileSink(ExecutorSink):
+class _EpochFileSink(DriverRunSink[EpochFiles], ExecutorSink):
     """A directory with one sub-directory per epoch, published by :mod:`wire.delivery.epoch_files`."""
 
     guarantee: ClassVar[Guarantee] = "exactly_once"
     ext: ClassVar[str]
 
     path: str
-    _files: EpochFiles | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Validate the path at flow-build time."""
@@ -88,8 +83,8 @@ class _EpochFileSink(ExecutorSink):
         files = EpochFiles(os.path.abspath(self.path), self.ext)
         files.supersede(SinkOwner(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id))
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Claim the directory (ownership marker) and delete what a crashed run staged.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> EpochFiles:
+        """``open``: claim the directory (ownership marker) and delete what a crashed run staged.
 
         The path is made absolute here, on the driver, so that executors whose
         working directory differs write to the same place.
@@ -101,7 +96,7 @@ class _EpochFileSink(ExecutorSink):
         """
         files = EpochFiles(os.path.abspath(self.path), self.ext)
         files.open(SinkOwner(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id))
-        object.__setattr__(self, "_files", files)
+        return files
 
     def prepare_epoch(self, epoch: int) -> EpochStager:
         """Mint the epoch attempt's staging directory (created by the first executor)."""
@@ -119,18 +114,9 @@ class _EpochFileSink(ExecutorSink):
             names = [p.receipt["file"] for p in parts if p.receipt["attempt"] == attempt]
             files.publish_staged(epoch, Path(attempt), names)
 
-    def close(self) -> None:
-        """Forget the run's state; every published epoch is already durable."""
-        object.__setattr__(self, "_files", None)
-
     def describe(self) -> str:
         """E.g. ``"parquet out/x (exactly_once)"``."""
         return f"{self.ext} {self.path} ({self.guarantee})"
-
-    def _opened(self) -> EpochFiles:
-        if self._files is None:
-            raise WireError(f"{self.describe()}: epoch written before open")
-        return self._files
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ source is in :mod:`wire.sources.redis_source.source`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError, require_extra
 from wire.sinks.json_rows import jsonl_lines
@@ -25,7 +26,7 @@ __all__ = ["RedisStreamSink", "redis_stream_sink"]
 
 
 @dataclass(frozen=True)
-class RedisStreamSink(Sink):
+class RedisStreamSink(DriverRunSink[Any], Sink):
     """Idempotent appends to a Redis stream, ids derived from the epoch; see :func:`redis_stream_sink`."""
 
     guarantee: ClassVar[Guarantee] = "idempotent"
@@ -33,7 +34,6 @@ class RedisStreamSink(Sink):
     url: str
     stream: str
     maxlen: int | None = None
-    _client: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Validate the configuration at flow-build time."""
@@ -44,8 +44,10 @@ class RedisStreamSink(Sink):
         ):
             raise ConfigError("maxlen", self.maxlen, "None or an int >= 1")
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Connect and check the server answers; called once at run start on the driver.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> Any:
+        """``open``: connect and check the server answers; called once at run start on the driver.
+
+        The run is the ``redis.Redis`` client.
 
         Raises
         ------
@@ -60,7 +62,7 @@ class RedisStreamSink(Sink):
         except redis.exceptions.RedisError as e:
             client.close()
             raise WireError(f"{self.describe()}: cannot reach {self.url}: {e}") from e
-        object.__setattr__(self, "_client", client)
+        return client
 
     def write_epoch(self, epoch: int, table: pa.Table) -> None:
         """Append the epoch's rows as entries ``<epoch + 1>-<row>``, in one ``MULTI``/``EXEC``.
@@ -81,9 +83,7 @@ class RedisStreamSink(Sink):
         """
         import redis
 
-        client: redis.Redis | None = self._client
-        if client is None:
-            raise WireError(f"{self.describe()}: write_epoch before open")
+        client: redis.Redis = self._opened(epoch)
         n = table.num_rows
         if n == 0:
             return
@@ -111,12 +111,9 @@ class RedisStreamSink(Sink):
             if isinstance(r, Exception) and "equal or smaller" not in str(r):
                 raise WireError(f"{self.describe()}: epoch {epoch} failed: {r}")
 
-    def close(self) -> None:
-        """Close the connection; every written epoch is already in the stream."""
-        client = self._client
-        object.__setattr__(self, "_client", None)
-        if client is not None:
-            client.close()
+    def _end_run(self, run: Any) -> None:
+        """``close``: close the connection; every written epoch is already in the stream."""
+        run.close()
 
     def describe(self) -> str:
         """E.g. ``"redis stream out @ redis://127.0.0.1:6379/0 (idempotent)"``."""

@@ -12,7 +12,7 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.core.time import INT64_MAX
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import ConfigError, WireError
 from wire.sinks.arrow_kinds import is_binary
-from wire.sinks.column_checks import column_names
+from wire.sinks.column_checks import column_names, path_text
 from wire.sinks.json_rows import _to_json_array
 
 _BUSY_TIMEOUT_S = 60.0
@@ -114,7 +115,7 @@ class _SqliteStager(EpochStager):
 
 
 @dataclass(frozen=True)
-class SqliteSink(ExecutorSink):
+class SqliteSink(DriverRunSink[str], ExecutorSink):
     """Idempotent SQLite table, upserted by key by the executors; built by :func:`sqlite`."""
 
     guarantee: ClassVar[Guarantee] = "idempotent"
@@ -122,7 +123,6 @@ class SqliteSink(ExecutorSink):
     path: str
     table: str
     key: tuple[str, ...]
-    _database: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Validate the configuration at flow-build time."""
@@ -130,15 +130,15 @@ class SqliteSink(ExecutorSink):
         object.__setattr__(self, "table", _check_table(self.table))
         object.__setattr__(self, "key", _check_key(self.key))
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Create the database file's directory; called once at run start on the driver.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> str:
+        """``open``: create the database file's directory; called once at run start on the driver.
 
-        The path is made absolute here, so that executors whose working directory
-        differs write the same file. The table itself is created by the first task
-        with rows.
+        The run is the database file's path, made absolute here, so that
+        executors whose working directory differs write the same file. The table
+        itself is created by the first task with rows.
         """
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        object.__setattr__(self, "_database", os.path.abspath(self.path))
+        return os.path.abspath(self.path)
 
     def prepare_epoch(self, epoch: int) -> EpochStager:
         """Driver, before the epoch's job: the stager with which each task upserts its rows.
@@ -148,16 +148,10 @@ class SqliteSink(ExecutorSink):
         WireError
             Before :meth:`open`.
         """
-        if self._database is None:
-            raise WireError(f"{self.describe()}: epoch written before open")
-        return _SqliteStager(self._database, self.table, self.key, self.describe(), epoch)
+        return _SqliteStager(self._opened(), self.table, self.key, self.describe(), epoch)
 
     def commit_epoch(self, epoch: int, parts: list[StagedPart]) -> None:
         """Driver: nothing to publish, every task committed its own upsert (idempotent)."""
-
-    def close(self) -> None:
-        """Forget the run; every written epoch is already committed."""
-        object.__setattr__(self, "_database", None)
 
     def describe(self) -> str:
         """E.g. ``"sqlite out.db table=counts key=(origin, window_start) (idempotent)"``."""
@@ -227,13 +221,8 @@ def sqlite(path: str | os.PathLike[str], *, table: str, key: str | Sequence[str]
 
 
 def _check_path(path: object) -> str:
-    accepted = "a non-empty database file path (str or os.PathLike), not ':memory:'"
-    if not isinstance(path, str | os.PathLike):
-        raise ConfigError("path", path, accepted)
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip() or text == ":memory:":
-        raise ConfigError("path", path, accepted)
-    return text
+    return path_text(path, accepted="a non-empty database file path (str or os.PathLike), not ':memory:'",
+                     refused=(":memory:",))
 
 
 def _check_table(table: object) -> str:

@@ -10,12 +10,13 @@ import email.utils
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import httpx
 import pyarrow as pa
 
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import Guarantee, Sink
 from wire.errors import ConfigError, WireError
 from wire.sinks.json_rows import jsonl_lines
@@ -36,7 +37,7 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class WebhookSink(Sink):
+class WebhookSink(DriverRunSink[_Run], Sink):
     """At-least-once HTTP POST of each epoch in JSON batches; built by :func:`webhook`."""
 
     guarantee: ClassVar[Guarantee] = "at_least_once"
@@ -47,7 +48,6 @@ class WebhookSink(Sink):
     max_retries: int = 5
     headers: tuple[tuple[str, str], ...] = ()
     backoff_s: float = 0.5
-    _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Validate the configuration at flow-build time."""
@@ -58,11 +58,10 @@ class WebhookSink(Sink):
         _check_seconds("backoff_s", self.backoff_s, positive=False)
         object.__setattr__(self, "headers", _check_headers(self.headers))
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Start an HTTP client; called once at run start on the driver."""
-        self.close()
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
+        """``open``: start an HTTP client; called once at run start on the driver."""
         client = httpx.Client(timeout=self.timeout_s, headers=dict(self.headers))
-        object.__setattr__(self, "_run", _Run(flow_id=flow_id, sink_id=sink_id, client=client))
+        return _Run(flow_id=flow_id, sink_id=sink_id, client=client)
 
     def write_epoch(self, epoch: int, table: pa.Table) -> None:
         """POST the epoch's rows in batches of ``batch_size``, in order, each until accepted.
@@ -83,20 +82,15 @@ class WebhookSink(Sink):
             non-2xx status (the message names the URL and the last status or error).
             The runtime then fails the epoch, and a restart replays it.
         """
-        run = self._run
-        if run is None:
-            raise WireError(f"{self.describe()}: write_epoch before open")
+        run = self._opened(epoch)
         for index, start in enumerate(range(0, table.num_rows, self.batch_size)):
             body = "[" + ",".join(jsonl_lines(table.slice(start, self.batch_size))) + "]"
             key = f"{run.flow_id}/{run.sink_id}/{epoch}/{index}"
             self._post(run.client, body.encode("utf-8"), key)
 
-    def close(self) -> None:
-        """Close the HTTP client; called once when the run ends. Every accepted batch is delivered."""
-        run = self._run
-        object.__setattr__(self, "_run", None)
-        if run is not None:
-            run.client.close()
+    def _end_run(self, run: _Run) -> None:
+        """``close``: close the HTTP client, at run end; every accepted batch is delivered."""
+        run.client.close()
 
     def describe(self) -> str:
         """E.g. ``"webhook https://example.com/hook batch_size=500 (at_least_once)"``."""

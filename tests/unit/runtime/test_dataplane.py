@@ -18,7 +18,7 @@ from wire.core.envelope import (
 from wire.delivery.sink import EpochStager, StagedPart
 from wire.plan.nodes import ALL_STEPS, DEAD_LETTER, LATE, PortRef
 from wire.runtime.dataplane import RESULT_SCHEMA, EpochResult, PartitionWriter, Route, StagingFailed
-from wire.runtime.runner import _staging_cause
+from wire.runtime.dispatcher import _staging_cause
 
 PAYLOAD = pa.schema([("k", pa.string()), ("n", pa.int64()), ("emit", pa.string())])
 SCHEMA = with_envelope(PAYLOAD)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from wire.runtime.runner import EpochDispatcher
+from wire.runtime.dispatcher import EpochDispatcher
 
 NOW = 1_000.0  # perf_counter() seconds of "now" (any value: only differences count)
 

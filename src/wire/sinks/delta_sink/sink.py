@@ -43,9 +43,10 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, Sink, StagedPart
 from wire.errors import CheckpointError, ConfigError, WireError, needs_extra
-from wire.sinks.column_checks import column_names
+from wire.sinks.column_checks import column_names, path_text
 from wire.sinks.delta_sink.staging import (
     STAGING_DIR,
     _attempt_dir,
@@ -101,7 +102,7 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class DeltaSink(ExecutorSink):
+class DeltaSink(DriverRunSink[_Run], ExecutorSink):
     """Exactly-once Delta Lake table, one commit per epoch; built by :func:`delta`."""
 
     guarantee: ClassVar[Guarantee] = "exactly_once"
@@ -109,7 +110,6 @@ class DeltaSink(ExecutorSink):
     path: str
     mode: DeltaMode = "append"
     partition_by: tuple[str, ...] = ()
-    _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Validate the configuration at flow-build time."""
@@ -118,10 +118,11 @@ class DeltaSink(ExecutorSink):
             raise ConfigError("mode", self.mode, " or ".join(repr(m) for m in MODES))
         object.__setattr__(self, "partition_by", _check_partition_by(self.partition_by))
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Remember the app id, refuse another checkpoint's table, clean a crashed run's files.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
+        """``open``: remember the app id, refuse another checkpoint's table, clean a crashed run's files.
 
-        Called once at run start on the driver (again at a restart). A missing table
+        Called once at run start on the driver (again at a restart), by
+        :meth:`~wire.delivery.driver_run.DriverRunSink.open`. A missing table
         is created by the first epoch with rows. Intent files left by a crashed run
         (``_wire_staging/<sink tag>/``) are resolved: the data files they name that
         the table does not reference are deleted.
@@ -153,7 +154,7 @@ class DeltaSink(ExecutorSink):
             planned = _planned_files(fs, attempt_dir)
             _delete(fs, base, [p for p in planned if p not in referenced])
             _delete_dir(fs, attempt_dir)
-        object.__setattr__(self, "_run", run)
+        return run
 
     def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Starting over: one Delta commit removes this sink's files and resets its epoch bookkeeping.
@@ -266,18 +267,9 @@ class DeltaSink(ExecutorSink):
         for attempt_dir in attempt_dirs:
             _delete_dir(fs, attempt_dir)
 
-    def close(self) -> None:
-        """Forget the run; every committed epoch is already durable in the table."""
-        object.__setattr__(self, "_run", None)
-
     def describe(self) -> str:
         """E.g. ``"delta out/flights mode=append (exactly_once)"``."""
         return f"delta {self.path} mode={self.mode} ({self.guarantee})"
-
-    def _opened(self) -> _Run:
-        if self._run is None:
-            raise WireError(f"{self.describe()}: epoch written before open")
-        return self._run
 
     def _commit(self, run: _Run, epoch: int, table: DeltaTable | None, parts: list[StagedPart],
                 files: list[dict[str, Any]]) -> None:
@@ -407,13 +399,7 @@ def _referenced(table: DeltaTable) -> set[str]:
 
 
 def _check_uri(path: object) -> str:
-    accepted = "a non-empty table path or URI (str or os.PathLike)"
-    if not isinstance(path, str | os.PathLike):
-        raise ConfigError("path", path, accepted)
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("path", path, accepted)
-    return text
+    return path_text(path, accepted="a non-empty table path or URI (str or os.PathLike)")
 
 
 def _check_partition_by(value: object) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import ExecutorSink
 from wire.errors import WireError, needs_extra
 from wire.sinks.postgres_sink.target import _connect, _Target
@@ -37,7 +38,7 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class _PostgresSink(ExecutorSink):
+class _PostgresSink(DriverRunSink[_Run], ExecutorSink):
     """Shared by both modes: the driver's connection and its reconnect."""
 
     mode: ClassVar[str]
@@ -45,10 +46,9 @@ class _PostgresSink(ExecutorSink):
     dsn: str = field(repr=False)
     table: str
     schema: str = "public"
-    _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Connect (driver, run start, before the first epoch) and create ``schema`` if missing.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
+        """``open``: connect (driver, run start, before the first epoch) and create ``schema`` if missing.
 
         Raises
         ------
@@ -58,19 +58,16 @@ class _PostgresSink(ExecutorSink):
             Append mode: the marker table holds this flow's and sink's epochs under
             another checkpoint (see :func:`postgres`).
         """
-        self.close()
         run = _Run(flow=flow_id, sink=sink_id, checkpoint=checkpoint_id)
         try:
             self._connect(run)
         except psycopg.Error as e:
             raise WireError(f"{self.describe()}: cannot open: {e}") from e
-        object.__setattr__(self, "_run", run)
+        return run
 
-    def close(self) -> None:
-        """Close the connection (driver, run end); every written epoch is already committed."""
-        run = self._run
-        object.__setattr__(self, "_run", None)
-        if run is not None and run.conn is not None:
+    def _end_run(self, run: _Run) -> None:
+        """``close``: close the connection (driver, run end); every written epoch is already committed."""
+        if run.conn is not None:
             run.conn.close()
 
     def describe(self) -> str:
@@ -88,11 +85,6 @@ class _PostgresSink(ExecutorSink):
 
     def _app(self, run: _Run, role: str = "") -> str:
         return f"wire {run.flow}/{run.sink}{role}"
-
-    def _opened(self) -> _Run:
-        if self._run is None:
-            raise WireError(f"{self.describe()}: epoch written before open")
-        return self._run
 
     def _setup(self, run: _Run, conn: psycopg.Connection) -> None:
         """Prepare the database after connecting (outside a transaction)."""

@@ -36,13 +36,20 @@ def _schema_from_json(text: str) -> pa.Schema:
 
 
 @dataclass(frozen=True)
-class _AppendStager(EpochStager):
-    """Executor side of append mode: COPY the task's rows into its own staging table."""
+class _PgStager(EpochStager):
+    """What both modes' stagers carry to the executors: where to connect and what to write."""
 
     dsn: str = field(repr=False)
     target: _Target
     app: str
+    """The connection's ``application_name``."""
     epoch: int
+
+
+@dataclass(frozen=True)
+class _AppendStager(_PgStager):
+    """Executor side of append mode: COPY the task's rows into its own staging table."""
+
     prefix: str
     """``<staging prefix><epoch>_<attempt>_``: the task appends ``<partition>_<random>``."""
     skip: bool = False
@@ -80,13 +87,8 @@ class _AppendStager(EpochStager):
 
 
 @dataclass(frozen=True)
-class _UpsertStager(EpochStager):
+class _UpsertStager(_PgStager):
     """Executor side of upsert mode: upsert the task's rows by key, in the task's own transaction."""
-
-    dsn: str = field(repr=False)
-    target: _Target
-    app: str
-    epoch: int
 
     def stage(self, partition: int, table: pa.Table) -> StagedPart:
         """Keep the last row per key, COPY into a temp table, ``INSERT ... ON CONFLICT DO UPDATE``, commit.

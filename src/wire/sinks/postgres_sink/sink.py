@@ -164,25 +164,21 @@ class PostgresAppendSink(_PostgresSink):
         finally:
             conn.close()
 
-    def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Connect as :meth:`_PostgresSink.open` does, then drop the staging tables a crashed run left.
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
+        """``open``: connect and check the marker table, then drop the staging tables a crashed run left.
 
-        Raises
-        ------
-        WireError
-            When the database cannot be reached or set up.
-        CheckpointError
-            The marker table holds this flow's and sink's epochs under another
-            checkpoint (see :func:`postgres`).
+        Raises as :meth:`_PostgresSink._start_run` (CheckpointError: epochs of this sink
+        under another checkpoint), and WireError when the staging tables cannot be dropped.
         """
-        super().open(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
-        run = self._opened()
+        run = super()._start_run(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
         assert run.conn is not None
         try:
             with run.conn.transaction():
                 self._drop_staging(run.conn, self._staging_prefix(run))
         except psycopg.Error as e:
+            run.conn.close()
             raise WireError(f"{self.describe()}: cannot open: {e}") from e
+        return run
 
     def prepare_epoch(self, epoch: int) -> EpochStager:
         """Driver: mint the epoch attempt's staging prefix; a replay of a recorded epoch stages nothing.

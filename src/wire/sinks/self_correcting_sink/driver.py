@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wire.core.control_file import control_path, sink_mode
+from wire.delivery.driver_run import DriverRunSink
 from wire.delivery.sink import EpochStager, ExecutorSink, Guarantee, StagedPart
 from wire.errors import WireError
 from wire.sinks.self_correcting_sink.desired import ShardedDesiredStore
@@ -80,7 +81,7 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class SelfCorrectingSink(ExecutorSink):
+class SelfCorrectingSink(DriverRunSink[_Run], ExecutorSink):
     """Keeps a PostgreSQL or Delta table equal to the flow's results; see :func:`self_correcting`."""
 
     guarantee: ClassVar[Guarantee] = "idempotent"
@@ -100,7 +101,6 @@ class SelfCorrectingSink(ExecutorSink):
     partitions: int | None = None
     repair_interval: int | None = 60_000
     """ms; None: check the table only at epochs (see :func:`self_correcting`)."""
-    _run: _Run | None = field(default=None, init=False, repr=False, compare=False)
     _checkpoint: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def describe(self) -> str:
@@ -113,7 +113,10 @@ class SelfCorrectingSink(ExecutorSink):
         self._checkpoint[:] = [str(checkpoint)]
 
     def open(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
-        """Driver, run start: find the state directory and its partitions, connect (PostgreSQL).
+        """Driver, run start: start the run (:meth:`_start_run`), then the checks between epochs.
+
+        Unless ``repair_interval`` is None, a daemon thread checks the table every
+        ``repair_interval`` ms without an epoch (:meth:`quiet_check`) until :meth:`close`.
 
         Raises
         ------
@@ -121,7 +124,15 @@ class SelfCorrectingSink(ExecutorSink):
             When neither ``state_dir`` nor the flow's checkpoint is known, or the
             database cannot be reached.
         """
-        self.close()
+        super().open(flow_id=flow_id, sink_id=sink_id, checkpoint_id=checkpoint_id)
+        run = self._opened()
+        if self.repair_interval is not None:
+            run.timer = threading.Thread(target=self._quiet_loop, args=(run,), daemon=True,
+                                         name=f"wire {flow_id}/{sink_id} self-correcting repair")
+            run.timer.start()
+
+    def _start_run(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> _Run:
+        """``open``: find the state directory and its partitions, connect (PostgreSQL)."""
         checkpoint = self._checkpoint[0] if self._checkpoint else None
         if self.state_dir is not None:
             state = Path(self.state_dir)
@@ -147,11 +158,7 @@ class SelfCorrectingSink(ExecutorSink):
                 run.conn = _connect(str(self.dsn), f"wire {flow_id}/{sink_id} self-correcting")
             except Exception as e:
                 raise WireError(f"{self.describe()}: cannot open: {e}") from e
-        object.__setattr__(self, "_run", run)
-        if self.repair_interval is not None:
-            run.timer = threading.Thread(target=self._quiet_loop, args=(run,), daemon=True,
-                                         name=f"wire {flow_id}/{sink_id} self-correcting repair")
-            run.timer.start()
+        return run
 
     def supersede(self, *, flow_id: str, sink_id: str, checkpoint_id: str) -> None:
         """Starting over (``fresh=True``): move the table's frontier back to the start of input time.
@@ -220,12 +227,8 @@ class SelfCorrectingSink(ExecutorSink):
             custom_metadata={DELTA_MARK: str(upper + 1), DELTA_FRONTIER: empty,
                              "wire.sc.writer": "start-over"}))
 
-    def close(self) -> None:
-        """Driver, run end: stop the checks between epochs (waiting for a running one), disconnect."""
-        run = self._run
-        object.__setattr__(self, "_run", None)
-        if run is None:
-            return
+    def _end_run(self, run: _Run) -> None:
+        """``close``: stop the checks between epochs (waiting for a running one), disconnect."""
         run.stop.set()
         if run.timer is not None and run.timer is not threading.current_thread():
             run.timer.join(timeout=120)
@@ -254,7 +257,7 @@ class SelfCorrectingSink(ExecutorSink):
         WireError
             Before :meth:`open`.
         """
-        run = self._require_run(epoch)
+        run = self._opened(epoch)
         return _InputStager(str(run.state_dir / "input" / str(epoch)), self.key,
                             shard_columns(self.key, self.covers), run.store.shards, self.drop,
                             self.describe())
@@ -279,7 +282,7 @@ class SelfCorrectingSink(ExecutorSink):
             database fails; after too many compare-and-set conflicts in one epoch.
             The epoch then fails and is replayed.
         """
-        run = self._require_run(epoch)
+        run = self._opened(epoch)
         with run.lock:
             self._commit_epoch(run, epoch, parts)
 
@@ -393,12 +396,6 @@ class SelfCorrectingSink(ExecutorSink):
             return out
         finally:
             run.lock.release()
-
-    def _require_run(self, epoch: int) -> _Run:
-        run = self._run
-        if run is None:
-            raise WireError(f"{self.describe()}: epoch {epoch} written before open")
-        return run
 
     def epoch_metrics(self) -> dict[str, int]:
         """Runner, after :meth:`commit_epoch`: this epoch's counters and the gauges (``gauge:`` names)."""
