@@ -3,8 +3,10 @@
 Each ``SELECT`` becomes stream operators: ``FROM`` a registered table (its stream), a
 subquery, a window table-valued function or a ``JOIN``; ``WHERE`` a ``filter``; the
 select list a ``select``; ``GROUP BY`` over a window TVF a ``window(...).aggregate(...)``
-(:mod:`wire.streaming_sql.grouping`); ``ROW_NUMBER() ... <= k`` a ``top_k`` window;
-``UNION ALL`` a ``union``. Everything is checked while the plan is recorded.
+(:mod:`wire.streaming_sql.grouping`), and ``SELECT DISTINCT`` over one a ``GROUP BY``
+of its columns; ``ROW_NUMBER() ... <= k`` a ``top_k`` window; ``UNION ALL`` a ``union``;
+a ``WITH`` query the operators of its query, compiled once where first read. Everything
+is checked while the plan is recorded.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ Emit = Literal["final", "update"]
 """The windows' emission (as ``Stream.window(emit=...)``)."""
 
 SELECT_ACCEPTED = (
-    "SELECT <expressions> FROM <table | subquery | TABLE(TUMBLE/HOP/SESSION(...)) | a JOIN b ON ...> "
-    "[WHERE ...] [GROUP BY window_start, window_end, ...] [HAVING ...], combined with UNION ALL"
+    "[WITH name AS (query), ...] SELECT [DISTINCT] <expressions> FROM <table | subquery | "
+    "TABLE(TUMBLE/HOP/SESSION(...)) | a JOIN b ON ...> [WHERE ...] [GROUP BY window_start, window_end, ...] "
+    "[HAVING ...], combined with UNION ALL"
 )
 
 
