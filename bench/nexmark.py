@@ -37,7 +37,12 @@ With ``--sql`` each query also runs written in SQL (``wire.streaming_sql.nexmark
 ``wire.sql`` onto the same operators), measured as Wire's run above, and a second table
 compares it with the Python API's run (events/s ratio, epochs, memory, wall time, rows).
 
-Usage: .venv/bin/python bench/nexmark.py [--events N] [--epoch-size N] [--queries q0,q5] [--sql]
+With ``--sql-only`` no plain PySpark runs: each query runs in the Python API then in SQL,
+back to back, and only that comparison is written (default ``bench/results/nexmark_sql.md``),
+with the load average before each pair and whether the two plans' stateful steps have
+equal fingerprints (:func:`sql_plan_differences`).
+
+Usage: .venv/bin/python bench/nexmark.py [--events N] [--epoch-size N] [--queries q0,q5] [--sql | --sql-only]
        [--out bench/results/nexmark.md]
 """
 
@@ -460,6 +465,45 @@ SQL_HEADER = ["query", "Wire SQL events/s", "Wire Python API events/s", "SQL/Pyt
               "peak memory MB SQL / Python", "wall s SQL / Python", "output rows SQL / Python"]
 
 
+def sql_plan_differences(query: str) -> str:
+    """Where the SQL query's plan differs from its Python twin's, in one cell: 'equal' or the
+    differences (:func:`wire.streaming_sql.nexmark.plan_differences`: stateful steps by their
+    fingerprints without ids, stateless steps counted by kind)."""
+    diffs = sql_nexmark.plan_differences(query)
+    stateful = [d for d in diffs if not d.startswith("stateless ")]
+    stateless = [d.removeprefix("stateless ") for d in diffs if d.startswith("stateless ")]
+    if not diffs:
+        return "equal"
+    if not stateful:
+        return "stateful steps equal; stateless steps (Python/SQL): " + ", ".join(stateless)
+    return "stateful steps differ (Python / SQL): " + "; ".join(stateful)
+
+
+def write_sql_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]],
+                       notes: list[str]) -> None:
+    """``--sql-only``: the SQL vs Python API table alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = shlex.join([".venv/bin/python", *sys.argv])
+    header = ["query", "load (1 min) before", "steady events/s SQL / Python", "SQL/Python",
+              "wall s SQL / Python", "output rows SQL / Python", "plans"]
+    md = ["# Nexmark in SQL vs the Python API (`bench/nexmark.py --sql-only`)", "",
+          f"Command: `{cmd}`", "", *[f"- {m}" for m in machine()], "",
+          f"{args.events:,} events (10,000 events/s of event time, up to {DISORDER_MS} ms out of order), "
+          f"epochs of {args.epoch_size:,} events, watermark delay 5 s. Per query the Python API's flow "
+          "(`wire.examples.nexmark_queries`) and the SQL one (`wire.streaming_sql.nexmark`) run back "
+          f"to back ({'SQL' if args.sql_first else 'Python API'} first) over the same Parquet input in "
+          "one SparkSession; steady events/s are the input rows of "
+          "all epochs but the first and the tiny last ones over their `triggerExecution` (as in "
+          "nexmark.md). SQL/Python above 1x: SQL is faster. The machine is shared (2 cores): single runs, "
+          "differences within about 20% are noise.", "",
+          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(cells) + " |" for cells in lines]
+    md += [""]
+    if notes:
+        md += ["Notes:", "", *[f"- {n}" for n in notes], ""]
+    path.write_text("\n".join(md))
+
+
 def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]], notes: list[str],
                    sql_lines: list[list[str]] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -482,6 +526,38 @@ def write_markdown(path: Path, args: argparse.Namespace, lines: list[list[str]],
     path.write_text("\n".join(md))
 
 
+def run_sql_only(spark: SparkSession, args: argparse.Namespace, src: Path) -> None:
+    """``--sql-only``: per query, the Python API's run then the SQL one; write the SQL table."""
+    n, epoch = args.events, args.epoch_size
+    files = src if args.wire_source == "files" else None
+    lines: list[list[str]] = []
+    notes: list[str] = []
+    for query in args.queries.split(","):
+        if query not in sql_nexmark.QUERIES:
+            notes.append(f"{query}: skipped, not in wire.streaming_sql.nexmark.QUERIES")
+            continue
+        load = os.getloadavg()[0]
+        if args.sql_first:  # the second run of a pair may profit from the first's warm JVM
+            q = run_wire(spark, query, n, epoch, files, sql=True)
+            w = run_wire(spark, query, n, epoch, files)
+        else:
+            w = run_wire(spark, query, n, epoch, files)
+            q = run_wire(spark, query, n, epoch, files, sql=True)
+        ratio = q.rate / w.rate if w.rate > 0 else float("nan")
+        rows = " / ".join("error" if r.error else f"{r.output_rows:,}" for r in (q, w))
+        if not (q.error or w.error) and q.output_rows != w.output_rows:
+            rows += " MISMATCH"
+        plans = sql_plan_differences(query)
+        lines.append([query, f"{load:.1f}", f"{fmt_rate(q.rate)} / {fmt_rate(w.rate)}",
+                      "n/a" if ratio != ratio else f"{ratio:.2f}x", f"{q.wall_s:.1f} / {w.wall_s:.1f}", rows,
+                      plans])
+        print("  ".join(lines[-1]), flush=True)
+        for engine, r in (("Python API", w), ("SQL", q)):
+            if r.error:
+                notes.append(f"{query}: {engine} failed: {r.error}")
+        write_sql_markdown(args.out, args, lines, notes)  # after each query: a partial table survives a stop
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=4_000_000)
@@ -491,10 +567,17 @@ def main() -> None:
     p.add_argument("--sql", action="store_true",
                    help="also run each query written in SQL (wire.streaming_sql.nexmark) and report its cost "
                         "against the same query in Wire's Python API")
+    p.add_argument("--sql-only", action="store_true",
+                   help="no plain PySpark: each query in Wire's Python API then in SQL, back to back; writes "
+                        "the SQL table alone (default --out bench/results/nexmark_sql.md)")
+    p.add_argument("--sql-first", action="store_true",
+                   help="with --sql-only: run each pair SQL first (default: the Python API first)")
     p.add_argument("--wire-source", choices=["files", "generator"], default="files",
                    help="files: Wire reads the same Parquet files as plain PySpark (default); "
                         "generator: Wire generates the events in its source tasks")
     args = p.parse_args()
+    if args.sql_only and args.out == Path("bench/results/nexmark.md"):
+        args.out = Path("bench/results/nexmark_sql.md")
     LOAD_AT_START[0] = os.getloadavg()[0]
     n, epoch = args.events, args.epoch_size
     spark = wire.spark(MASTER)
@@ -516,6 +599,10 @@ def main() -> None:
     lines: list[list[str]] = []
     sql_lines: list[list[str]] = []
     notes: list[str] = []
+    if args.sql_only:
+        run_sql_only(spark, args, src)
+        print(f"total {time.perf_counter() - t0:.0f} s; wrote {args.out}")
+        return
     for query in args.queries.split(","):
         if query not in nexmark_queries.QUERIES:
             note = f"{query}: skipped, not in wire.examples.nexmark_queries.QUERIES"

@@ -93,3 +93,23 @@ def test_group_by_two_columns_and_a_computed_one(spark):
     assert (merged._merge == "both").all(), merged[merged._merge != "both"]
     assert np.allclose(merged.mean_v, merged.mean_v_oracle)
     assert len(got) == len(oracle) > 6
+
+
+def test_with_and_select_distinct_over_a_window(spark):
+    """CTEs (one with a column list, one reading the other), DISTINCT over a tumbling window."""
+    frame = events().assign(v=lambda f: f.v % 7)  # few values: many duplicates per window
+    query = """
+        WITH small(key, value, ts) AS (SELECT k, v, t FROM events WHERE v < 5),
+             per_window AS (
+                SELECT DISTINCT key, value, window_start, window_end
+                FROM TABLE(TUMBLE(TABLE small, DESCRIPTOR(ts), INTERVAL '10' SECOND)))
+        SELECT key, value, window_start, window_end FROM per_window WHERE value > 0"""
+    got = run(query, spark, frame)
+    f = frame[(frame.v < 5) & (frame.v > 0)].assign(window_start=lambda x: x.t // 10_000 * 10_000)
+    oracle = f[["k", "v", "window_start"]].drop_duplicates()
+    oracle = oracle.assign(window_end=oracle.window_start + 10_000)
+    oracle.columns = ["key", "value", "window_start", "window_end"]
+    cols = list(oracle.columns)
+    assert list(got.columns) == cols
+    assert len(oracle) > 20 and len(oracle) < len(f)  # duplicates were removed
+    assert sorted(got[cols].values.tolist()) == sorted(oracle[cols].values.tolist())

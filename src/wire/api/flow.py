@@ -76,6 +76,7 @@ class Flow:
         self.flow_id = flow_id
         self._nodes: list[Node] = []
         self._tables: dict[str, Stream] = {}
+        self._policy_defaulted: set[str] = set()  # sources given no watermark= (a table's clause may set it)
 
     # -- building -------------------------------------------------------------------------
     def _add(self, node: Node) -> None:
@@ -182,6 +183,7 @@ class Flow:
             raise ConfigError("event_time", event_time, "a column name (non-empty string)")
         if key is not None and (not isinstance(key, str) or not key):
             raise ConfigError("key", key, "a column name (non-empty string) or None")
+        defaulted = watermark is None
         if watermark is None:
             watermark = BoundedOutOfOrderness(0)
         if not isinstance(watermark, BoundedOutOfOrderness):
@@ -203,14 +205,25 @@ class Flow:
         with_connector_settings(step, watermark, connector)  # a policy the connector contradicts fails here
         self._add(SourceNode(step, connector, event_time, key, watermark, max_events_per_epoch,
                              target_ms))
+        if defaulted:
+            self._policy_defaulted.add(step)
         return Stream(self, PortRef(step, OUT))
 
-    def table(self, name: str, stream: Stream) -> Stream:
+    def table(self, name: str, stream: Stream, *, watermark: str | None = None) -> Stream:
         """Register ``stream`` as the table ``name`` for SQL queries (:func:`wire.sql`).
 
         A query's ``FROM name`` reads the stream: its columns, its event time (the
         source's ``event_time`` column) and its watermark (the source's policy). Names
         are case-insensitive, as SQL identifiers. Registering records no plan node.
+
+        ``watermark``: Flink's clause ``"WATERMARK FOR ts AS ts - INTERVAL '5' SECOND"``
+        (``ts`` the source's ``event_time`` column; the delay in whole MILLISECOND,
+        SECOND, MINUTE, HOUR or DAY units; ``AS ts``: no delay). Watermarks are
+        generated at sources (SPEC §2), so the clause is the policy of the source that
+        ``stream`` comes from (through per-row steps only: filter, map, select, key_by,
+        explode, throttle): a source given no ``watermark=`` takes
+        ``BoundedOutOfOrderness(delay)`` (for every reader of the source); a source
+        with a policy must have the same delay (:mod:`wire.api.watermark_clause`).
 
         Returns
         -------
@@ -223,6 +236,11 @@ class Flow:
             If ``name`` is not an identifier (letters, digits, ``_``, starting with a
             letter or ``_``), is registered already, or ``stream`` is not a stream of
             this flow.
+        SqlError
+            (a ``ConfigError``, parameter ``watermark``) with the line and column in the
+            clause: it does not parse; ``stream`` passes a window, join, union or process
+            (whose watermark is derived, not generated); ``ts`` is not the source's
+            event time; or the source's policy has another delay.
         """
         if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise ConfigError("name", name, "a SQL identifier: letters, digits and '_', not starting "
@@ -231,8 +249,21 @@ class Flow:
             raise ConfigError("name", name, f"a name not registered yet (registered: {sorted(self._tables)})")
         if not isinstance(stream, Stream) or stream.flow is not self:
             raise ConfigError("stream", stream, "a stream of this flow")
+        if watermark is not None:
+            from wire.api.watermark_clause import apply_clause
+
+            apply_clause(self, name, stream, watermark)
         self._tables[name.lower()] = stream
         return stream
+
+    def _policy_given(self, source_step: str) -> bool:
+        """Whether source ``source_step`` has a user-given watermark policy (a table's clause counts)."""
+        return source_step not in self._policy_defaulted
+
+    def _replace_source(self, node: SourceNode) -> None:
+        """Set a source's watermark policy from a table's ``WATERMARK`` clause (the node, replaced)."""
+        self._nodes = [node if n.step == node.step else n for n in self._nodes]
+        self._policy_defaulted.discard(node.step)
 
     def tables(self) -> Mapping[str, Stream]:
         """The tables registered with :meth:`table`, by lower-case name (a copy)."""

@@ -55,7 +55,8 @@ def sql(
 
     Tables: the streams registered with ``flow.table(name, stream)`` and the keyword
     arguments ``name=stream`` (these win). A table's event time is its source's
-    ``event_time`` column and its watermark the source's policy. The query is parsed
+    ``event_time`` column and its watermark the source's policy (which a table's
+    ``WATERMARK FOR`` clause, ``flow.table(..., watermark=...)``, may give). The query is parsed
     with sqlglot (Spark SQL's dialect for expressions; Flink's window table-valued
     functions) and recorded as Wire operators when this is called, so every error
     comes now, never when the flow runs. docs/sql.md lists what is supported.
@@ -65,8 +66,8 @@ def sql(
     flow:
         The flow the query's operators are added to.
     query:
-        One ``SELECT`` query (with ``UNION ALL``, subqueries, window TVFs, one ``JOIN``
-        per ``SELECT``).
+        One ``SELECT`` query (with ``WITH``, ``UNION ALL``, subqueries, window TVFs,
+        ``SELECT DISTINCT`` over a window TVF, one ``JOIN`` per ``SELECT``).
     allowed_lateness:
         Allowed lateness of every window and join of the query (``"5m"``, ms,
         ``timedelta``): a window's late events within it update the window; a join

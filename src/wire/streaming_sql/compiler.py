@@ -3,8 +3,10 @@
 Each ``SELECT`` becomes stream operators: ``FROM`` a registered table (its stream), a
 subquery, a window table-valued function or a ``JOIN``; ``WHERE`` a ``filter``; the
 select list a ``select``; ``GROUP BY`` over a window TVF a ``window(...).aggregate(...)``
-(:mod:`wire.streaming_sql.grouping`); ``ROW_NUMBER() ... <= k`` a ``top_k`` window;
-``UNION ALL`` a ``union``. Everything is checked while the plan is recorded.
+(:mod:`wire.streaming_sql.grouping`), and ``SELECT DISTINCT`` over one a ``GROUP BY``
+of its columns; ``ROW_NUMBER() ... <= k`` a ``top_k`` window; ``UNION ALL`` a ``union``;
+a ``WITH`` query the operators of its query, compiled once where first read. Everything
+is checked while the plan is recorded.
 """
 
 from __future__ import annotations
@@ -33,9 +35,23 @@ Emit = Literal["final", "update"]
 """The windows' emission (as ``Stream.window(emit=...)``)."""
 
 SELECT_ACCEPTED = (
-    "SELECT <expressions> FROM <table | subquery | TABLE(TUMBLE/HOP/SESSION(...)) | a JOIN b ON ...> "
-    "[WHERE ...] [GROUP BY window_start, window_end, ...] [HAVING ...], combined with UNION ALL"
+    "[WITH name AS (query), ...] SELECT [DISTINCT] <expressions> FROM <table | subquery | "
+    "TABLE(TUMBLE/HOP/SESSION(...)) | a JOIN b ON ...> [WHERE ...] [GROUP BY window_start, window_end, ...] "
+    "[HAVING ...], combined with UNION ALL"
 )
+
+
+@dataclass
+class Cte:
+    """A ``WITH name AS (query)``, compiled when first read.
+
+    Its stream is then shared by every reader; it sees the CTEs defined before it. A CTE
+    no query reads records no operator.
+    """
+
+    node: exp.CTE
+    scope: dict[str, Cte]
+    rel: Relation | None = None
 
 
 @dataclass
@@ -56,6 +72,7 @@ class Compiler:
         self.tables = tables
         self.options = options
         self.steps = 0
+        self.ctes: dict[str, Cte] = {}
 
     # -- helpers ------------------------------------------------------------------------
     def step(self, kind: str) -> str | None:
@@ -73,7 +90,65 @@ class Compiler:
 
     # -- queries --------------------------------------------------------------------------
     def query_rel(self, node: exp.Expr) -> Relation:
-        """Compile a query: a SELECT, a UNION ALL of queries, or a parenthesized query."""
+        """Compile a query: a SELECT, a UNION ALL of queries, or a parenthesized query.
+
+        Its ``WITH`` clause, if any, names queries for its ``FROM`` items (and those of
+        its subqueries) only.
+        """
+        with_ = node.args.get("with_")
+        if with_ is None:
+            return self._query_body(node)
+        saved = self.ctes
+        self.ctes = dict(saved)
+        try:
+            self.with_clause(with_)
+            return self._query_body(node)
+        finally:
+            self.ctes = saved
+
+    def with_clause(self, with_: exp.With) -> None:
+        """Record the CTEs of ``WITH`` (compiled when a FROM item reads them)."""
+        accepted = "WITH name AS (query)[, name2 [(column, ...)] AS (query) ...] SELECT ..."
+        if with_.args.get("recursive"):
+            raise self.fail(with_, "WITH RECURSIVE", accepted + " (not recursive)", keyword="RECURSIVE")
+        defined: set[str] = set()
+        for cte in with_.expressions:
+            name = cte.alias
+            if not name:
+                raise self.fail(cte, "a CTE without a name", accepted)
+            if name.lower() in defined:
+                raise self.fail(cte.args["alias"], f"the CTE name {name!r} twice in one WITH", accepted)
+            defined.add(name.lower())
+            self.ctes[name.lower()] = Cte(cte, dict(self.ctes))
+
+    def cte(self, cte: Cte) -> Relation:
+        """The relation of a CTE (compiled once; its column list renames the columns)."""
+        if cte.rel is not None:
+            return cte.rel
+        saved = self.ctes
+        self.ctes = cte.scope
+        try:
+            rel = self.query_rel(cte.node.this)
+        finally:
+            self.ctes = saved
+        columns = list(cte.node.args["alias"].args.get("columns") or [])
+        if columns:
+            if rel.columns is None or len(rel.columns) != len(columns):
+                raise self.fail(
+                    cte.node.args["alias"],
+                    f"{len(columns)} column names for a query of "
+                    + ("unknown columns" if rel.columns is None else f"{len(rel.columns)} columns"),
+                    "as many names as the query has columns (known when the flow is built)",
+                )
+            items: list[exp.Expr] = [
+                exp.alias_(exp.column(old, quoted=True), new.name)
+                for old, new in zip(rel.columns, columns, strict=True)
+            ]
+            rel = self.project(rel, items)
+        cte.rel = self.alias(rel, "")
+        return cte.rel
+
+    def _query_body(self, node: exp.Expr) -> Relation:
         if isinstance(node, exp.Subquery):
             return self.query_rel(node.this)
         if isinstance(node, exp.Union):
@@ -116,7 +191,7 @@ class Compiler:
         """Compile one SELECT."""
         from wire.streaming_sql.grouping import aggregate, is_top_n, top_n
 
-        allowed = {"expressions", "from_", "from", "where", "group", "having", "joins"}
+        allowed = {"expressions", "from_", "from", "where", "group", "having", "joins", "with_", "distinct"}
         for key, value in sel.args.items():
             if value in (None, [], False) or key in allowed:
                 continue
@@ -139,6 +214,7 @@ class Compiler:
         source = sel.args.get("from_") or sel.args.get("from")
         if source is None:
             raise self.fail(sel, "SELECT without FROM", SELECT_ACCEPTED)
+        distinct = sel.args.get("distinct")
         if is_top_n(source.this):
             rel, where = top_n(self, source.this, sel.args.get("where"), _referenced(sel))
         else:
@@ -155,6 +231,8 @@ class Compiler:
             if joins:
                 rel, where = self.join(rel, joins[0], where, _join_references(sel))
         group = sel.args.get("group")
+        if distinct:
+            group = self.distinct(rel, sel, distinct, group)
         if group is not None or _has_aggregate(sel):
             if where is not None:
                 rel = self.filter(rel, where)
@@ -171,6 +249,52 @@ class Compiler:
         if where is not None:
             rel = self.filter(rel, where)
         return self.project(rel, sel.expressions)
+
+    def distinct(
+        self, rel: Relation, sel: exp.Select, distinct: exp.Distinct, group: exp.Group | None
+    ) -> exp.Group:
+        """``SELECT DISTINCT`` over a window TVF: a ``GROUP BY`` of every selected column."""
+        accepted = (
+            "SELECT DISTINCT <columns, with window_start and window_end> FROM TABLE(TUMBLE/HOP/SESSION(...)) "
+            "(a GROUP BY of all of them: the distinct rows of each window)"
+        )
+        if distinct.args.get("on") is not None:
+            raise self.fail(sel, "SELECT DISTINCT ON", accepted, keyword="DISTINCT")
+        if rel.window is None:
+            raise self.fail(
+                sel,
+                "SELECT DISTINCT of rows that are not in a window (distinct over a whole stream "
+                "needs unbounded state)",
+                accepted,
+                keyword="DISTINCT",
+            )
+        if group is not None or _has_aggregate(sel):
+            raise self.fail(sel, "SELECT DISTINCT with GROUP BY or aggregates", accepted, keyword="DISTINCT")
+        columns: list[exp.Expr] = []
+        for item in sel.expressions:
+            inner = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(inner, exp.Star) or (
+                isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star)
+            ):
+                side = rel.sides[0]
+                if side.columns is None:
+                    raise self.fail(item, "SELECT DISTINCT * over unknown columns", accepted)
+                columns.extend(exp.column(c, quoted=True) for c in side.columns)
+                continue
+            if not isinstance(inner, exp.Column):
+                raise self.fail(
+                    item,
+                    f"SELECT DISTINCT of an expression ({inner.sql(DIALECT)})",
+                    accepted + "; compute it in a subquery",
+                )
+            columns.append(inner.copy())
+        names = {c.name.lower() for c in columns if isinstance(c, exp.Column)}
+        missing = [w for w in ("window_start", "window_end") if w not in names]
+        if missing:
+            raise self.fail(
+                sel, f"SELECT DISTINCT without {' and '.join(missing)}", accepted, keyword="DISTINCT"
+            )
+        return exp.Group(expressions=columns)
 
     def filter(self, rel: Relation, where: exp.Expr) -> Relation:
         """``WHERE``: a filter step."""
@@ -293,13 +417,17 @@ class Compiler:
         raise self.fail(node, f"{node.sql(DIALECT)} in FROM", SELECT_ACCEPTED)
 
     def table(self, node: exp.Expr, name: str, alias: str) -> Relation:
-        """A registered table: its stream, known columns and event-time column."""
+        """A CTE or registered table: its stream, known columns and event-time column."""
+        cte = self.ctes.get(name.lower())
+        if cte is not None:
+            return self.alias(self.cte(cte), alias)
         stream = self.tables.get(name.lower())
         if stream is None:
             raise self.fail(
                 node,
                 f"unknown table {name!r}",
-                f"the tables registered with flow.table(...) or passed as keywords: {sorted(self.tables)}",
+                "the tables registered with flow.table(...) or passed as keywords, and the WITH "
+                f"queries in scope: {sorted({*self.tables, *self.ctes})}",
             )
         return Relation(stream, (Side(alias, known_columns(stream)),), event_time_column(stream))
 
@@ -394,9 +522,16 @@ class Compiler:
             "left.ts - INTERVAL ... AND left.ts + INTERVAL ...]"
         )
         if join.side or join.kind not in ("", "INNER"):
+            what = (join.side + " " + join.kind).strip()
             raise self.fail(
                 join.this,
-                f"{(join.side + ' ' + join.kind).strip()} JOIN",
+                f"{what} JOIN"
+                + (
+                    " (an outer join: Wire's Stream.join and Stream.interval_join emit matched pairs "
+                    "only, they have no outer mode to map it to)"
+                    if join.side
+                    else ""
+                ),
                 accepted + " (inner joins only)",
                 keyword=join.side or join.kind,
             )

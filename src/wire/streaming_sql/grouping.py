@@ -99,7 +99,9 @@ def aggregate(c: Compiler, rel: Relation, sel: exp.Select, group: exp.Group | No
         node = group if group is not None else sel
         raise c.fail(
             node,
-            "an aggregation that is not over a window TVF (an unbounded, updating aggregation)",
+            "an aggregation that is not over a window TVF (an unbounded, updating aggregation: "
+            "Wire aggregates only in windows, Stream.window(...).aggregate(...); it has no "
+            "unwindowed keyed aggregation to map it to)",
             accepted,
             keyword="GROUP BY" if group is not None else None,
         )

@@ -139,3 +139,53 @@ def build(
     if late_sink is not None and result.late_steps:
         wire.sql_late(result, step=result.late_steps[-1]).sink(late_sink)
     return flow
+
+
+def plan_differences(query: str) -> list[str]:
+    """Where the SQL ``query``'s plan differs from its Python twin's (``[]``: nowhere that matters).
+
+    Step ids differ (the SQL compiler numbers its own), so the stateful steps (windows,
+    joins: what a checkpoint keeps) are compared by their fingerprints
+    (:func:`wire.plan.fingerprint.plan_fingerprint`) in plan order, without the
+    aggregations' output names (``_sql_a0`` in SQL); stateless steps (filters, maps,
+    selects) are counted by kind. Each difference is one string, e.g.
+    ``"window 2 key: all / _sql_key"`` (Python / SQL) or ``"stateless Map: 1 / 0"``.
+    The Python flow of q5 builds a Spark ``Column``, so a SparkSession must be active.
+    """
+    from wire.plan.fingerprint import plan_fingerprint
+    from wire.plan.nodes import IntervalJoinNode, WindowAggregateNode
+
+    def shape(builder: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        plan = builder(query, wire.sinks.parquet("out/unused"), events=1_000).plan()
+        fp = plan_fingerprint(plan)
+        stateful: list[dict[str, Any]] = []
+        stateless: dict[str, int] = {}
+        for n in plan.nodes:
+            if isinstance(n, WindowAggregateNode | IntervalJoinNode):
+                step = dict(fp[n.step])
+                if isinstance(step.get("aggregations"), dict):
+                    step["aggregations"] = sorted(map(str, step["aggregations"].values()))
+                stateful.append(step)
+            elif getattr(n, "stateless", False):
+                stateless[type(n).__name__] = stateless.get(type(n).__name__, 0) + 1
+        return stateful, stateless
+
+    (py, py_kinds), (sql, sql_kinds) = shape(nexmark_queries.build), shape(build)
+    out: list[str] = []
+    if [s["kind"] for s in py] != [s["kind"] for s in sql]:
+        out.append(
+            "stateful steps: "
+            + " / ".join(", ".join(str(s.get("window") or s["kind"]) for s in side) for side in (py, sql))
+        )
+    else:
+        for i, (a, b) in enumerate(zip(py, sql, strict=True)):
+            out += [
+                f"{a['kind']} {i + 1} {k}: {a.get(k)} / {b.get(k)}"
+                for k in sorted({*a, *b})
+                if a.get(k) != b.get(k)
+            ]
+    for kind in sorted({*py_kinds, *sql_kinds}):
+        if py_kinds.get(kind, 0) != sql_kinds.get(kind, 0):
+            counts = f"{py_kinds.get(kind, 0)} / {sql_kinds.get(kind, 0)}"
+            out.append(f"stateless {kind.removesuffix('Node')}: {counts}")
+    return out

@@ -172,3 +172,46 @@ def test_join_sides_keep_only_the_columns_the_query_reads(flow):
     assert sorted(narrowed.values()) == [("t", "k", "v"), ("t", "v", "w")]  # + the event time column
     wire.sql(flow, "SELECT x.*, y.w AS w2 FROM a AS x JOIN b AS y ON x.v = y.v", name="star")
     assert not [n for n in nodes(flow, "star_columns")]  # '*' reads everything
+
+
+def test_with_names_queries_compiled_once_where_read(flow):
+    """A CTE read twice is one branch of operators; a CTE read by none records none."""
+    out = wire.sql(flow, """
+        WITH pos AS (SELECT * FROM a WHERE v > 0),
+             renamed(key, value, time) AS (SELECT k, v, t FROM pos),
+             unused AS (SELECT k FROM a WHERE v = 42)
+        SELECT key, value FROM renamed WHERE value > 10
+        UNION ALL
+        SELECT k, v FROM pos WHERE v < 3""", name="q")
+    filters = [n.predicate for n in nodes(flow, "q") if isinstance(n, FilterNode)]
+    assert sorted(filters) == ["`v` < 3", "`v` > 0", "`value` > 10"]  # `v` > 0 once, `v` = 42 never
+    rename = [n for n in nodes(flow, "q") if isinstance(n, SelectNode) and ("time", "`t`") in n.columns]
+    assert len(rename) == 1 and rename[0].columns == (("key", "`k`"), ("value", "`v`"), ("time", "`t`"))
+    assert isinstance(flow.plan().node(out.ref.step), UnionNode)
+
+
+def test_with_scopes_shadow_tables_and_keep_event_time(flow):
+    """A CTE shadows a table of the same name; a renamed event-time column still windows."""
+    wire.sql(flow, """
+        WITH b(kk, tt) AS (SELECT k, t FROM a WHERE v > 5)
+        SELECT kk, COUNT(*) AS n, window_start, window_end
+        FROM TABLE(TUMBLE(TABLE b, DESCRIPTOR(tt), INTERVAL '1' SECOND))
+        GROUP BY kk, window_start, window_end""", name="q")
+    assert [n.predicate for n in nodes(flow, "q") if isinstance(n, FilterNode)] == ["`v` > 5"]
+    assert only(flow, "q", KeyByNode).key == "kk"
+    # the subquery's WITH is not visible outside it
+    with pytest.raises(wire.streaming_sql.SqlError, match="unknown table 'inner_q'"):
+        wire.sql(flow, "SELECT k FROM (WITH inner_q AS (SELECT k FROM a) SELECT k FROM inner_q) "
+                       "UNION ALL SELECT k FROM inner_q")
+
+
+def test_select_distinct_over_a_window_is_a_group_by_of_its_columns(flow):
+    wire.sql(flow, """SELECT DISTINCT k, v, window_start, window_end
+        FROM TABLE(HOP(TABLE a, DESCRIPTOR(t), INTERVAL '1' SECOND, INTERVAL '2' SECOND))""", name="q")
+    assert only(flow, "q", KeyByNode).key == "_sql_key"  # the JSON key of k and v
+    win = only(flow, "q", WindowAggregateNode)
+    assert win.window == wire.Sliding(2_000, 1_000)
+    assert {n: type(a).__name__ for n, a in win.aggregations} == {"_sql_g0": "First", "_sql_g1": "First"}
+    sel = only(flow, "q", SelectNode)
+    names = [c if isinstance(c, str) else c[0] for c in sel.columns]
+    assert names == ["k", "v", "window_start", "window_end"]

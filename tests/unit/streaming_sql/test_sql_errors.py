@@ -38,7 +38,24 @@ def at(query: str, needle: str, nth: int = 0) -> tuple[int, int]:
 CASES = [
     # (query, the text the error points at, words of the problem, words of what is supported)
     ("SELECT k FROM events WHERE", "WHERE", "syntax error", "SELECT"),
-    ("SELECT DISTINCT k FROM events", "DISTINCT", "SELECT DISTINCT", "SELECT <expressions>"),
+    ("SELECT DISTINCT k FROM events", "DISTINCT", "SELECT DISTINCT of rows that are not in a window",
+     "GROUP BY of all"),
+    ("SELECT DISTINCT k, window_start\n"
+     "FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(t), INTERVAL '10' SECOND))", "DISTINCT",
+     "SELECT DISTINCT without window_end", "window_start and window_end"),
+    ("SELECT DISTINCT k, v + 1 AS w, window_start, window_end\n"
+     "FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(t), INTERVAL '10' SECOND))", "v + 1",
+     "SELECT DISTINCT of an expression", "in a subquery"),
+    ("WITH RECURSIVE r AS (SELECT k FROM events)\nSELECT k FROM r", "RECURSIVE", "WITH RECURSIVE",
+     "not recursive"),
+    ("WITH r AS (SELECT k FROM events), r AS (SELECT k FROM events)\nSELECT k FROM r",
+     "r AS (SELECT k FROM events)\n", "the CTE name 'r' twice", "WITH name AS"),
+    ("WITH r(a, b) AS (SELECT k FROM events)\nSELECT a FROM r", "r(a, b)", "2 column names for a query of 1",
+     "as many names"),
+    ("SELECT a.k FROM events AS a\n  RIGHT JOIN events AS b ON a.k = b.k", "RIGHT", "an outer join",
+     "inner joins only"),
+    ("SELECT a.k FROM events AS a\n  FULL OUTER JOIN events AS b ON a.k = b.k", "FULL", "FULL OUTER JOIN",
+     "inner joins only"),
     ("SELECT k, v\nFROM events\nORDER BY v", "ORDER BY", "ORDER BY", "UNION ALL"),
     ("SELECT k FROM events\nLIMIT 3", "LIMIT", "LIMIT", "GROUP BY"),
     ("SELECT k, count(*) AS n\nFROM events\nGROUP BY k", "GROUP BY", "not over a window TVF", "TUMBLE"),
