@@ -24,6 +24,7 @@ from wire.plan.nodes import (
     ProcessNode,
     SelectNode,
     SourceNode,
+    TemporalJoinNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
@@ -157,6 +158,16 @@ def _columns(plan: object, step: str) -> tuple[str, ...] | None:
             "right_event_time",
             "event_time",
         )
+    if isinstance(node, TemporalJoinNode):
+        stream, table = _columns(plan, node.stream), _columns(plan, node.table)
+        if stream is None or table is None:
+            return None
+        return (
+            node.on,
+            *tuple(c for c in stream if c != node.on),
+            *tuple(c for c in table if c not in (node.table_key, node.delete)),
+            "version_time",
+        )
     if isinstance(node, ProcessNode):
         return tuple(node.schema.names)
     return None
@@ -197,4 +208,6 @@ def _time(plan: object, step: str) -> str | None:
         return "window_start"
     if isinstance(node, IntervalJoinNode):
         return "event_time"
+    if isinstance(node, TemporalJoinNode):
+        return _time(plan, node.stream)  # the events' time
     return None
