@@ -11,6 +11,7 @@ from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef
 from wire.streaming_sql.compiler import Compiler, Emit, Options
 from wire.streaming_sql.parse import parse
+from wire.tables.base import LookupTable
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def sql(
     allowed_lateness: Duration = 0,
     emit: Emit = "final",
     name: str | None = None,
-    **tables: wire.Stream | VersionedTable,
+    **tables: wire.Stream | VersionedTable | LookupTable,
 ) -> SqlResult:
     """Compile a SQL query over registered streams into the flow's plan; return its result stream.
 
@@ -86,7 +87,9 @@ def sql(
     **tables:
         ``name=stream`` tables for this query only; ``name=stream.as_table(key=...,
         delete=...)``, a versioned table with its key and delete markers, for a
-        temporal join (``JOIN name FOR SYSTEM_TIME AS OF ...``) only.
+        temporal join (``JOIN name FOR SYSTEM_TIME AS OF a.ts``) only; ``name=wire.tables.parquet(...)``
+        (any ``wire.tables`` table) for a lookup join (``JOIN name FOR SYSTEM_TIME AS OF PROCTIME()``)
+        only.
 
     Returns
     -------
@@ -106,8 +109,11 @@ def sql(
     if emit not in ("final", "update"):
         raise ConfigError("emit", emit, "'final' or 'update'")
     lateness = to_millis(allowed_lateness, parameter="allowed_lateness")
-    all_tables: dict[str, wire.Stream | VersionedTable] = dict(flow.tables())
+    all_tables: dict[str, wire.Stream | VersionedTable | LookupTable] = dict(flow.tables())
     for table_name, stream in tables.items():
+        if isinstance(stream, LookupTable):
+            all_tables[table_name.lower()] = stream
+            continue
         inner = stream.stream if isinstance(stream, VersionedTable) else stream
         if not isinstance(inner, wire.Stream) or inner.flow is not flow:
             raise ConfigError(table_name, stream, "a stream of the same flow, or a versioned table of one "

@@ -32,6 +32,7 @@ from wire.streaming_sql.relation import (
     event_time_column,
     known_columns,
 )
+from wire.tables.base import LookupTable
 
 Emit = Literal["final", "update"]
 """The windows' emission (as ``Stream.window(emit=...)``)."""
@@ -69,7 +70,11 @@ class Compiler:
     """Compiles one query of one flow; ``steps`` counts the steps it named."""
 
     def __init__(
-        self, flow: wire.Flow, query: str, tables: dict[str, wire.Stream | VersionedTable], options: Options
+        self,
+        flow: wire.Flow,
+        query: str,
+        tables: dict[str, wire.Stream | VersionedTable | LookupTable],
+        options: Options,
     ) -> None:
         self.flow = flow
         self.query = query
@@ -350,7 +355,7 @@ class Compiler:
                             "named columns, or a source whose schema is given",
                         )
                     for c in s.columns:
-                        if s.prefix and s.key is not None and c.lower() == s.key.lower():
+                        if s.repeats_key(c):
                             continue  # the join key, already listed with the left side
                         out.append((c, f"`{s.physical(c)}`"))
                         if rel.time is not None and c.lower() == rel.time.lower():
@@ -438,6 +443,13 @@ class Compiler:
                 f"unknown table {name!r}",
                 "the tables registered with flow.table(...) or passed as keywords, and the WITH "
                 f"queries in scope: {sorted({*self.tables, *self.ctes})}",
+            )
+        if isinstance(stream, LookupTable):
+            raise self.fail(
+                node,
+                f"the wire.tables table {name!r} read as a stream",
+                f"a wire.tables table in a lookup join only: JOIN {name} FOR SYSTEM_TIME AS OF PROCTIME() "
+                "AS r ON a.k = r.<key>",
             )
         if isinstance(stream, VersionedTable):
             raise self.fail(

@@ -25,7 +25,8 @@ from sqlglot import exp
 from wire.api.joins import VersionedTable
 from wire.streaming_sql.exprs import and_all, check_expression, conjuncts
 from wire.streaming_sql.parse import DIALECT
-from wire.streaming_sql.relation import RESERVED_PREFIX, RIGHT_PREFIX, Relation, Side
+from wire.streaming_sql.relation import RESERVED_PREFIX, RIGHT_PREFIX, Relation, Side, known_columns
+from wire.tables.base import LookupTable
 
 if TYPE_CHECKING:
     from wire.streaming_sql.compiler import Compiler
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 ACCEPTED = (
     "a [INNER | LEFT [OUTER]] JOIN t FOR SYSTEM_TIME AS OF a.<a's event-time column> [AS] r "
     "ON a.k = r.k [AND ...] (an event-time temporal join)"
+)
+LOOKUP_ACCEPTED = (
+    "a [INNER | LEFT [OUTER]] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() [AS] r ON a.k = r.<t's key> "
+    "(a lookup join; t a wire.tables table passed as a keyword: wire.sql(..., t=wire.tables.parquet(...)))"
 )
 VERSION_TIME = "version_time"
 """The joined rows' column of the version met (int64 ms; null when none): an unqualified name."""
@@ -80,19 +85,31 @@ def temporal_join(
     if len(left.sides) != 1 or left.window is not None:
         raise c.fail(join, "the left side of a temporal JOIN is a join or a window TVF",
                      "a table or subquery on the left")
-    if isinstance(as_of, exp.Anonymous | exp.Func) and not isinstance(as_of, exp.Column):
-        raise c.fail(
-            as_of,
-            f"FOR SYSTEM_TIME AS OF {as_of.sql(DIALECT)}: only the event-time temporal join is "
-            "supported (a processing-time lookup join, AS OF PROCTIME(), is not: use "
-            "Stream.lookup_join in Python)",
-            ACCEPTED,
-        )
     if table_node.args.get("db") or table_node.args.get("catalog"):
         raise c.fail(table_node, f"a qualified table name {table_node.name}", ACCEPTED)
     name = table_node.name
     alias = table_node.alias or name
     versioned = c.tables.get(name.lower()) if name.lower() not in c.ctes else None
+    proctime = (isinstance(as_of, exp.Anonymous) and as_of.name.upper() == "PROCTIME"
+                and not as_of.expressions)
+    if isinstance(versioned, LookupTable) or proctime:
+        if not (isinstance(versioned, LookupTable) and proctime):
+            raise c.fail(
+                as_of,
+                f"FOR SYSTEM_TIME AS OF {as_of.sql(DIALECT)} of "
+                + (f"the wire.tables table {name!r}" if isinstance(versioned, LookupTable)
+                   else f"{name!r}, which is not a wire.tables table"),
+                LOOKUP_ACCEPTED,
+            )
+        return _lookup(c, left, join, versioned, alias, how, where)
+    if isinstance(as_of, exp.Anonymous | exp.Func) and not isinstance(as_of, exp.Column):
+        raise c.fail(
+            as_of,
+            f"FOR SYSTEM_TIME AS OF {as_of.sql(DIALECT)}: only the event-time temporal join (AS OF "
+            "the left's event-time column) and the lookup join (AS OF PROCTIME() of a wire.tables "
+            "table) are supported",
+            ACCEPTED,
+        )
     if isinstance(versioned, VersionedTable):
         right = c.stream_relation(table_node, versioned.stream, alias)
     else:
@@ -233,6 +250,70 @@ def _record(
         left.time,
         pseudo={VERSION_TIME: VERSION_TIME},
         late_steps=left.late_steps + right.late_steps + (joined.ref.step,),
+    )
+    residual = and_all(rest)
+    return (c.filter(rel, residual) if residual is not None else rel), and_all(after)
+
+
+def _lookup(
+    c: Compiler,
+    left: Relation,
+    join: exp.Join,
+    table: LookupTable,
+    alias: str,
+    how: Literal["inner", "left"],
+    where: exp.Expr | None,
+) -> tuple[Relation, exp.Expr | None]:
+    """``JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`` of a ``wire.tables`` table: ``Stream.lookup_join``.
+
+    The table's joined columns keep their names (``lookup_join`` has no prefix; a name the
+    left table has too is an error); ``r.<key>`` is the left's ``ON`` column. No late port.
+    """
+    on = join.args["on"]
+    ls = left.sides[0]
+    if ls.name.lower() == alias.lower():
+        raise c.fail(join.this, f"both sides of the JOIN are named {ls.name!r}", "an alias for one side")
+    joined = table.columns
+    if joined is None and table.snapshot:  # a local Parquet / Delta table: its schema is cheap to read
+        try:
+            joined = tuple(table.resolve_schema().names[1:])
+        except Exception:
+            joined = None  # unknown now; lookup_join reports it when the flow compiles
+    rs = Side(alias, None if joined is None else (table.key, *joined), key=table.key)
+    both = Relation(left.stream, (ls, rs), None)
+    after: list[exp.Expr] = []
+    for term in conjuncts(where):
+        if c._only_side(both, term) == 0:
+            left = c.filter(left, term)
+        else:
+            after.append(term)
+    key: str | None = None
+    rest: list[exp.Expr] = []
+    for term in conjuncts(on):
+        check_expression(c.query, term)
+        pair = c._key_pair(both, term)
+        if pair is not None and key is None and pair[1].lower() == table.key.lower():
+            key = pair[0]
+        else:
+            rest.append(term)
+    if key is None:
+        raise c.fail(on, f"ON does not equate a left column with the table's key {table.key!r}",
+                     f"ON a.<column> = {alias}.{table.key}")
+    if rest and how == "left":
+        raise c.fail(rest[0], f"a condition other than the key equality in the ON of a LEFT lookup join "
+                     f"({rest[0].sql(DIALECT)})", "ON a.<column> = r.<key> only; filter in WHERE")
+    columns = known_columns(left.stream)
+    clash = sorted({j.lower() for j in joined or ()} & {col.lower() for col in columns or ()})
+    if clash:
+        raise c.fail(join.this, f"the table's columns {clash} are also the left table's (lookup_join "
+                     "adds the table's columns under their own names)",
+                     "rename the left's columns in a subquery, or list the table's columns= without them")
+    stream = left.stream.lookup_join(table, on=key, how=how, name=c.step("lookup_join"))
+    rel = Relation(
+        stream,
+        (replace(ls, key=key), replace(rs, key_column=key)),
+        left.time,
+        late_steps=left.late_steps,
     )
     residual = and_all(rest)
     return (c.filter(rel, residual) if residual is not None else rel), and_all(after)

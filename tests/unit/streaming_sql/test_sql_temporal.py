@@ -6,7 +6,14 @@ import pyarrow as pa
 import pytest
 
 import wire
-from wire.plan.nodes import FilterNode, MapNode, SelectNode, TemporalJoinNode, WindowAggregateNode
+from wire.plan.nodes import (
+    FilterNode,
+    LookupJoinNode,
+    MapNode,
+    SelectNode,
+    TemporalJoinNode,
+    WindowAggregateNode,
+)
 from wire.streaming_sql import SqlError
 from wire.streaming_sql.relation import event_time_column, known_columns
 
@@ -150,8 +157,9 @@ CASES = [
      "not a column of the left table", "only the event-time temporal join"),
     (JOIN + "JOIN rates FOR SYSTEM_TIME AS OF o.t + 1 AS r ON o.cur = r.cur", "o.t + 1",
      "not a column", "only the event-time temporal join"),
-    (JOIN + "JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r ON o.cur = r.cur", "PROCTIME()",
-     "processing-time lookup join", "event-time temporal join"),
+    (JOIN + "JOIN rates FOR SYSTEM_TIME AS OF NOW() AS r ON o.cur = r.cur", "NOW()",
+     "only the event-time temporal join (AS OF the left's event-time column) and the lookup join",
+     "event-time temporal join"),
     (JOIN + "JOIN rates FOR SYSTEM_TIME AS OF o.t AS r ON o.x < r.x", "o.x < r.x",
      "no equality between a column of each side", "ON a.k = r.k"),
     (JOIN + "LEFT JOIN rates FOR SYSTEM_TIME AS OF o.t AS r ON o.cur = r.cur AND r.x > 1", "r.x > 1",
@@ -196,3 +204,51 @@ def test_a_versioned_table_is_read_by_a_temporal_join_only(flow):
                  v=flow.tables()["rates"].as_table(key="currency"))
     with pytest.raises(wire.ConfigError, match="versioned table"):
         wire.sql(wire.Flow("other"), "SELECT 1 AS one FROM v", v=versions)
+
+
+@pytest.fixture
+def customers(tmp_path) -> wire.tables.LookupTable:
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": ["EUR", "USD"], "tier": ["gold", "silver"], "region": ["eu", "us"]}),
+                   tmp_path / "customers.parquet")
+    return wire.tables.parquet(tmp_path / "customers.parquet", key="id")
+
+
+@pytest.mark.parametrize(("join", "how"), [("JOIN", "inner"), ("LEFT JOIN", "left")])
+def test_as_of_proctime_of_a_wire_table_is_a_lookup_join(flow, customers, join, how):
+    out = wire.sql(flow, f"""
+        SELECT o.t, o.cur, c.id, c.tier FROM orders AS o
+        {join} customers FOR SYSTEM_TIME AS OF PROCTIME() AS c ON o.cur = c.id
+        WHERE o.x > 1""", customers=customers, name="q")
+    lj = only(flow, "q", LookupJoinNode)
+    assert (lj.table, lj.on, lj.how) == (customers, "cur", how)
+    assert only(flow, "q", FilterNode).upstream == "orders"
+    # c.id is the left's ON column; the table's columns keep their names (lookup_join has no prefix)
+    assert flow.plan().node(out.ref.step).columns == ("t", "cur", ("id", "`cur`"), "tier")
+    assert out.late_steps == ()
+    star = wire.sql(flow, "SELECT * FROM orders AS o JOIN customers FOR SYSTEM_TIME AS OF PROCTIME() AS c "
+                    "ON c.id = o.cur", customers=customers)
+    assert known_columns(star) == (*SCHEMA.names, "tier", "region")
+
+
+def test_lookup_join_errors(flow, customers):
+    def fails(query: str, needle: str, problem: str) -> None:
+        with pytest.raises(SqlError) as info:
+            wire.sql(flow, query, customers=customers)
+        assert problem in str(info.value)
+        assert (info.value.line, info.value.column) == at(query, needle), str(info.value)
+
+    fails(JOIN + "JOIN customers FOR SYSTEM_TIME AS OF o.t AS c ON o.cur = c.id", "o.t AS c",
+          "FOR SYSTEM_TIME AS OF o.t of the wire.tables table 'customers'")
+    fails(JOIN + "JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r ON o.cur = r.cur", "PROCTIME()",
+          "'rates', which is not a wire.tables table")
+    fails(JOIN + "JOIN customers FOR SYSTEM_TIME AS OF PROCTIME() AS c ON o.cur = c.tier", "o.cur = c.tier",
+          "ON does not equate a left column with the table's key 'id'")
+    fails(JOIN + "LEFT JOIN customers FOR SYSTEM_TIME AS OF PROCTIME() AS c ON o.cur = c.id AND c.tier = 'x'",
+          "c.tier = 'x'", "a condition other than the key equality in the ON of a LEFT lookup join")
+    fails("SELECT * FROM customers", "customers", "the wire.tables table 'customers' read as a stream")
+    clash = wire.tables.parquet(customers.path, key="id", columns=["tier"])
+    with pytest.raises(SqlError, match=r"the table's columns \['tier'\] are also the left table's"):
+        wire.sql(flow, "SELECT o.t FROM (SELECT t, cur, x AS tier FROM orders) AS o\n"
+                 "JOIN c FOR SYSTEM_TIME AS OF PROCTIME() ON o.cur = c.id", c=clash)
