@@ -13,6 +13,10 @@ table (:meth:`wire.Stream.as_table`):
 
 The table's columns other than its key carry the right-hand prefix of every SQL join
 (``right_``), so the late table's table rows have the columns of a join's right side.
+
+``JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`` of a ``wire.tables`` table passed as a keyword
+(``customers=wire.tables.parquet(...)``) is Flink's processing-time lookup join, onto
+:meth:`wire.Stream.lookup_join` (the table's columns keep their names; no late port).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def temporal_join(
     where: exp.Expr | None,
     references: tuple[set[tuple[str, str]], set[str]] | None,
 ) -> tuple[Relation, exp.Expr | None]:
-    """Compile a temporal join; return it and the WHERE terms left to filter its rows.
+    """Compile a temporal (or lookup) join; return it and the WHERE terms left to filter its rows.
 
     WHERE terms that read the left side only filter it before the join; the others
     (a term on the versioned table would otherwise pick an older version) are returned.
