@@ -2,7 +2,7 @@
 
 A query is parsed with sqlglot and recorded as the same plan nodes as the Python API
 (``filter``, ``select``, ``union``, ``window(...).aggregate(...)``, ``interval_join``,
-``join``), so it has the same watermarks, late ports and results. docs/sql.md lists
+``join``, ``temporal_join``), so it has the same watermarks, late ports and results. docs/sql.md lists
 what is supported. Example::
 
     flow = wire.Flow("hot")

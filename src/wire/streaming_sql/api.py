@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import wire
+from wire.api.joins import VersionedTable
 from wire.core.time import Duration, to_millis
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef
 from wire.streaming_sql.compiler import Compiler, Emit, Options
 from wire.streaming_sql.parse import parse
+from wire.tables.base import LookupTable
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def sql(
     allowed_lateness: Duration = 0,
     emit: Emit = "final",
     name: str | None = None,
-    **tables: wire.Stream,
+    **tables: wire.Stream | VersionedTable | LookupTable,
 ) -> SqlResult:
     """Compile a SQL query over registered streams into the flow's plan; return its result stream.
 
@@ -67,7 +69,8 @@ def sql(
         The flow the query's operators are added to.
     query:
         One ``SELECT`` query (with ``WITH``, ``UNION ALL``, subqueries, window TVFs,
-        ``SELECT DISTINCT`` over a window TVF, one ``JOIN`` per ``SELECT``).
+        ``SELECT DISTINCT`` over a window TVF, one ``JOIN`` per ``SELECT``, among them
+        the event-time temporal join ``JOIN t FOR SYSTEM_TIME AS OF a.ts``).
     allowed_lateness:
         Allowed lateness of every window and join of the query (``"5m"``, ms,
         ``timedelta``): a window's late events within it update the window; a join
@@ -82,7 +85,11 @@ def sql(
         stable ids keep a checkpoint's state when other parts of the flow change.
         ``None``: Wire's default ids.
     **tables:
-        ``name=stream`` tables for this query only.
+        ``name=stream`` tables for this query only; ``name=stream.as_table(key=...,
+        delete=...)``, a versioned table with its key and delete markers, for a
+        temporal join (``JOIN name FOR SYSTEM_TIME AS OF a.ts``) only; ``name=wire.tables.parquet(...)``
+        (any ``wire.tables`` table) for a lookup join (``JOIN name FOR SYSTEM_TIME AS OF PROCTIME()``)
+        only.
 
     Returns
     -------
@@ -95,17 +102,22 @@ def sql(
         (a ``wire.ConfigError``) with the line and column of what does not parse or is
         not supported, and what is.
     ConfigError
-        On an invalid option or a table that is not a stream of ``flow``.
+        On an invalid option or a table that is not a stream (or a versioned table) of ``flow``.
     """
     if not isinstance(flow, wire.Flow):
         raise ConfigError("flow", flow, "a wire.Flow")
     if emit not in ("final", "update"):
         raise ConfigError("emit", emit, "'final' or 'update'")
     lateness = to_millis(allowed_lateness, parameter="allowed_lateness")
-    all_tables = dict(flow.tables())
+    all_tables: dict[str, wire.Stream | VersionedTable | LookupTable] = dict(flow.tables())
     for table_name, stream in tables.items():
-        if not isinstance(stream, wire.Stream) or stream.flow is not flow:
-            raise ConfigError(table_name, stream, "a stream of the same flow")
+        if isinstance(stream, LookupTable):
+            all_tables[table_name.lower()] = stream
+            continue
+        inner = stream.stream if isinstance(stream, VersionedTable) else stream
+        if not isinstance(inner, wire.Stream) or inner.flow is not flow:
+            raise ConfigError(table_name, stream, "a stream of the same flow, or a versioned table of one "
+                              "(stream.as_table(key=...))")
         all_tables[table_name.lower()] = stream
     tree = parse(query)
     rel = Compiler(flow, query, all_tables, Options(lateness, emit, name)).query_rel(tree)

@@ -4,7 +4,8 @@ Each ``SELECT`` becomes stream operators: ``FROM`` a registered table (its strea
 subquery, a window table-valued function or a ``JOIN``; ``WHERE`` a ``filter``; the
 select list a ``select``; ``GROUP BY`` over a window TVF a ``window(...).aggregate(...)``
 (:mod:`wire.streaming_sql.grouping`), and ``SELECT DISTINCT`` over one a ``GROUP BY``
-of its columns; ``ROW_NUMBER() ... <= k`` a ``top_k`` window; ``UNION ALL`` a ``union``;
+of its columns; ``ROW_NUMBER() ... <= k`` a ``top_k`` window; ``JOIN t FOR SYSTEM_TIME
+AS OF`` a ``temporal_join`` (:mod:`wire.streaming_sql.temporal`); ``UNION ALL`` a ``union``;
 a ``WITH`` query the operators of its query, compiled once where first read. Everything
 is checked while the plan is recorded.
 """
@@ -18,6 +19,7 @@ from typing import Literal
 from sqlglot import exp
 
 import wire
+from wire.api.joins import VersionedTable
 from wire.core.time import INT64_MAX, INT64_MIN
 from wire.streaming_sql.exprs import and_all, check_expression, conjuncts, interval_ms, resolve, to_spark
 from wire.streaming_sql.parse import DIALECT, fail
@@ -30,6 +32,7 @@ from wire.streaming_sql.relation import (
     event_time_column,
     known_columns,
 )
+from wire.tables.base import LookupTable
 
 Emit = Literal["final", "update"]
 """The windows' emission (as ``Stream.window(emit=...)``)."""
@@ -66,7 +69,13 @@ class Options:
 class Compiler:
     """Compiles one query of one flow; ``steps`` counts the steps it named."""
 
-    def __init__(self, flow: wire.Flow, query: str, tables: dict[str, wire.Stream], options: Options) -> None:
+    def __init__(
+        self,
+        flow: wire.Flow,
+        query: str,
+        tables: dict[str, wire.Stream | VersionedTable | LookupTable],
+        options: Options,
+    ) -> None:
         self.flow = flow
         self.query = query
         self.tables = tables
@@ -346,7 +355,7 @@ class Compiler:
                             "named columns, or a source whose schema is given",
                         )
                     for c in s.columns:
-                        if s.prefix and s.key is not None and c.lower() == s.key.lower():
+                        if s.repeats_key(c):
                             continue  # the join key, already listed with the left side
                         out.append((c, f"`{s.physical(c)}`"))
                         if rel.time is not None and c.lower() == rel.time.lower():
@@ -397,6 +406,12 @@ class Compiler:
             rel = self.query_rel(node.this)
             return self.alias(rel, alias)
         if isinstance(node, exp.Table):
+            if node.args.get("version") is not None:
+                raise self.fail(
+                    node.args["version"].expression or node,
+                    "FOR SYSTEM_TIME AS OF outside a JOIN",
+                    "a [LEFT] JOIN t FOR SYSTEM_TIME AS OF a.<event-time column> ON ... (a temporal join)",
+                )
             inner = node.this
             if (
                 isinstance(inner, exp.Anonymous)
@@ -429,6 +444,24 @@ class Compiler:
                 "the tables registered with flow.table(...) or passed as keywords, and the WITH "
                 f"queries in scope: {sorted({*self.tables, *self.ctes})}",
             )
+        if isinstance(stream, LookupTable):
+            raise self.fail(
+                node,
+                f"the wire.tables table {name!r} read as a stream",
+                f"a wire.tables table in a lookup join only: JOIN {name} FOR SYSTEM_TIME AS OF PROCTIME() "
+                "AS r ON a.k = r.<key>",
+            )
+        if isinstance(stream, VersionedTable):
+            raise self.fail(
+                node,
+                f"the versioned table {name!r} read as a stream",
+                f"a versioned table (stream.as_table(...)) in a temporal join only: JOIN {name} FOR "
+                "SYSTEM_TIME AS OF a.<event-time column> ...; pass the stream itself to read its rows",
+            )
+        return self.stream_relation(node, stream, alias)
+
+    def stream_relation(self, node: exp.Expr, stream: wire.Stream, alias: str) -> Relation:
+        """The relation of a table's stream: its known columns and event-time column."""
         return Relation(stream, (Side(alias, known_columns(stream)),), event_time_column(stream))
 
     def alias(self, rel: Relation, alias: str) -> Relation:
@@ -517,6 +550,10 @@ class Compiler:
         reads (None: all, a ``*``); each side keeps only those (and its key and event-time
         columns) before the join, since a join keeps every column of its inputs in state.
         """
+        from wire.streaming_sql.temporal import is_temporal, temporal_join
+
+        if is_temporal(join):
+            return temporal_join(self, left, join, where, references)
         accepted = (
             "[INNER] JOIN ... ON <left column> = <right column> [AND ...] [AND right.ts BETWEEN "
             "left.ts - INTERVAL ... AND left.ts + INTERVAL ...]"

@@ -20,10 +20,12 @@ from wire.plan.nodes import (
     FilterNode,
     IntervalJoinNode,
     KeyByNode,
+    LookupJoinNode,
     MapNode,
     ProcessNode,
     SelectNode,
     SourceNode,
+    TemporalJoinNode,
     ThrottleNode,
     UnionNode,
     WindowAggregateNode,
@@ -45,13 +47,23 @@ class Side:
     prefix: str = ""
     key: str | None = None
     """A join's key column: unprefixed on both sides."""
+    key_column: str | None = None
+    """The stream column holding ``key`` when it is another (a lookup table's key: the left's column)."""
 
     def physical(self, column: str) -> str:
         """The stream column holding ``column`` of this side (``column`` as named in SQL)."""
         real = self.real_name(column) or column
         if self.key is not None and real.lower() == self.key.lower():
-            return self.key
+            return self.key_column or self.key
         return self.prefix + real
+
+    def repeats_key(self, column: str) -> bool:
+        """Whether ``column`` is the join key held by the other side's column (not listed by ``*``)."""
+        return (
+            (bool(self.prefix) or self.key_column is not None)
+            and self.key is not None
+            and column.lower() == self.key.lower()
+        )
 
     def real_name(self, column: str) -> str | None:
         """``column`` in this side's spelling (SQL names are case-insensitive); None if absent."""
@@ -99,7 +111,7 @@ class Relation:
             if s.columns is None:
                 return None
             out.extend(
-                c for c in s.columns if not (s.key is not None and s.prefix and c.lower() == s.key.lower())
+                c for c in s.columns if not s.repeats_key(c)
             )
         return tuple(out)
 
@@ -157,6 +169,21 @@ def _columns(plan: object, step: str) -> tuple[str, ...] | None:
             "right_event_time",
             "event_time",
         )
+    if isinstance(node, LookupJoinNode):
+        up = _columns(plan, node.upstream)
+        if up is None or node.table.columns is None:
+            return None
+        return up + node.table.columns
+    if isinstance(node, TemporalJoinNode):
+        stream, table = _columns(plan, node.stream), _columns(plan, node.table)
+        if stream is None or table is None:
+            return None
+        return (
+            node.on,
+            *tuple(c for c in stream if c != node.on),
+            *tuple(c for c in table if c not in (node.table_key, node.delete)),
+            "version_time",
+        )
     if isinstance(node, ProcessNode):
         return tuple(node.schema.names)
     return None
@@ -177,7 +204,7 @@ def _time(plan: object, step: str) -> str | None:
     node = plan.node(step)  # type: ignore[attr-defined]
     if isinstance(node, SourceNode):
         return node.event_time
-    if isinstance(node, FilterNode | KeyByNode | ThrottleNode | ExplodeNode):
+    if isinstance(node, FilterNode | KeyByNode | ThrottleNode | ExplodeNode | LookupJoinNode):
         return _time(plan, node.upstream)
     if isinstance(node, UnionNode):
         times = {_time(plan, u) for u in node.upstreams}
@@ -197,4 +224,6 @@ def _time(plan: object, step: str) -> str | None:
         return "window_start"
     if isinstance(node, IntervalJoinNode):
         return "event_time"
+    if isinstance(node, TemporalJoinNode):
+        return _time(plan, node.stream)  # the events' time
     return None
