@@ -229,6 +229,7 @@ def join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
 TEMPORAL_KINDS = ("pending", "version")
 _TJ_DELETED = "__deleted"  # wire.state.temporal_join.DELETED (not imported: that module is heavier)
 _TJ_STRUCT = {"pending": "event", "version": "version"}
+_TJ_TABLE_WM = "__table"  # the channel of the table's watermark (wire.compiler.temporal_join_stage.TABLE_WM)
 
 
 def temporal_join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
@@ -239,6 +240,11 @@ def temporal_join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
         # every bucket of a temporal join's chunks holds pending events; a table "pending":
         # the whole-table layout of the first version
         pending = [*_chunks(st), *(t for t in [st.tables.get("pending")] if t is not None and t.num_rows)]
+        # stored events behind the table watermark were emitted (the bucket it cut keeps them)
+        table_wm = st.channels.get(_TJ_TABLE_WM)
+        if table_wm is not None:
+            bound = pa.scalar(table_wm, pa.int64())
+            pending = [t.filter(pc.greater_equal(t.column(ET), bound)) for t in pending]
         versions = st.tables.get("versions")
         parts["pending"] += [_with_group(t, g.kg) for t in pending]
         if versions is not None and versions.num_rows:

@@ -13,11 +13,13 @@ State of a key group
       time (bucket id ``t // BUCKET_MS``, floor division). An epoch appends its new
       waiting events as new chunks (no read) and reads only the buckets the table
       watermark released (those that may hold an event with ``t <`` the new table
-      watermark); the one bucket the watermark cuts is rewritten with the events still
-      waiting. Chunks are merged by size-tiered compaction (concatenation: the order of
-      arrival is kept).
-    * **holds**: per (key, bucket), the earliest pending event time
-      (:func:`holds_schema`; small: one row per key and bucket, against one per event).
+      watermark). A bucket wholly behind it is dropped; the one bucket it cuts is kept
+      as it is (not rewritten): its events before the table watermark have been
+      emitted, and later reads skip them. Chunks are merged by size-tiered compaction
+      (concatenation: the order of arrival is kept).
+    * **holds**: per (key, bucket), the earliest pending event time and the number of
+      pending events (:func:`holds_schema`; one row per key and bucket, against one
+      per event).
       The purge and the output watermark's hold need the earliest pending event per
       key; the holds give it without reading the pending buckets.
     * **versions**: one table (:func:`versions_schema`), read and rewritten every epoch;
@@ -103,6 +105,8 @@ BUCKET_MS = 60_000
 """Event-time width (ms) of a bucket of pending stream events."""
 BUCKET = "bucket"
 """Holds column: the int64 bucket id of the pending events it summarizes."""
+ROWS = "rows"
+"""Holds column: the number of pending events of the key in the bucket."""
 
 
 def _check_name(parameter: str, value: object) -> str:
@@ -195,9 +199,12 @@ def versions_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
 
 
 def holds_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
-    """Holds: per (key, bucket) of pending events, the earliest: the stream's key, ``bucket``, ``__et``."""
+    """Holds of pending events: the stream's key, ``bucket``, earliest ``__et``, int64 ``rows``.
+
+    One row per (key, bucket) holding pending events; ``rows``: how many.
+    """
     return pa.schema([_fields(payload, (spec.key,), "stream")[0], pa.field(BUCKET, pa.int64()),
-                      pa.field(ET, pa.int64())])
+                      pa.field(ET, pa.int64()), pa.field(ROWS, pa.int64())])
 
 
 def _fields(payload: pa.Schema, names: Sequence[str], side: str) -> list[pa.Field]:
@@ -410,27 +417,30 @@ def _append_pending(segments: Segments, rows: pa.Table, width: int) -> pa.Table:
 
 def _holds_of(rows: pa.Table, ids: np.ndarray) -> pa.Table:
     key = rows.column_names[0]
-    return _min_holds(pa.table({key: rows.column(0), BUCKET: pa.array(ids, pa.int64()), ET: rows.column(ET)}))
+    return _min_holds(pa.table({key: rows.column(0), BUCKET: pa.array(ids, pa.int64()), ET: rows.column(ET),
+                                ROWS: pa.array(np.ones(len(ids), np.int64))}))
 
 
 def _min_holds(holds: pa.Table) -> pa.Table:
     key = holds.column_names[0]
     if not holds.num_rows:
         return holds
-    out = holds.group_by([key, BUCKET], use_threads=False).aggregate([(ET, "min")])
-    return out.rename_columns([ET if n == f"{ET}_min" else n for n in out.column_names]).select(
-        [key, BUCKET, ET])
+    out = holds.group_by([key, BUCKET], use_threads=False).aggregate([(ET, "min"), (ROWS, "sum")])
+    names = {f"{ET}_min": ET, f"{ROWS}_sum": ROWS}
+    return out.rename_columns([names.get(n, n) for n in out.column_names]).select([key, BUCKET, ET, ROWS])
 
 
 def pending_events(store: ChunkStore, index: pa.Table | None, spec: TemporalJoinSpec,
-                   payload: pa.Schema) -> pa.Table:
+                   payload: pa.Schema, table_wm: int) -> pa.Table:
     """A key group's whole pending buffer in :func:`stream_schema` (tests and inspection).
 
-    Reads every chunk of every bucket: the engine never does this.
+    ``table_wm``: the table watermark after the last epoch; the stored events before it
+    (emitted already, left in the bucket that watermark cut) are not pending. Reads every
+    chunk of every bucket: the engine never does this.
     """
     segments = Segments(index, store, pa.concat_tables)
-    chunks = [c for b in segments.buckets() for c in segments.read(b)]
-    return _concat(chunks, stream_schema(spec, payload))
+    rows = _concat([c for b in segments.buckets() for c in segments.read(b)], stream_schema(spec, payload))
+    return rows.filter(pa.array(~_before(rows.column(ET).to_numpy(), table_wm)))
 
 
 def on_epoch(
@@ -550,20 +560,21 @@ def on_epoch(
     all_versions = all_versions.filter(pc.is_valid(all_versions.column(spec.key)))
 
     # the pending buckets the table watermark released: read them, emit what is ready
+    # (stored events before table_wm were emitted by an earlier epoch: the bucket that
+    # watermark cut keeps them, rather than being rewritten, until it is dropped)
     released = [b for b in segments.buckets() if _released(b, new_table_wm, bucket_ms)]
     out_parts: list[pa.Table] = []
     for b in released:
-        chunks = list(segments.read(b))
-        bucket = _concat(chunks, sschema)
-        if new_table_wm >= MAX_WATERMARK or (b + 1) * bucket_ms <= new_table_wm:
+        bucket = _concat(list(segments.read(b)), sschema)
+        t = bucket.column(ET).to_numpy()
+        whole = new_table_wm >= MAX_WATERMARK or (b + 1) * bucket_ms <= new_table_wm
+        waiting = np.zeros(len(t), dtype=bool) if whole else ~_before(t, new_table_wm)
+        out_parts.append(bucket.filter(pa.array(~_before(t, table_wm) & ~waiting)))
+        if whole:
             segments.drop(b)
-            out_parts.append(bucket)
-            continue
-        go_now = _before(bucket.column(ET).to_numpy(), new_table_wm)  # the bucket the watermark cuts
-        out_parts.append(bucket.filter(pa.array(go_now)))
-        rest = bucket.filter(pa.array(~go_now))
-        segments.replace(b, rest)
-        new_holds.append(_holds_of(rest, np.full(rest.num_rows, b, dtype=np.int64)))
+        else:  # the bucket the new watermark cuts: its holds from the events still waiting
+            rest = bucket.filter(pa.array(waiting))
+            new_holds.append(_holds_of(rest, np.full(rest.num_rows, b, dtype=np.int64)))
     fresh = events.filter(pa.array(~late_s))
     ft = fresh.column(ET).to_numpy()
     fresh_ready = np.ones(len(ft), dtype=bool) if new_table_wm >= MAX_WATERMARK else _before(ft, new_table_wm)
@@ -609,7 +620,7 @@ def on_epoch(
         "joined": joined.num_rows,
         "late": late.num_rows,
         "gauge:versions": kept.num_rows,
-        "gauge:pending": segments.rows(),
+        "gauge:pending": int(pc.sum(all_holds.column(ROWS)).as_py() or 0),
         "gauge:input_watermark": new_in,
         "gauge:output_watermark": new_out,
     }

@@ -92,7 +92,7 @@ class Run:
     @property
     def pending(self) -> pa.Table:
         """The whole pending buffer (read from every bucket)."""
-        return TJ.pending_events(self.store, self.index, self.spec, STREAM)
+        return TJ.pending_events(self.store, self.index, self.spec, STREAM, self.twm)
 
 
 def _oracle(events: list[tuple[str | None, int, int]], table: list[tuple[str, int, int, bool]],
@@ -410,7 +410,7 @@ def test_the_bucket_the_table_watermark_cuts_keeps_its_waiting_events_and_their_
     run.epoch(None, _versions([("a", 14, 9, False), ("b", 14, 6, False)], 1), twm=14)
     assert _got(run) == [(1, 7, 0)]  # 11 meets version 0; b's 13 has none (inner drops it)
     assert run.out == 14 and run.pending.column("id").to_pylist() == [2]
-    assert run.holds.to_pylist() == [{"k": "a", "bucket": 1, "__et": 17}]
+    assert run.holds.to_pylist() == [{"k": "a", "bucket": 1, "__et": 17, "rows": 1}]
     run.epoch(None, None, twm=18)
     assert _got(run) == [(1, 7, 0), (2, 9, 14)]
     assert run.pending.num_rows == 0 and run.holds.num_rows == 0
@@ -425,5 +425,5 @@ def test_a_pending_table_of_the_first_layout_is_moved_into_buckets() -> None:
                     stream_wm=30, new_stream_wm=30, table_wm=0, new_table_wm=10, wm_out=0, spec=spec,
                     stream_payload=STREAM, table_payload=TABLE, legacy_pending=pending, bucket_ms=10)
     assert [(x["id"], x["val"]) for x in r.joined.to_pylist()] == [(1, 7)]
-    assert TJ.pending_events(store, r.index, spec, STREAM).column("id").to_pylist() == [2]
-    assert r.holds.to_pylist() == [{"k": "a", "bucket": 2, "__et": 25}] and r.wm_out == 10
+    assert TJ.pending_events(store, r.index, spec, STREAM, 10).column("id").to_pylist() == [2]
+    assert r.holds.to_pylist() == [{"k": "a", "bucket": 2, "__et": 25, "rows": 1}] and r.wm_out == 10

@@ -70,3 +70,22 @@ def test_the_state_reader_decodes_a_temporal_join_step() -> None:
 def test_an_empty_temporal_join_state_decodes_to_an_empty_table() -> None:
     table = I.temporal_join_rows([I.Decoded(0, GroupState())], "k")
     assert table.num_rows == 0 and table.column_names == ["key_group"]
+
+
+def test_events_the_table_watermark_released_are_not_shown_as_pending() -> None:
+    """The bucket a table watermark cuts keeps its emitted events stored; the reader skips them."""
+    spec = TJ.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how="left")
+    store = MemoryChunkStore()
+    events = pa.table({"k": ["b", "a"], "id": [2, 3], "__et": [15, 25]})
+    common = dict(spec=spec, stream_payload=STREAM, table_payload=TABLE, bucket_ms=10)
+    r = TJ.on_epoch(store, None, None, None, [events], [], stream_wm=NO_WM, new_stream_wm=30,
+                    table_wm=NO_WM, new_table_wm=10, wm_out=NO_WM, **common)  # type: ignore[arg-type]
+    r = TJ.on_epoch(store, r.index, r.versions, r.holds, [], [], stream_wm=30, new_stream_wm=30,
+                    table_wm=10, new_table_wm=17, wm_out=r.wm_out, **common)  # type: ignore[arg-type]
+    assert r.joined.column("id").to_pylist() == [2]  # b@15 < 17 left, still stored in bucket [10, 20)
+    assert sum(t.num_rows for t in store.chunks.values()) == 2 and r.stats["gauge:pending"] == 1
+    group = I.Decoded(0, GroupState(17, r.wm_out, {"__table": 17, "__stream": 30},
+                                    {"versions": r.versions, "holds": r.holds, "__segments": r.index},
+                                    dict(store.chunks)))
+    rows = I.temporal_join_rows([group], "k").to_pylist()
+    assert [(x["kind"], x["k"], x["event_time"]) for x in rows] == [("pending", "a", 25)]
