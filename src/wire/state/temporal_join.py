@@ -23,8 +23,9 @@ State of a key group
       The purge and the output watermark's hold need the earliest pending event per
       key; the holds give it without reading the pending buckets.
     * **versions**: one table (:func:`versions_schema`), read and rewritten every epoch;
-      the purge bounds it to about one version per key plus the versions newer than the
-      stream watermark.
+      the purge (below) bounds it to one version per key plus the versions newer than
+      the key's horizon ``H_k`` (when the table lags, every version since about the
+      table watermark).
 
 Versioned table (``Stream.as_table``)
     The table input is a stream of keyed upserts. Each row is a *version* of the row of
