@@ -235,3 +235,48 @@ def test_rescale_mid_run_gives_the_oracle_output(spark, tmp_path):
     build(orders, rates, sink).run(ck, spark=spark, key_groups=5, progress=False)
     assert json.loads((tmp_path / "ck" / "wire.json").read_text())["key_groups"] == 5
     assert result(tmp_path / "out") == oracle(orders, rates)
+
+
+def test_read_state_shows_the_waiting_orders_and_the_versions_after_each_epoch(spark, tmp_path):
+    """``wire.read_state`` of the join step, epoch by epoch, against the inputs and the sink's epochs.
+
+    Every pending row is an order (same payload) not emitted up to that epoch and emitted in
+    a later one, at or after its key group's table watermark; every version is a rate row
+    of the input (a retraction: ``deleted``); the end of input leaves no state.
+    """
+    orders, rates = inputs(tmp_path)
+    build(orders, rates, wire.sinks.parquet(str(tmp_path / "out"))).run(
+        str(tmp_path / "ck"), spark=spark, key_groups=2)
+    def lines(path: Path) -> list[dict]:
+        return [json.loads(x) for x in path.read_text().splitlines()]
+
+    by_id = {r["id"]: r for r in lines(Path(orders, "orders.jsonl"))}
+    rate_rows = {(r["cur"], r["t"]): r for r in lines(Path(rates, "rates.jsonl"))}
+    emitted_in = {}
+    for d in sorted((tmp_path / "out").glob("epoch-*")):
+        for f in d.glob("*.parquet"):
+            for i in pq.read_table(f).column("id").to_pylist():
+                emitted_in[i] = int(d.name.split("-")[1])
+    epochs = [e.epoch for e in list_epochs(str(tmp_path / "ck")) if e.committed]
+    seen_pending = 0
+    for epoch in epochs:
+        state = wire.read_state(str(tmp_path / "ck"), "priced", epoch, spark=spark)
+        if epoch == epochs[-1]:
+            assert state.num_rows == 0  # the end of input empties the state
+            break
+        if not state.num_rows:
+            continue
+        groups = wire.read_key_groups(str(tmp_path / "ck"), "priced", epoch, spark=spark)
+        table_wm = {g["key_group"]: dict(g["channels"])["__table"] for g in groups.to_pylist()}
+        for row in state.to_pylist():
+            if row["kind"] == "pending":
+                seen_pending += 1
+                order = by_id[row["event"]["id"]]
+                assert (row["cur"], row["event_time"], row["event"]["amount"]) == (
+                    order["cur"], order["t"], order["amount"])
+                assert row["event_time"] >= table_wm[row["key_group"]]
+                assert emitted_in[order["id"]] > epoch  # waiting: emitted by a later epoch only
+            else:
+                rate = rate_rows[(row["cur"], row["event_time"])]
+                assert (row["version"]["rate"], row["deleted"]) == (rate["rate"], rate["retracted"])
+    assert seen_pending > 0  # some orders did wait for the rates' watermark

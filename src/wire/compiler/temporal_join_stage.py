@@ -9,10 +9,14 @@ unioned and grouped by key group into one transformWithStateInPandas processor
 :func:`wire.state.temporal_join.on_epoch` once per key group per epoch and only moves
 bytes in and out of it.
 
-State per key group (the ``operator`` ValueState's tables): the stored versions
-(``versions``) and the stream events waiting for the table's watermark (``pending``),
-both carrying the ``on`` column (so a rescale splits them by key like every keyed
-state table, :mod:`wire.state.rekey`); each input's watermark in force is kept next to
+State per key group: the stream events waiting for the table's watermark in the
+``segments`` MapState of chunks, bucketed by event time (the chunk index in the
+``operator`` ValueState's table ``__segments``); the stored versions (table
+``versions``) and the holds of the pending events (table ``holds``: earliest event
+time per key and bucket), see :mod:`wire.state.temporal_join`. Every chunk and table
+carries the ``on`` column (so a rescale splits them by key like every keyed state,
+:mod:`wire.state.rekey`). A table ``pending`` (the whole pending buffer, as the first
+layout kept it) is moved into the buckets on the first epoch. Each input's watermark in force is kept next to
 the channel watermarks (entries :data:`STREAM_WM`, :data:`TABLE_WM`: a rescale takes the
 minimum over the old key groups, as for channels). Each input's watermark is the minimum
 over that input's channels; the operator's input watermark the minimum over both (SPEC §2).
@@ -27,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from wire.compiler.keyed import (
+    SEGMENT_INDEX,
     GroupInput,
     KeyedProcessor,
     OperatorState,
@@ -43,7 +48,7 @@ from wire.state import temporal_join as TJ
 from wire.state.operator_watermarks import input_watermark
 
 STREAM, TABLE = "stream", "table"
-VERSIONS, PENDING = "versions", "pending"
+VERSIONS, HOLDS, PENDING = "versions", "holds", "pending"
 STREAM_WM, TABLE_WM = "__stream", "__table"
 """Entries of the operator's channel watermarks holding each input's watermark in force (ms)."""
 
@@ -64,7 +69,7 @@ class TemporalJoinStage:
 
 
 class TemporalJoinProcessor(KeyedProcessor[TemporalJoinStage]):
-    """transformWithStateInPandas processor: one key group's versions and pending events per epoch."""
+    """transformWithStateInPandas processor: one key group's versions and pending buckets per epoch."""
 
     def process(
         self, kg: int, group: GroupInput, op: OperatorState, wm_in: int, new_in: int
@@ -79,14 +84,15 @@ class TemporalJoinProcessor(KeyedProcessor[TemporalJoinStage]):
         new_t = input_watermark(old_t, channels, st.table_channels)
         op.channels = {**channels, STREAM_WM: new_s, TABLE_WM: new_t}
         out = TJ.on_epoch(
-            tables.get(VERSIONS), tables.get(PENDING),
+            self.chunks, tables.get(SEGMENT_INDEX), tables.get(VERSIONS), tables.get(HOLDS),
             group.blobs.get(STREAM, []), group.blobs.get(TABLE, []),
             stream_wm=old_s, new_stream_wm=new_s, table_wm=old_t, new_table_wm=new_t, wm_out=op.wm_out,
             spec=st.spec, stream_payload=st.stream, table_payload=st.table,
+            legacy_pending=tables.get(PENDING),  # a state written by the first, whole-table layout
         )
         return self.finish(
             kg, group, op, new_in=new_in, new_out=out.wm_out,
-            tables={VERSIONS: out.versions, PENDING: out.pending},
+            tables={VERSIONS: out.versions, HOLDS: out.holds, SEGMENT_INDEX: out.index},
             results=out.joined, event_time=out.event_time, late=out.late, stats=out.stats,
         )
 

@@ -59,7 +59,7 @@ from wire.compiler.window_stage import NO_KEY, window_spec
 from wire.core.arrow_types import spark_round_trip, spark_schema
 from wire.core.envelope import KG
 from wire.errors import CheckpointError, ConfigError
-from wire.plan.fingerprint import JOIN, PROCESS, WINDOW
+from wire.plan.fingerprint import JOIN, PROCESS, TEMPORAL_JOIN, WINDOW
 from wire.plan.nodes import Plan, ProcessNode, WindowAggregateNode
 from wire.runtime.checkpoint import META_FILE, log_batches
 from wire.state import inspect as I
@@ -77,7 +77,7 @@ FlowLike: TypeAlias = "Flow | RunningFlow | Plan"
 LAYOUT_FILE = "state_layout.json"
 """Per keyed step, its Spark operator id, key column and key type (:func:`record_layout`)."""
 
-KINDS = (WINDOW, JOIN, PROCESS)
+KINDS = (WINDOW, JOIN, TEMPORAL_JOIN, PROCESS)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class StepLayout:
 
     step: str
     kind: str
-    """``"window"``, ``"interval_join"`` or ``"process"``."""
+    """``"window"``, ``"interval_join"``, ``"temporal_join"`` or ``"process"``."""
     operator_id: int
     """Spark's stateful operator id (``state/<id>/`` of the Spark checkpoint)."""
     key: str
@@ -394,6 +394,8 @@ def decoder(layout: StepLayout, flow: FlowLike | None = None) -> Callable[[list[
         return lambda groups: I.window_rows(groups, spec, keyed=keyed)
     if layout.kind == JOIN:
         return lambda groups: I.join_rows(groups, layout.key)
+    if layout.kind == TEMPORAL_JOIN:
+        return lambda groups: I.temporal_join_rows(groups, layout.key)
     node = None if plan is None else _node(plan, layout.step)
     if isinstance(node, ProcessNode):
         states = tuple(sorted((n, s) for n, s in node.states if isinstance(s, StateSpec)))
@@ -464,6 +466,10 @@ def read_state(
     * session window: the open sessions, merged, in the same shape;
     * interval join: one row per buffered event: ``key_group``, ``side``, the key,
       ``event_time`` (int64 ms), ``arrival``, and ``left`` / ``right`` structs of its payload;
+    * temporal join: one row per stream event waiting for the table's watermark and per
+      stored table version: ``key_group``, ``kind`` (``"pending"`` / ``"version"``), the
+      key, ``event_time`` (int64 ms; a version's version time), ``arrival``, ``deleted``
+      (a delete marker; null for events), and ``event`` / ``version`` structs of its payload;
     * process function: one row per key: ``key_group``, the key, one column per declared
       state (value; list in append order; map), and ``timers`` (list of
       ``{domain, tag, time, output_time}``, int64 ms, in firing order).
@@ -632,6 +638,9 @@ def _oldest(kind: str, table: pa.Table) -> int | None:
         value = pc.min(table.column("window_start")).as_py()
     elif kind == JOIN:
         value = pc.min(table.column("event_time")).as_py()
+    elif kind == TEMPORAL_JOIN:  # the earliest pending event (versions are not events)
+        pending = table.filter(pc.equal(table.column("kind"), "pending"))
+        value = pc.min(pending.column("event_time")).as_py() if pending.num_rows else None
     else:
         timers = pc.list_flatten(table.column("timers"))
         if not len(timers):

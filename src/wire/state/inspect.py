@@ -24,6 +24,15 @@ interval join (:func:`join_rows`)
     in), then ``left`` and ``right``: structs of the event's payload columns (the other
     side's is null; a struct without fields while that side buffers nothing). Sorted by
     (key group, side, key, event_time, arrival).
+temporal join (:func:`temporal_join_rows`)
+    one row per stream event waiting for the table's watermark and per stored table
+    version: ``key_group``, ``kind`` (``"pending"`` / ``"version"``), the key column
+    (the stream's ``on``), ``event_time`` (int64 ms: the event's time, or the version
+    time), ``arrival`` (int64, the order rows arrived in; may be null), ``deleted``
+    (bool: the version is a delete marker; null for a pending event), then ``event`` and
+    ``version``: structs of the stream event's and of the version's payload columns (the
+    other one is null; a struct without fields while there are none of that kind).
+    Sorted by (key group, kind, key, event_time, arrival).
 process function (:func:`process_rows`)
     one row per key holding any state or timer: ``key_group``, the key column, one
     column per declared state named after it (value state: the value; list state: a
@@ -212,6 +221,60 @@ def join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
         out.append(pa.table(columns))
     table = pa.concat_tables(out)
     order = [(KEY_GROUP, "ascending"), ("side", "ascending"), (key, "ascending"),
+             ("event_time", "ascending"), ("arrival", "ascending")]
+    return table.sort_by(order)
+
+
+# -- temporal joins --------------------------------------------------------------------------
+TEMPORAL_KINDS = ("pending", "version")
+_TJ_DELETED = "__deleted"  # wire.state.temporal_join.DELETED (not imported: that module is heavier)
+_TJ_STRUCT = {"pending": "event", "version": "version"}
+_TJ_TABLE_WM = "__table"  # the channel of the table's watermark (wire.compiler.temporal_join_stage.TABLE_WM)
+
+
+def temporal_join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
+    """Every key group's pending events and stored versions of a temporal join (module docstring)."""
+    parts: dict[str, list[pa.Table]] = {"pending": [], "version": []}
+    for g in sorted(groups, key=lambda g: g.kg):
+        st = g.state
+        # every bucket of a temporal join's chunks holds pending events; a table "pending":
+        # the whole-table layout of the first version
+        pending = [*_chunks(st), *(t for t in [st.tables.get("pending")] if t is not None and t.num_rows)]
+        # stored events behind the table watermark were emitted (the bucket it cut keeps them)
+        table_wm = st.channels.get(_TJ_TABLE_WM)
+        if table_wm is not None:
+            bound = pa.scalar(table_wm, pa.int64())
+            pending = [t.filter(pc.greater_equal(t.column(ET), bound)) for t in pending]
+        versions = st.tables.get("versions")
+        parts["pending"] += [_with_group(t, g.kg) for t in pending]
+        if versions is not None and versions.num_rows:
+            parts["version"].append(_with_group(versions, g.kg))
+    kinds = {k: pa.concat_tables(p, promote_options="permissive") for k, p in parts.items() if p}
+    if not kinds:
+        return pa.table({KEY_GROUP: pa.array([], pa.int32())})
+    hidden = (KEY_GROUP, key, ET, SEQ, _TJ_DELETED)
+    structs = {k: pa.struct([t.schema.field(c) for c in t.column_names if c not in hidden])
+               for k, t in kinds.items()}
+    key_type = next(iter(kinds.values())).schema.field(key).type
+    out = []
+    for kind, t in kinds.items():
+        n = t.num_rows
+        fields = list(structs[kind])
+        mine = (pa.StructArray.from_arrays([t.column(f.name).combine_chunks() for f in fields], fields=fields)
+                if fields else pa.nulls(n, structs[kind]))
+        deleted = (t.column(_TJ_DELETED) if kind == "version" and _TJ_DELETED in t.column_names
+                   else pa.nulls(n, pa.bool_()))
+        arrival = t.column(SEQ) if SEQ in t.column_names else pa.nulls(n, pa.int64())
+        columns = {
+            KEY_GROUP: t.column(KEY_GROUP), "kind": pa.array([kind] * n, pa.string()),
+            key: t.column(key).cast(key_type), "event_time": t.column(ET), "arrival": arrival,
+            "deleted": deleted,
+        }
+        for k in TEMPORAL_KINDS:  # no rows of a kind: a null struct without fields
+            columns[_TJ_STRUCT[k]] = mine if k == kind else pa.nulls(n, structs.get(k, pa.struct([])))
+        out.append(pa.table(columns))
+    table = pa.concat_tables(out)
+    order = [(KEY_GROUP, "ascending"), ("kind", "ascending"), (key, "ascending"),
              ("event_time", "ascending"), ("arrival", "ascending")]
     return table.sort_by(order)
 

@@ -3,8 +3,29 @@
 :func:`on_epoch` is ``(state, inputs, watermarks) -> (state, outputs, late, watermark)``
 for one key group and one epoch: the Spark processor
 (:class:`wire.compiler.temporal_join_stage.TemporalJoinProcessor`) only unpacks the
-epoch's blobs and the group's state tables, calls it, and packs what it returns; the
-unit tests call it directly.
+epoch's blobs, calls it on the group's chunk store (a ``MapState``) and state tables,
+and packs what it returns; the unit tests call it on a
+:class:`~wire.state.segments.MemoryChunkStore`.
+
+State of a key group
+    * **pending** stream events (waiting for the table watermark) in
+      :class:`~wire.state.segments.Segments`, one bucket per :data:`BUCKET_MS` of event
+      time (bucket id ``t // BUCKET_MS``, floor division). An epoch appends its new
+      waiting events as new chunks (no read) and reads only the buckets the table
+      watermark released (those that may hold an event with ``t <`` the new table
+      watermark). A bucket wholly behind it is dropped; the one bucket it cuts is kept
+      as it is (not rewritten): its events before the table watermark have been
+      emitted, and later reads skip them. Chunks are merged by size-tiered compaction
+      (concatenation: the order of arrival is kept).
+    * **holds**: per (key, bucket), the earliest pending event time and the number of
+      pending events (:func:`holds_schema`; one row per key and bucket, against one
+      per event).
+      The purge and the output watermark's hold need the earliest pending event per
+      key; the holds give it without reading the pending buckets.
+    * **versions**: one table (:func:`versions_schema`), read and rewritten every epoch;
+      the purge (below) bounds it to one version per key plus the versions newer than
+      the key's horizon ``H_k`` (when the table lags, every version since about the
+      table watermark).
 
 Versioned table (``Stream.as_table``)
     The table input is a stream of keyed upserts. Each row is a *version* of the row of
@@ -65,6 +86,7 @@ import pyarrow.compute as pc
 from wire.core.envelope import ENVELOPE_COLUMNS, ET, MAX_WATERMARK, SEQ
 from wire.errors import ConfigError
 from wire.state import operator_watermarks as OW
+from wire.state.segments import FANOUT, ChunkStore, Segments
 
 How = Literal["inner", "left"]
 """``how=`` of the temporal join: drop unmatched events, or emit them with null table columns."""
@@ -80,6 +102,12 @@ VERSION_TIME = "version_time"
 DELETED = "__deleted"
 """Version column: bool, True for a delete marker."""
 _LATE_COLUMNS = ("event_time", "watermark", "reason", "side")
+BUCKET_MS = 60_000
+"""Event-time width (ms) of a bucket of pending stream events."""
+BUCKET = "bucket"
+"""Holds column: the int64 bucket id of the pending events it summarizes."""
+ROWS = "rows"
+"""Holds column: the number of pending events of the key in the bucket."""
 
 
 def _check_name(parameter: str, value: object) -> str:
@@ -171,6 +199,15 @@ def versions_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
                       pa.field(DELETED, pa.bool_())])
 
 
+def holds_schema(spec: TemporalJoinSpec, payload: pa.Schema) -> pa.Schema:
+    """Holds of pending events: the stream's key, ``bucket``, earliest ``__et``, int64 ``rows``.
+
+    One row per (key, bucket) holding pending events; ``rows``: how many.
+    """
+    return pa.schema([_fields(payload, (spec.key,), "stream")[0], pa.field(BUCKET, pa.int64()),
+                      pa.field(ET, pa.int64()), pa.field(ROWS, pa.int64())])
+
+
 def _fields(payload: pa.Schema, names: Sequence[str], side: str) -> list[pa.Field]:
     missing = [n for n in names if n not in payload.names]
     if missing:
@@ -224,9 +261,11 @@ class TemporalEpoch:
 
     ``joined``: the emitted rows in :func:`output_schema`, ordered by event time, then
     arrival; ``event_time``: their event times (int64 ms, the stream events');
-    ``late``: late rows in :func:`late_schema`; ``versions`` / ``pending``: the state
-    to keep (:func:`versions_schema`, :func:`stream_schema`); ``wm_out``: the new output
-    watermark (ms); ``stats``: ``joined``, ``late``, gauges ``versions``, ``pending``,
+    ``late``: late rows in :func:`late_schema`; ``versions`` / ``holds``: the state
+    tables to keep (:func:`versions_schema`, :func:`holds_schema`); ``index``: the
+    chunk index of the pending buckets to keep
+    (:data:`~wire.state.segments.INDEX_SCHEMA`); ``wm_out``: the new output watermark
+    (ms); ``stats``: ``joined``, ``late``, gauges ``versions``, ``pending``,
     ``input_watermark``, ``output_watermark``.
     """
 
@@ -234,7 +273,8 @@ class TemporalEpoch:
     event_time: pa.Array
     late: pa.Table
     versions: pa.Table
-    pending: pa.Table
+    holds: pa.Table
+    index: pa.Table
     wm_out: int
     stats: dict[str, int]
 
@@ -357,9 +397,58 @@ def _purge(versions: pa.Table, vcodes: np.ndarray, pending_codes: np.ndarray, pe
     return keep
 
 
+def _released(bucket: int, table_wm: int, width: int) -> bool:
+    """Whether ``bucket`` may hold an event with ``t < table_wm`` (Python ints: no overflow)."""
+    return table_wm >= MAX_WATERMARK or bucket * width < table_wm
+
+
+def _append_pending(segments: Segments, rows: pa.Table, width: int) -> pa.Table:
+    """Append waiting events to their buckets; their holds (key, bucket, earliest ``__et``)."""
+    ids: np.ndarray = rows.column(ET).to_numpy() // width  # floor division: negative times too
+    if not len(ids):
+        return _holds_of(rows, ids)
+    order = np.argsort(ids, kind="stable")  # stable: a bucket's events keep their arrival order
+    by_bucket = rows.take(pa.array(order))
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(order)], strict=True):
+        segments.append(int(sorted_ids[lo]), by_bucket.slice(lo, hi - lo))
+    return _holds_of(rows, ids)
+
+
+def _holds_of(rows: pa.Table, ids: np.ndarray) -> pa.Table:
+    key = rows.column_names[0]
+    return _min_holds(pa.table({key: rows.column(0), BUCKET: pa.array(ids, pa.int64()), ET: rows.column(ET),
+                                ROWS: pa.array(np.ones(len(ids), np.int64))}))
+
+
+def _min_holds(holds: pa.Table) -> pa.Table:
+    key = holds.column_names[0]
+    if not holds.num_rows:
+        return holds
+    out = holds.group_by([key, BUCKET], use_threads=False).aggregate([(ET, "min"), (ROWS, "sum")])
+    names = {f"{ET}_min": ET, f"{ROWS}_sum": ROWS}
+    return out.rename_columns([names.get(n, n) for n in out.column_names]).select([key, BUCKET, ET, ROWS])
+
+
+def pending_events(store: ChunkStore, index: pa.Table | None, spec: TemporalJoinSpec,
+                   payload: pa.Schema, table_wm: int) -> pa.Table:
+    """A key group's whole pending buffer in :func:`stream_schema` (tests and inspection).
+
+    ``table_wm``: the table watermark after the last epoch; the stored events before it
+    (emitted already, left in the bucket that watermark cut) are not pending. Reads every
+    chunk of every bucket: the engine never does this.
+    """
+    segments = Segments(index, store, pa.concat_tables)
+    rows = _concat([c for b in segments.buckets() for c in segments.read(b)], stream_schema(spec, payload))
+    return rows.filter(pa.array(~_before(rows.column(ET).to_numpy(), table_wm)))
+
+
 def on_epoch(
+    store: ChunkStore,
+    index: pa.Table | None,
     versions: pa.Table | None,
-    pending: pa.Table | None,
+    holds: pa.Table | None,
     stream: Sequence[pa.Table],
     table: Sequence[pa.Table],
     *,
@@ -371,14 +460,20 @@ def on_epoch(
     spec: TemporalJoinSpec,
     stream_payload: pa.Schema,
     table_payload: pa.Schema,
+    legacy_pending: pa.Table | None = None,
+    fanout: int = FANOUT,
+    bucket_ms: int = BUCKET_MS,
 ) -> TemporalEpoch:
     """Run one epoch of a key group's temporal join; the rules are in the module docstring.
 
     Parameters
     ----------
-    versions, pending : pyarrow.Table or None
-        The key group's stored versions (:func:`versions_schema`) and pending stream
-        events (:func:`stream_schema`) as the previous epoch left them (None: empty).
+    store, index : ChunkStore, pyarrow.Table or None
+        The key group's pending-event chunks and their chunk index as the previous epoch
+        left them (``index`` None: nothing pending). The store is updated in place.
+    versions, holds : pyarrow.Table or None
+        The key group's stored versions (:func:`versions_schema`) and the holds of its
+        pending events (:func:`holds_schema`) as the previous epoch left them (None: empty).
     stream, table : sequence of pyarrow.Table
         The epoch's new stream events and table rows: payload + int64 ``__et`` (event /
         version time, ms, no nulls) + int64 ``__seq`` (arrival, may be null or absent).
@@ -392,6 +487,14 @@ def on_epoch(
         The join's configuration.
     stream_payload, table_payload : pyarrow.Schema
         The inputs' payload columns.
+    legacy_pending : pyarrow.Table or None
+        A whole pending table (:func:`stream_schema`) of a state written before the
+        bucketed layout; moved into the buckets first.
+    fanout : int
+        Compaction fan-in of the pending buckets (:class:`~wire.state.segments.Segments`).
+    bucket_ms : int
+        Event-time width of a pending bucket (ms, >= 1); one value for the whole life of
+        a state (the engine always uses :data:`BUCKET_MS`).
 
     Returns
     -------
@@ -407,13 +510,15 @@ def on_epoch(
 
     Examples
     --------
+    >>> from wire.state.segments import MemoryChunkStore
     >>> spec = TemporalJoinSpec("cur", "cur", ("amount",), ("rate",))
     >>> sp = pa.schema([("cur", pa.string()), ("amount", pa.int64())])
     >>> tp = pa.schema([("cur", pa.string()), ("rate", pa.float64())])
     >>> rates = pa.table({"cur": ["EUR", "EUR"], "rate": [1.1, 1.2], "__et": [0, 10]})
     >>> orders = pa.table({"cur": ["EUR", "EUR", "USD"], "amount": [5, 6, 7], "__et": [9, 10, 3]})
-    >>> out = on_epoch(None, None, [orders], [rates], stream_wm=0, new_stream_wm=11, table_wm=0,
-    ...                new_table_wm=11, wm_out=0, spec=spec, stream_payload=sp, table_payload=tp)
+    >>> out = on_epoch(MemoryChunkStore(), None, None, None, [orders], [rates], stream_wm=0,
+    ...                new_stream_wm=11, table_wm=0, new_table_wm=11, wm_out=0, spec=spec,
+    ...                stream_payload=sp, table_payload=tp)
     >>> out.joined.to_pylist()  # doctest: +NORMALIZE_WHITESPACE
     [{'cur': 'EUR', 'amount': 5, 'rate': 1.1, 'version_time': 0},
      {'cur': 'EUR', 'amount': 6, 'rate': 1.2, 'version_time': 10}]
@@ -423,12 +528,21 @@ def on_epoch(
     if new_stream_wm < stream_wm or new_table_wm < table_wm:
         raise ValueError("watermarks never decrease: "
                          f"stream {stream_wm} -> {new_stream_wm}, table {table_wm} -> {new_table_wm}")
+    if bucket_ms < 1:
+        raise ValueError(f"bucket_ms must be >= 1, got {bucket_ms}")
     out_schema = output_schema(spec, stream_payload, table_payload)
     lschema = late_schema(spec, stream_payload, table_payload)
     sschema = stream_schema(spec, stream_payload)
     vschema = versions_schema(spec, table_payload)
+    hschema = holds_schema(spec, stream_payload)
     events = _concat(stream, sschema)
     rows = _concat(table, table_input_schema(spec, table_payload))
+    segments = Segments(index, store, pa.concat_tables, fanout=fanout)
+    # holds of buckets as the epoch found them (a released bucket's go), and of buckets it wrote
+    old_holds = [holds.select(hschema.names).cast(hschema)] if holds is not None else []
+    if legacy_pending is not None and legacy_pending.num_rows:
+        old_holds.append(_append_pending(segments, _concat([legacy_pending], sschema), bucket_ms))
+    new_holds: list[pa.Table] = []
 
     late_s = _before(events.column(ET).to_numpy(), stream_wm)
     late_t = _before(rows.column(ET).to_numpy(), table_wm)
@@ -446,22 +560,48 @@ def on_epoch(
     # the valid key codes of a null-free versions table: drop versions with a null key
     all_versions = all_versions.filter(pc.is_valid(all_versions.column(spec.key)))
 
-    waiting = pa.concat_tables([_concat([pending], sschema), events.filter(pa.array(~late_s))])
-    pt = waiting.column(ET).to_numpy()
-    ready = np.ones(len(pt), dtype=bool) if new_table_wm >= MAX_WATERMARK else _before(pt, new_table_wm)
-    vcodes, ecodes = _key_codes(all_versions.column(spec.key), waiting.column(spec.key).cast(
-        all_versions.schema.field(spec.key).type))
+    # the pending buckets the table watermark released: read them, emit what is ready
+    # (stored events before table_wm were emitted by an earlier epoch: the bucket that
+    # watermark cut keeps them, rather than being rewritten, until it is dropped)
+    released = [b for b in segments.buckets() if _released(b, new_table_wm, bucket_ms)]
+    out_parts: list[pa.Table] = []
+    for b in released:
+        bucket = _concat(list(segments.read(b)), sschema)
+        t = bucket.column(ET).to_numpy()
+        whole = new_table_wm >= MAX_WATERMARK or (b + 1) * bucket_ms <= new_table_wm
+        waiting = np.zeros(len(t), dtype=bool) if whole else ~_before(t, new_table_wm)
+        out_parts.append(bucket.filter(pa.array(~_before(t, table_wm) & ~waiting)))
+        if whole:
+            segments.drop(b)
+        else:  # the bucket the new watermark cuts: its holds from the events still waiting
+            rest = bucket.filter(pa.array(waiting))
+            new_holds.append(_holds_of(rest, np.full(rest.num_rows, b, dtype=np.int64)))
+    fresh = events.filter(pa.array(~late_s))
+    ft = fresh.column(ET).to_numpy()
+    fresh_ready = np.ones(len(ft), dtype=bool) if new_table_wm >= MAX_WATERMARK else _before(ft, new_table_wm)
+    new_holds.append(_append_pending(segments, fresh.filter(pa.array(~fresh_ready)), bucket_ms))
+    ready = pa.concat_tables([sschema.empty_table(), *out_parts, fresh.filter(pa.array(fresh_ready))])
+    if released:
+        gone = np.asarray(released, dtype=np.int64)
+        old_holds = [h.filter(pa.array(~np.isin(h.column(BUCKET).to_numpy(), gone))) for h in old_holds]
+    all_holds = _min_holds(pa.concat_tables(
+        [hschema.empty_table(), *(h.cast(hschema) for h in (*old_holds, *new_holds))]))
+
+    pt = ready.column(ET).to_numpy()
+    hkey = all_holds.column(spec.key).cast(all_versions.schema.field(spec.key).type)
+    vcodes, rcodes_hcodes = _key_codes(all_versions.column(spec.key), pa.chunked_array(
+        [*ready.column(spec.key).cast(hkey.type).chunks, *hkey.chunks], type=hkey.type))
+    ecodes, hcodes = rcodes_hcodes[: ready.num_rows], rcodes_hcodes[ready.num_rows:]
     vt = all_versions.column(ET).to_numpy()
 
-    go = np.flatnonzero(ready)
-    go = go[np.lexsort((_arrival(waiting)[go], pt[go]))]
+    go = np.lexsort((_arrival(ready), pt))
     hit = _asof(vcodes, vt, ecodes[go], pt[go])
     if hit.size and all_versions.num_rows:
         is_del = all_versions.column(DELETED).to_numpy(zero_copy_only=False).astype(bool)
         hit = np.where((hit >= 0) & is_del[np.maximum(hit, 0)], -1, hit)
     if spec.how == "inner":
         go, hit = go[hit >= 0], hit[hit >= 0]
-    emitted = waiting.take(pa.array(go, pa.int64()))
+    emitted = ready.take(pa.array(go, pa.int64()))
     idx = pa.array(hit, pa.int64(), mask=hit < 0)
     met = all_versions.take(idx)
     joined = pa.Table.from_arrays(
@@ -469,21 +609,21 @@ def on_epoch(
          *(met.column(c) for c in spec.table_columns), met.column(ET)],
         schema=out_schema)
 
-    still = waiting.filter(pa.array(~ready))
-    n_codes = int(max(vcodes.max(initial=-1), ecodes.max(initial=-1))) + 1
-    keep = _purge(all_versions, vcodes, ecodes[~ready], pt[~ready], new_stream_wm, new_table_wm,
-                  n_codes)
+    ht = all_holds.column(ET).to_numpy()
+    n_codes = int(max(vcodes.max(initial=-1), rcodes_hcodes.max(initial=-1))) + 1
+    keep = _purge(all_versions, vcodes, hcodes, ht, new_stream_wm, new_table_wm, n_codes)
     kept = all_versions.filter(pa.array(keep))
 
     new_in = min(new_stream_wm, new_table_wm)
-    hold = int(pt[~ready].min()) if still.num_rows else None
+    hold = int(ht.min()) if len(ht) else None
     new_out = OW.output_watermark(wm_out, new_in, hold)
     stats = {
         "joined": joined.num_rows,
         "late": late.num_rows,
         "gauge:versions": kept.num_rows,
-        "gauge:pending": still.num_rows,
+        "gauge:pending": int(pc.sum(all_holds.column(ROWS)).as_py() or 0),
         "gauge:input_watermark": new_in,
         "gauge:output_watermark": new_out,
     }
-    return TemporalEpoch(joined, emitted.column(ET).combine_chunks(), late, kept, still, new_out, stats)
+    return TemporalEpoch(joined, emitted.column(ET).combine_chunks(), late, kept, all_holds,
+                         segments.index(), new_out, stats)

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from wire.errors import ConfigError
 from wire.state import temporal_join as TJ
+from wire.state.segments import MemoryChunkStore
 
 NO_WM = -(2**63)
 MAX_WM = 2**63 - 1
@@ -59,10 +60,13 @@ def _versions(rows: list[tuple[str, int, int, bool]], seq0: int = 0) -> pa.Table
 class Run:
     """Drives :func:`on_epoch` epoch after epoch like the processor, keeping state and watermarks."""
 
-    def __init__(self, how: str = "inner") -> None:
+    def __init__(self, how: str = "inner", bucket_ms: int = 7) -> None:
         self.spec = _spec(how)
+        self.bucket_ms = bucket_ms  # small: the test times (0..40) span several pending buckets
+        self.store = MemoryChunkStore()
+        self.index: pa.Table | None = None
         self.versions: pa.Table | None = None
-        self.pending: pa.Table | None = None
+        self.holds: pa.Table | None = None
         self.swm = self.twm = self.out = NO_WM
         self.joined: list[dict] = []
         self.late: list[dict] = []
@@ -71,18 +75,24 @@ class Run:
               swm: int | None = None, twm: int | None = None) -> TJ.TemporalEpoch:
         new_s = self.swm if swm is None else swm
         new_t = self.twm if twm is None else twm
-        r = TJ.on_epoch(self.versions, self.pending, [events] if events is not None else [],
+        r = TJ.on_epoch(self.store, self.index, self.versions, self.holds,
+                        [events] if events is not None else [],
                         [table] if table is not None else [], stream_wm=self.swm, new_stream_wm=new_s,
                         table_wm=self.twm, new_table_wm=new_t, wm_out=self.out, spec=self.spec,
-                        stream_payload=STREAM, table_payload=TABLE)
+                        stream_payload=STREAM, table_payload=TABLE, bucket_ms=self.bucket_ms, fanout=2)
         times = r.event_time.to_pylist()
         assert all(t >= self.out for t in times), "an output row behind the output watermark"
         assert r.wm_out >= self.out
-        self.versions, self.pending, self.out = r.versions, r.pending, r.wm_out
+        self.versions, self.holds, self.index, self.out = r.versions, r.holds, r.index, r.wm_out
         self.swm, self.twm = new_s, new_t
         self.joined += r.joined.to_pylist()
         self.late += r.late.to_pylist()
         return r
+
+    @property
+    def pending(self) -> pa.Table:
+        """The whole pending buffer (read from every bucket)."""
+        return TJ.pending_events(self.store, self.index, self.spec, STREAM, self.twm)
 
 
 def _oracle(events: list[tuple[str | None, int, int]], table: list[tuple[str, int, int, bool]],
@@ -242,7 +252,7 @@ def test_event_waits_until_the_table_watermark_passes_its_time() -> None:
     run = Run()
     r = run.epoch(_events([("a", 10, 1)]), _versions([("a", 0, 7, False)]), swm=30, twm=10)
     # table watermark 10 has not passed t=10: a version of time 10 may still come
-    assert r.joined.num_rows == 0 and r.pending.num_rows == 1
+    assert r.joined.num_rows == 0 and run.pending.num_rows == 1
     assert r.wm_out == 10  # min(stream 30, table 10), held at the pending event's 10
     r = run.epoch(None, _versions([("a", 10, 8, False)], 1), swm=30, twm=11)
     assert _got(run) == [(1, 8, 10)] and r.wm_out == 11
@@ -303,7 +313,8 @@ def test_stream_and_table_keys_may_have_different_names() -> None:
     spec = TJ.TemporalJoinSpec("cur", "currency", ("amount",), ("rate",))
     sp = pa.schema([("cur", pa.string()), ("amount", pa.int64())])
     tp = pa.schema([("currency", pa.string()), ("rate", pa.float64())])
-    r = TJ.on_epoch(None, None, [pa.table({"cur": ["EUR"], "amount": [3], "__et": [7]})],
+    r = TJ.on_epoch(MemoryChunkStore(), None, None, None,
+                    [pa.table({"cur": ["EUR"], "amount": [3], "__et": [7]})],
                     [pa.table({"currency": ["EUR", "EUR"], "rate": [1.0, 2.0], "__et": [5, 9]})],
                     stream_wm=0, new_stream_wm=8, table_wm=0, new_table_wm=8, wm_out=0, spec=spec,
                     stream_payload=sp, table_payload=tp)
@@ -336,20 +347,83 @@ def test_a_rescale_splits_the_state_by_key_and_the_output_still_equals_the_oracl
         for g, state in groups.items():
             mine_e = evt.filter(pa.array(assign(evt.column("k")) == g)) if evt.num_rows else evt
             mine_t = tbt.filter(pa.array(assign(tbt.column("k")) == g)) if tbt.num_rows else tbt
-            r = TJ.on_epoch(state.tables.get("versions"), state.tables.get("pending"), [mine_e], [mine_t],
+            store = MemoryChunkStore(dict(state.chunks))
+            r = TJ.on_epoch(store, state.tables.get("__segments"), state.tables.get("versions"),
+                            state.tables.get("holds"), [mine_e], [mine_t],
                             stream_wm=state.channels["__stream"], new_stream_wm=swm,
                             table_wm=state.channels["__table"], new_table_wm=twm, wm_out=state.wm_out,
-                            spec=spec, stream_payload=STREAM, table_payload=TABLE)
+                            spec=spec, stream_payload=STREAM, table_payload=TABLE, bucket_ms=7)
             joined.extend(r.joined.to_pylist())
             groups[g] = GroupState(min(swm, twm), r.wm_out, {"__stream": swm, "__table": twm},
-                                   {"versions": r.versions, "pending": r.pending})
+                                   {"versions": r.versions, "holds": r.holds, "__segments": r.index},
+                                   store.chunks)
 
     for ev, tb, swm, twm in epochs[:2]:
         epoch(ev, tb, swm, twm, 2)
     # events wait across the rescale
-    assert sum(s.tables["pending"].num_rows for s in groups.values()) > 0
+    assert sum(t.num_rows for s in groups.values() for t in s.chunks.values()) > 0
     groups = rekey(groups, key="k", new_groups=3, assign=group_of(3))
     epoch(*epochs[2], 3)
     epoch([], [], MAX_WM, MAX_WM, 3)
     got = sorted((r["id"], r["val"], r["version_time"]) for r in joined)
     assert got == _oracle(events, table, "left")
+
+
+# ---- the chunked state: what an epoch reads ------------------------------------------------
+
+
+class _RecordingStore(MemoryChunkStore):
+    """A chunk store that records the bucket of every ``get``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[int] = []
+
+    def get(self, bucket: int, chunk: int) -> pa.Table:
+        self.gets.append(bucket)
+        return super().get(bucket, chunk)
+
+
+def test_an_epoch_reads_only_the_pending_buckets_the_table_watermark_released() -> None:
+    run = Run("left", bucket_ms=10)
+    store = run.store = _RecordingStore()
+    run.epoch(_events([("a", 5, 1), ("b", 15, 2), ("a", 25, 3), ("b", 35, 4)]),
+              _versions([("a", 0, 7, False), ("b", 0, 8, False)]), swm=40, twm=0)
+    assert sorted(store.chunks) == [(0, 0), (1, 0), (2, 0), (3, 0)]  # one bucket per 10 ms
+    store.gets.clear()
+    run.epoch(_events([("a", 45, 5)]), None, swm=50)  # the table lags: the epoch only appends
+    assert store.gets == [] and _got(run) == []
+    run.epoch(None, None, twm=20)  # buckets [0, 10) and [10, 20) released, nothing else read
+    assert sorted(store.gets) == [0, 1]
+    assert _got(run) == [(1, 7, 0), (2, 8, 0)]
+    store.gets.clear()
+    run.epoch(None, None, twm=30)
+    assert store.gets == [2] and _got(run) == [(1, 7, 0), (2, 8, 0), (3, 7, 0)]
+    assert run.out == 30  # held by event 35, the earliest still pending
+    assert sorted(run.pending.column("id").to_pylist()) == [4, 5]
+
+
+def test_the_bucket_the_table_watermark_cuts_keeps_its_waiting_events_and_their_hold() -> None:
+    run = Run("inner", bucket_ms=10)
+    run.epoch(_events([("a", 11, 1), ("a", 17, 2), ("b", 13, 3)]), _versions([("a", 0, 7, False)]),
+              swm=30, twm=0)
+    run.epoch(None, _versions([("a", 14, 9, False), ("b", 14, 6, False)], 1), twm=14)
+    assert _got(run) == [(1, 7, 0)]  # 11 meets version 0; b's 13 has none (inner drops it)
+    assert run.out == 14 and run.pending.column("id").to_pylist() == [2]
+    assert run.holds.to_pylist() == [{"k": "a", "bucket": 1, "__et": 17, "rows": 1}]
+    run.epoch(None, None, twm=18)
+    assert _got(run) == [(1, 7, 0), (2, 9, 14)]
+    assert run.pending.num_rows == 0 and run.holds.num_rows == 0
+
+
+def test_a_pending_table_of_the_first_layout_is_moved_into_buckets() -> None:
+    spec = _spec("left")
+    pending = pa.table({"k": ["a", "a"], "id": [1, 2], "__et": [5, 25], "__seq": [0, 1]})
+    store = MemoryChunkStore()
+    r = TJ.on_epoch(store, None, _versions([("a", 0, 7, False)]).select(["k", "val", "__et", "__seq"])
+                    .append_column("__deleted", pa.array([False])), None, [], [],
+                    stream_wm=30, new_stream_wm=30, table_wm=0, new_table_wm=10, wm_out=0, spec=spec,
+                    stream_payload=STREAM, table_payload=TABLE, legacy_pending=pending, bucket_ms=10)
+    assert [(x["id"], x["val"]) for x in r.joined.to_pylist()] == [(1, 7)]
+    assert TJ.pending_events(store, r.index, spec, STREAM, 10).column("id").to_pylist() == [2]
+    assert r.holds.to_pylist() == [{"k": "a", "bucket": 2, "__et": 25, "rows": 1}] and r.wm_out == 10
