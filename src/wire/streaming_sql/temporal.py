@@ -218,7 +218,7 @@ def _record(
     rest: list[exp.Expr],
 ) -> tuple[Relation, exp.Expr | None]:
     """The operators: both sides' key, the table's columns prefixed, ``as_table``, ``temporal_join``."""
-    from wire.streaming_sql.compiler import _composite
+    from wire.streaming_sql.joins import _composite
 
     lkey, rkey = [p[0] for p in pairs], [p[1] for p in pairs]
     left, ls = c._narrow(left, lkey, references)
