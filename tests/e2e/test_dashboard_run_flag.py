@@ -46,8 +46,17 @@ def test_run_with_dashboard_prints_the_url_and_serves_the_flow_until_the_run_end
     assert "uPlot" in httpx.get(f"{url}/", timeout=10).text
     graph = httpx.get(f"{url}/v1/flows/dashrun/graph", timeout=10).json()
     assert [n["step"] for n in graph["nodes"]][:2] == ["events", "copy"]
-    assert httpx.patch(f"{url}/v1/flows/dashrun", json={"status": "running"},
-                       headers={"Authorization": f"Bearer {token}"}, timeout=10).status_code == 200
+    # the flow is registered while its run still starts (Spark, its compilation); until then a
+    # status change is answered 409 "is starting" (control/server.py), so it is retried on that
+    answers: list[httpx.Response] = []
+
+    def resumed() -> bool:
+        answers.append(httpx.patch(f"{url}/v1/flows/dashrun", json={"status": "running"},
+                                   headers={"Authorization": f"Bearer {token}"}, timeout=10))
+        return not (answers[-1].status_code == 409 and "is starting" in answers[-1].text)
+
+    wait_for(resumed, "the flow's run to start")
+    assert answers[-1].status_code == 200, answers[-1].text
 
     write_events(src / "a.jsonl", range(60))  # three epochs of 20: the third stops the run
     thread.join(120)
