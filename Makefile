@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[all,dev]'
+	@# the JVM's class-data-sharing archive of Spark's classes (wire.runtime.class_archive):
+	@# local sessions start ~2.5 s sooner; without it they start as before
+	-$(PY) -m wire.cli.class_archive > $(VENV)/class-archive.log 2>&1
 	touch $(STAMP)
 
 run: java-check $(STAMP)

@@ -27,8 +27,9 @@ spark = wire.spark("local[2]")
 t_ready = time.time()
 schema = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("value", pa.float64())])
 flow = wire.Flow("peers-kafka")
-events = flow.source(wire.sources.kafka(a.bootstrap, a.topic, group=f"wire-{a.topic}", schema=schema,
-                                        config=RECEIVE_LIMIT),
+group = f"wire-{a.topic}-{a.out.name}"  # a rerun on the same broker reads the topic again
+source = wire.sources.kafka(a.bootstrap, a.topic, group=group, schema=schema, config=RECEIVE_LIMIT)
+events = flow.source(source,
                      event_time="ts", key="key", watermark=wire.BoundedOutOfOrderness(a.delay_ms),
                      name="events")
 counts = (events.filter(f"ts < {a.end_ts}").window(wire.Tumbling(a.window_ms))
