@@ -1,11 +1,13 @@
 """A class-data-sharing archive of Spark's JVM classes, so a local session starts faster.
 
-A local SparkSession's JVM loads, verifies and links about 15,000 classes before the first
-epoch (Spark, Scala, Hadoop, Arrow, RocksDB's JNI wrapper, Jackson ...). Java's
+A local SparkSession's JVM loads, verifies and links about 18,000 classes by the end of
+its first job (Spark, Scala, Hadoop, Arrow, RocksDB's JNI wrapper, Jackson ...). Java's
 application class-data sharing (JDK 17, JEP 350 "dynamic CDS archives") keeps those
 classes pre-parsed in a file that later JVMs map into memory. Measured on the 2-core
-development machine (`/tmp`-style script: session, then ``spark.range(1000)`` summed):
-SparkSession 4.2 s -> 2.6 s, first job 2.2 s -> 1.2 s (docs/architecture.md, issue 25).
+development machine (``wire.spark("local[2]")``, then ``spark.range(1000)`` summed):
+the session 4.2 s -> 2.6 s, its first job 2.2 s -> 1.2 s; with the JIT at C1 as well
+(:data:`wire.runtime.session.LOCAL_JAVA_OPTIONS`) 1.8 s and 0.8 s
+(docs/architecture.md, issue 25).
 
 How it works:
 
