@@ -388,6 +388,10 @@ def run_native(spark: SparkSession, query: str, src: Path, epoch: int) -> Result
 # ---------------------------------------------------------------------------- reporting
 
 
+JAVA_OPTIONS = [""]
+"""The ``--java-options`` of this run (reported with the machine)."""
+
+
 def machine() -> list[str]:
     m = facts()
     cpu, ram, java, rev = m["cpu"], m["ram"], m["java"], m["rev"]
@@ -395,7 +399,8 @@ def machine() -> list[str]:
             f"{LOAD_AT_START[0]:.2f}, at the end {os.getloadavg()[0]:.2f} (other work on the machine "
             "makes the figures noisier)",
             f"Wire source tree: git {rev} (\"dirty\": uncommitted changes in the work tree)",
-            f"Java: {java}", f"PySpark {pyspark.__version__}, Python {platform.python_version()}, "
+            f"Java: {java}; driver JVM options: {JAVA_OPTIONS[0] or 'the defaults of a Wire session'}",
+            f"PySpark {pyspark.__version__}, Python {platform.python_version()}, "
             f"Spark master {MASTER}",
             f"Date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}"]
 
@@ -575,12 +580,17 @@ def main() -> None:
     p.add_argument("--wire-source", choices=["files", "generator"], default="files",
                    help="files: Wire reads the same Parquet files as plain PySpark (default); "
                         "generator: Wire generates the events in its source tasks")
+    p.add_argument("--java-options", default="",
+                   help="more driver JVM options for the shared session (both engines), e.g. "
+                        "-XX:TieredStopAtLevel=1 (the JIT stops at C1; see docs/architecture.md)")
     args = p.parse_args()
     if args.sql_only and args.out == Path("bench/results/nexmark.md"):
         args.out = Path("bench/results/nexmark_sql.md")
     LOAD_AT_START[0] = os.getloadavg()[0]
     n, epoch = args.events, args.epoch_size
-    spark = wire.spark(MASTER)
+    JAVA_OPTIONS[0] = args.java_options
+    java_conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else None
+    spark = wire.spark(MASTER, java_conf)
     spark.sparkContext.setLogLevel("ERROR")
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(n // epoch + 100))
     OUT.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,7 @@ its first job (Spark, Scala, Hadoop, Arrow, RocksDB's JNI wrapper, Jackson ...).
 application class-data sharing (JDK 17, JEP 350 "dynamic CDS archives") keeps those
 classes pre-parsed in a file that later JVMs map into memory. Measured on the 2-core
 development machine (``wire.spark("local[2]")``, then ``spark.range(1000)`` summed):
-the session 4.2 s -> 2.6 s, its first job 2.2 s -> 1.2 s; with the JIT at C1 as well
-(:data:`wire.runtime.session.LOCAL_JAVA_OPTIONS`) 1.8 s and 0.8 s
-(docs/architecture.md, issue 25).
+the session 4.2 s -> 2.6 s, its first job 2.2 s -> 1.2 s (docs/architecture.md, issue 25).
 
 How it works:
 

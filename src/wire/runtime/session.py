@@ -59,25 +59,6 @@ the heap grows, and ``Min/MaxHeapFreeRatio=10/30`` shrink it back towards the li
 after a collection that finds it mostly free."""
 
 
-LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-"""JVM options of a ``local`` master's driver (which is also its only executor), before the
-caller's: the JIT stops at C1 (HotSpot's quick compiler), C2 never runs.
-
-Why: in a Wire flow most CPU is Python's (parsing, pre-aggregation, the stateful
-kernels); the JVM moves Arrow batches, shuffles and plans epochs. With the default
-tiered JIT, C2 compiled for 15-16 of the JVM's 32-34 CPU seconds of a 1,000,000-event
-Kafka flow, and for 10-16 CPU s of the flights jobs, on two cores the job needs.
-Measured on the 2-core development machine (``bench/peers.py``, quiet, with the class
-archive; docs/architecture.md): tumbling x flights 19.3-22.8 s -> 16.3-16.8 s wall
-(27-35 -> 18.5-19.7 CPU s); the Kafka tumbling count of ``bench/peers_engines/kafka_wire.py``
-over 1,000,000 events 40.5-44.1 s -> 30.8 s. The cost: C1's code is slower, and a long run
-whose epochs are big pays it every epoch: tumbling x 5,000,000 synthetic events has
-steady 250,000-event epochs of 873-893 ms against C2's 745-796 ms (wall 28.4-28.7 s
-against 28.8-30.7 s). A long-running local flow with big epochs gets C2 back with
-``spark.driver.extraJavaOptions="-XX:TieredStopAtLevel=4"`` (a later flag wins). Clusters
-are untouched: this is the driver's JVM only, and there it plans epochs."""
-
-
 def check_java() -> None:
     """Raise ``WireError`` with one clear line if Java 17+ is not available."""
     java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin"))
@@ -113,21 +94,19 @@ their strings after 15 minutes, and the JVM's heap after each collection climbed
 the epoch log), so with the UI off Wire keeps 50."""
 
 
-def session_settings(
-    conf: Mapping[str, str] | None = None, *, local: bool = False, archive: str = ""
-) -> dict[str, str]:
+def session_settings(conf: Mapping[str, str] | None = None, *, archive: str = "") -> dict[str, str]:
     """The Spark settings of a session Wire creates: :data:`DEFAULT_CONF` overridden by ``conf``.
 
-    ``spark.driver.extraJavaOptions`` is ``archive`` (the class archive's options,
-    :func:`wire.runtime.class_archive.java_options`), :data:`DEFAULT_JAVA_OPTIONS`, with
-    ``local`` (a ``local`` master) :data:`LOCAL_JAVA_OPTIONS`, then the one in ``conf`` (if
-    any), so the caller's options add to Wire's and win where they repeat a flag.
+    ``spark.driver.extraJavaOptions`` is ``archive`` (a local session's class archive
+    options, :func:`wire.runtime.class_archive.java_options`), :data:`DEFAULT_JAVA_OPTIONS`,
+    then the one in ``conf`` (if any), so the caller's options add to Wire's and win where
+    they repeat a flag.
     With the UI off (``spark.ui.enabled`` ``"false"``, Wire's default), the status store's
     retention is :data:`NO_UI_RETENTION` unless ``conf`` sets it; with the UI on, Spark's.
     """
     settings = {**DEFAULT_CONF, **dict(conf or {})}
-    wire_options = [archive, DEFAULT_JAVA_OPTIONS, LOCAL_JAVA_OPTIONS if local else ""]
-    settings[JAVA_OPTIONS_KEY] = " ".join(o for o in [*wire_options, settings.get(JAVA_OPTIONS_KEY, "")] if o)
+    options = [archive, DEFAULT_JAVA_OPTIONS, settings.get(JAVA_OPTIONS_KEY, "")]
+    settings[JAVA_OPTIONS_KEY] = " ".join(o for o in options if o)
     if str(settings.get("spark.ui.enabled", "true")).lower() == "false":
         for key, value in NO_UI_RETENTION.items():
             settings.setdefault(key, value)
@@ -152,8 +131,7 @@ def spark_session(
     A ``local`` master's JVM maps the class-data-sharing archive of Spark's classes
     (:mod:`wire.runtime.class_archive`; built in the background the first time, unless
     ``use_archive`` is False or ``WIRE_CLASS_ARCHIVE=off``): about 1.5 s less for the
-    session and 1 s less for its first job on the 2-core development machine. Its JIT
-    stops at C1 (:data:`LOCAL_JAVA_OPTIONS`, which says what that trades).
+    session and 1 s less for its first job on the 2-core development machine.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -168,7 +146,7 @@ def spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     local = master.startswith("local")
     archive = java_options(os.environ.get("SPARK_HOME")) if local and use_archive else ""
-    settings = session_settings(conf, local=local, archive=archive)
+    settings = session_settings(conf, archive=archive)
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate() if log_file is None else _with_stderr_to(log_file, builder.getOrCreate)
