@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from wire.runtime.class_archive import archive_path, build
+from wire.runtime.class_archive import BUILD_TIMEOUT_S, archive_path, build
 from wire.runtime.session import local_spark_home
 
 
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="build this archive; the caller holds its lock (the background builder)")
     parser.add_argument("--force", action="store_true", help="build again even if the archive exists")
     a = parser.parse_args(argv)
-    if a.locked is not None:
+    if a.locked is not None:  # the background builder: it must not hang on, holding the lock
+        signal.alarm(int(BUILD_TIMEOUT_S))
         return 0 if build(a.locked, sample_flow, locked=True) else 1
     home = os.environ.get("SPARK_HOME") or local_spark_home()
     path = archive_path(home) if home else None

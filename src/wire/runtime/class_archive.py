@@ -52,7 +52,9 @@ the CLI layer; this module only names it."""
 LOCK_STALE_S = 600.0
 """A builder's lock file older than this is taken to be left by a builder that died."""
 BUILD_TIMEOUT_S = 300.0
-"""A builder whose flow has not finished after this long is stopped (nothing is written)."""
+"""The background builder ends itself after this long (an alarm; its JVM then exits with it),
+and :func:`build` waits at most this long for the JVM to write the archive and exit;
+either way nothing is put in place."""
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 

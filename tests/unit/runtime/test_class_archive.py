@@ -137,3 +137,18 @@ def test_a_built_archive_is_accepted_by_a_jvm_on_sparks_class_path(tmp_path):
     truncated = tmp_path / "truncated.jsa"
     truncated.write_bytes(path.read_bytes()[:1_000_000])
     assert ca.verified(path, home) and not ca.verified(truncated, home)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(local_spark_home() is None, reason="needs a pip-installed pyspark")
+def test_the_background_builder_runs_a_wire_flow_and_puts_a_verified_archive_in_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("WIRE_CACHE_DIR", str(tmp_path / "cache"))
+    home = local_spark_home()
+    path = ca.archive_path(home)
+    proc = ca.start_builder(path, home)
+    assert proc is not None and ca.start_builder(path, home) is None  # one builder at a time
+    log = path.with_name(path.name + ".log")
+    assert proc.wait(timeout=ca.BUILD_TIMEOUT_S + 60) == 0, log.read_text()[-3000:]
+    assert path.is_file() and ca.verified(path, home)
+    assert not ca._lock(path).exists() and not list(path.parent.glob("*.tmp"))
+    assert ca.java_options(home).startswith(f"-XX:SharedArchiveFile={path} ")
