@@ -141,12 +141,7 @@ def temporal_join(
     both = Relation(left.stream, (ls, rs), None)
     _check_as_of(c, both, left, as_of)
 
-    after: list[exp.Expr] = []
-    for term in conjuncts(where):
-        if c._only_side(both, term) == 0:
-            left = c.filter(left, term)
-        else:
-            after.append(term)
+    left, after = _filter_stream_side(c, both, left, where)
     pairs: list[tuple[str, str]] = []
     rest: list[exp.Expr] = []
     for term in conjuncts(on):
@@ -177,6 +172,22 @@ def temporal_join(
             "ON <equalities of the key> only; filter in WHERE, or use an inner join",
         )
     return _record(c, left, right, pairs, versioned, how, references, after, rest)
+
+
+def _filter_stream_side(
+    c: Compiler, both: Relation, left: Relation, where: exp.Expr | None
+) -> tuple[Relation, list[exp.Expr]]:
+    """Apply the WHERE conjuncts of the stream's side alone to ``left`` before the join; the others stay.
+
+    Returns the filtered stream and the conjuncts left for after the join.
+    """
+    after: list[exp.Expr] = []
+    for term in conjuncts(where):
+        if c._only_side(both, term) == 0:
+            left = c.filter(left, term)
+        else:
+            after.append(term)
+    return left, after
 
 
 def _check_as_of(c: Compiler, both: Relation, left: Relation, as_of: exp.Expr) -> None:
@@ -285,12 +296,7 @@ def _lookup(
             joined = None  # unknown now; lookup_join reports it when the flow compiles
     rs = Side(alias, None if joined is None else (table.key, *joined), key=table.key)
     both = Relation(left.stream, (ls, rs), None)
-    after: list[exp.Expr] = []
-    for term in conjuncts(where):
-        if c._only_side(both, term) == 0:
-            left = c.filter(left, term)
-        else:
-            after.append(term)
+    left, after = _filter_stream_side(c, both, left, where)
     key: str | None = None
     rest: list[exp.Expr] = []
     for term in conjuncts(on):
