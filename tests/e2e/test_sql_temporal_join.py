@@ -21,6 +21,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 import pytest
+from tests.e2e.scripted import scripted
 
 import wire
 from wire.testing import MemorySink, TestStream
@@ -64,16 +65,7 @@ WHERE o.x > 10"""
 
 def script() -> tuple[TestStream, pd.DataFrame]:
     """The TestStream and the events with the watermark in force when each arrived (None: no watermark)."""
-    ts = TestStream(schema=SCHEMA, event_time="t")
-    rows, wm = [], None
-    for events, after in SCRIPT:
-        ts.add_events(events)
-        rows += [{**e, "wm": wm} for e in events]
-        if after is not None:
-            ts.advance_watermark(after)
-            wm = after
-    ts.advance_watermark_to_infinity()
-    return ts, pd.DataFrame(rows)
+    return scripted(SCHEMA, SCRIPT)
 
 
 def asof(orders: pd.DataFrame, rates: pd.DataFrame, how: str) -> list[tuple]:
