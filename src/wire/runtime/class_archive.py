@@ -32,10 +32,8 @@ How it works:
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +41,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from wire.runtime.java import java_binary, version_output
 
 ENV_SWITCH = "WIRE_CLASS_ARCHIVE"
 """``off`` (or ``0``, ``false``, ``no``): no archive is used or built."""
@@ -72,28 +72,16 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "wire"
 
 
-@functools.lru_cache(maxsize=8)
-def _java_version(java: str) -> str:
+def _java_identity(java: str) -> str:
     """The Java runtime's identity: its real path and ``java -version``'s version and build lines.
 
     Without the launcher's "Picked up JDK_JAVA_OPTIONS: ..." notes and the VM line (it
     names the JIT mode, e.g. "emulated-client"): options do not change the runtime, and a
     JVM started with them uses the same archive.
     """
-    try:
-        text = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    text = version_output(java)
     lines = [line for line in text.splitlines() if line.strip() and "Picked up " not in line]
     return "\n".join([os.path.realpath(java), *lines[:2]])
-
-
-def java_binary() -> str | None:
-    """The ``java`` Spark starts: ``$JAVA_HOME/bin/java``, else the one on ``PATH``."""
-    home = os.environ.get("JAVA_HOME")
-    if home and os.path.isfile(os.path.join(home, "bin", "java")):
-        return os.path.join(home, "bin", "java")
-    return shutil.which("java")
 
 
 def archive_path(spark_home: str) -> Path | None:
@@ -113,7 +101,7 @@ def archive_path(spark_home: str) -> Path | None:
         jars = sorted((n, os.path.getsize(os.path.join(jars_dir, n))) for n in os.listdir(jars_dir))
     except OSError:
         return None
-    text = "|".join([_java_version(java), pyspark.__version__, os.path.realpath(spark_home), repr(jars)])
+    text = "|".join([_java_identity(java), pyspark.__version__, os.path.realpath(spark_home), repr(jars)])
     return cache_dir() / f"spark-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsa"
 
 

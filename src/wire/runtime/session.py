@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -16,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from wire.errors import WireError
 from wire.runtime.class_archive import java_options
+from wire.runtime.java import java_binary, version_output
 
 SPARK_LOG = "spark.log"
 """The file, in a flow's checkpoint directory, that receives Spark's log and its Python
@@ -61,11 +61,10 @@ after a collection that finds it mostly free."""
 
 def check_java() -> None:
     """Raise ``WireError`` with one clear line if Java 17+ is not available."""
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin"))
-    java = java or shutil.which("java")
+    java = java_binary()
     if java is None:
         raise WireError("Java 17 or newer is required by Spark and was not found (install a JDK 17+)")
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    out = version_output(java)
     try:
         version = out.split('"')[1]
         major = int(version.split(".")[0])
@@ -139,12 +138,12 @@ def spark_session(
     if active is not None:
         return active
     check_java()
-    if master.startswith("local") and "SPARK_HOME" not in os.environ:
+    local = master.startswith("local")
+    if local and "SPARK_HOME" not in os.environ:
         home = local_spark_home()
         if home is not None:
             os.environ["SPARK_HOME"] = home
     builder = SparkSession.builder.master(master).appName(app_name)
-    local = master.startswith("local")
     archive = java_options(os.environ.get("SPARK_HOME")) if local and use_archive else ""
     settings = session_settings(conf, archive=archive)
     for k, v in settings.items():

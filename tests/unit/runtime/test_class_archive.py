@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from wire.runtime import class_archive as ca
+from wire.runtime.java import version_output
 from wire.runtime.session import local_spark_home
 
 
@@ -42,12 +43,12 @@ def test_the_archive_is_per_spark_installation_and_in_the_cache_dir(cache, tmp_p
 def test_launcher_options_do_not_change_the_archive(cache, tmp_path, monkeypatch):
     home = fake_home(tmp_path / "h", {"x.jar": 1})
     before = ca.archive_path(home)
-    ca._java_version.cache_clear()
+    version_output.cache_clear()
     monkeypatch.setenv("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     try:
         assert ca.archive_path(home) == before
     finally:
-        ca._java_version.cache_clear()
+        version_output.cache_clear()
 
 
 def test_an_existing_archive_is_used_quietly(cache, tmp_path, monkeypatch):
