@@ -83,7 +83,9 @@ class ReadAhead:
     is assigned again and what was read ahead is dropped. An error of the thread (a fatal
     Kafka error) is raised by the next :meth:`take`. The consumer is the read-ahead's own,
     used by its thread alone (while a thread consumes, metadata and offset requests of
-    another thread on the same consumer were seen to block).
+    another thread on the same consumer were seen to block). A partition read to its end
+    (an EOF event) is paused, so that no fetch waits at the broker for records that may
+    not come; a :meth:`take` whose ``highs`` say records came after it resumes it.
     """
 
     def __init__(self, consumer: confluent_kafka.Consumer, decode: Callable[[str, KafkaBatch], Ahead], *,
@@ -102,6 +104,10 @@ class ReadAhead:
         self.generation = 0
         self.hungry = False
         """Whether a :meth:`take` waits for records: the thread then reads on even past ``limit``."""
+        self.paused: set[str] = set()
+        """Partitions read to their end, paused (or about to be) by the thread."""
+        self.unpause: set[str] = set()
+        """Paused partitions a :meth:`take` wants read again (the thread resumes them)."""
         self.arrived = 0.0
         self.failure: BaseException | None = None
         self.closing = False
@@ -118,6 +124,7 @@ class ReadAhead:
         with self.cond:
             self._raise_failure()
             self._start(positions)
+            self.unpause |= {n for n in counts if n in self.paused and highs.get(n, -1) > self.eof.get(n, -1)}
 
             def waiting(n: str) -> bool:
                 have = sum(len(a) for a in self.ready.get(n, ()))
@@ -208,13 +215,17 @@ class ReadAhead:
 
         while True:
             with self.cond:
-                while not (self.closing or self.assign_to is not None
+                while not (self.closing or self.assign_to is not None or self.unpause
                            or (self.positions and (self.held < self.limit or self.hungry))):
                     self.cond.wait(0.5)
                 if self.closing:
                     return
                 generation, assign_to, self.assign_to = self.generation, self.assign_to, None
+                resume = self.paused if assign_to is not None else self.unpause & self.paused
+                self.paused, self.unpause = self.paused - resume, set()
             try:
+                if resume:
+                    self.consumer.resume([TopicPartition(*split_name(n)) for n in resume])
                 if assign_to is not None:
                     self.consumer.assign([TopicPartition(*split_name(n), o) for n, o in assign_to.items()])
                 items = self._read(self.consumer.consume(num_messages=BATCH, timeout=GAP_S / 2))
@@ -228,15 +239,28 @@ class ReadAhead:
             with self.cond:
                 if generation != self.generation:  # assigned again meanwhile: these are stale
                     continue
+                ended = set()
                 for name, item in items:
                     if isinstance(item, int):
                         self.eof[name] = item
+                        ended.add(name)
                         continue
+                    ended.discard(name)
                     self.ready.setdefault(name, deque()).append(item)
                     self.held += len(item)
                     self.eof.pop(name, None)
                     self.arrived = time.monotonic()
+                ended -= self.paused
+                self.paused |= ended
                 self.cond.notify_all()
+            if ended:
+                try:
+                    self.consumer.pause([TopicPartition(*split_name(n)) for n in ended])
+                except BaseException as e:  # raised by the next take()
+                    with self.cond:
+                        self.failure = e
+                        self.cond.notify_all()
+                    return
 
     def _read(self, msgs: list[confluent_kafka.Message]) -> list[tuple[str, Ahead | int]]:
         """Consumed messages as, in order, decoded runs of one partition's records and EOF offsets."""

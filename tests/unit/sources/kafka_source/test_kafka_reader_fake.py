@@ -102,12 +102,25 @@ class Consumer:
         self.eof_at: dict[int, int] = {}
         self.closed = False
         self.assigns = 0
+        self.paused: set[int] = set()  # as librdkafka: no records and no EOF events until resumed
 
     def assign(self, tps: list[Any]) -> None:
         with self.lock:
             self.assigns += 1
             self.pos = {tp.partition: max(tp.offset, self.broker.low[tp.partition]) for tp in tps}
             self.eof, self.eof_at = [], {}
+
+    def pause(self, tps: list[Any]) -> None:
+        with self.lock:  # what was queued for them is dropped, as librdkafka does
+            parts = {tp.partition for tp in tps}
+            self.paused |= parts
+            self.eof = [m for m in self.eof if m.partition() not in parts]
+            for p in parts:
+                self.eof_at.pop(p, None)
+
+    def resume(self, tps: list[Any]) -> None:
+        with self.lock:
+            self.paused -= {tp.partition for tp in tps}
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Msg]:
         with self.lock:
@@ -123,9 +136,9 @@ class Consumer:
             if self.eof:
                 out.append(self.eof.pop(0))
                 continue
-            ready = [p for p in self.pos if self._next(p)]
+            ready = [p for p in self.pos if p not in self.paused and self._next(p)]
             if not ready:  # every partition at its end: an EOF event for each not yet told
-                for p in self.pos:
+                for p in set(self.pos) - self.paused:
                     if self.eof_at.get(p) != self.broker.ends[p] and len(out) < num_messages:
                         self.eof_at[p] = self.broker.ends[p]
                         out.append(Msg("t", p, self.broker.ends[p],
@@ -289,20 +302,56 @@ def check_every_record_once(r, broker, truth, budgets, replay, workers, caches, 
 
 
 def test_a_kept_consumer_reads_on_past_an_eof_it_queued_before_the_partition_grew(monkeypatch):
-    """Task 1 reads [0, 3) of a 3-record partition (an EOF at 3 is queued); 3 more records come;
-    task 2 reads [3, 6) with the same consumer: the queued EOF is stale, all 3 records are read."""
+    """Task 1 reads [0, 2) of a 3-record partition (record 2 and an EOF at 3 stay queued); 3 more
+    records come; task 2 reads [2, 6) with the same consumer: the queued EOF is stale, all 4 are read."""
+    recs = [(o, b"k", json.dumps({"t": 10 * o, "k": "a"}).encode(), None) for o in range(6)]
+    broker = Broker({0: recs[:3]}, {0: 3})
+    r = make_reader(broker, monkeypatch)
+    first = r.fetch_range("t:0", 0, 2, 2).offsets.tolist()
+    (kept,) = kafka_reader.CONSUMERS.kept.values()
+    kept.consumer.consume(0)  # (the fake queues as it hands out: let it reach the end)
+    assert first == [0, 1] and kept.resume_at == 2 and not kept.paused
+    broker.parts[0], broker.ends[0] = recs, 6
+    assert r.fetch_range("t:0", 2, 6, 4).offsets.tolist() == [2, 3, 4, 5]
+    assert len(broker.consumers) == 2 and broker.consumers[1].assigns == 1  # kept, not assigned again
+    # a replay of the first range: the kept consumer is assigned again, at 0
+    assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
+    assert len(broker.consumers) == 2 and broker.consumers[1].assigns == 2
+
+
+def test_a_consumer_kept_at_the_partition_end_is_paused_and_the_next_task_resumes_it(monkeypatch):
+    """A consumer left fetching at a partition's end keeps a fetch waiting at the broker (noida-db
+    spins on it): kept, it is paused; the next task resumes it and reads the records that came."""
     recs = [(o, b"k", json.dumps({"t": 10 * o, "k": "a"}).encode(), None) for o in range(6)]
     broker = Broker({0: recs[:3]}, {0: 3})
     r = make_reader(broker, monkeypatch)
     assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
     (kept,) = kafka_reader.CONSUMERS.kept.values()
-    assert kept.resume_at == 3 and kept.consumer.eof  # the EOF at 3 waits in its queue
+    assert kept.paused and kept.consumer.paused == {0} and kept.resume_at == 3
     broker.parts[0], broker.ends[0] = recs, 6
-    assert r.fetch_range("t:0", 3, 6, 3).offsets.tolist() == [3, 4, 5]
-    assert len(broker.consumers) == 2 and broker.consumers[1].assigns == 1  # kept, not assigned again
-    # a replay of the first range: the kept consumer is assigned again, at 0
-    assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
-    assert len(broker.consumers) == 2 and broker.consumers[1].assigns == 2
+    assert r.fetch_range("t:0", 3, 5, 2).offsets.tolist() == [3, 4]
+    assert not kept.paused and kept.consumer.paused == set() and kept.consumer.assigns == 1
+    assert r.fetch_range("t:0", 5, 6, 1).offsets.tolist() == [5]
+    assert kept.paused and kept.consumer.paused == {0}
+
+
+def test_the_read_ahead_pauses_a_partition_at_its_end_and_resumes_it_when_records_come(monkeypatch):
+    """The planner's read-ahead reads partition 0 to its end and pauses it; once the planner's
+    end offsets say more records came, planning resumes it and admits them, each once."""
+    recs = [(o, b"k", json.dumps({"t": 10 * o, "k": "a"}).encode(), None) for o in range(10)]
+    broker = Broker({0: recs[:4]}, {0: 4})
+    r = make_reader(broker, monkeypatch)
+    start = r.initialOffset()
+    mid = r.latestOffset(start, ReadMaxRows(100))
+    ahead = r._read_ahead()
+    deadline = time.monotonic() + 10
+    while ahead.consumer.paused != {0} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ahead.consumer.paused == {0} and ahead.paused == {"t:0"}
+    broker.parts[0], broker.ends[0] = recs, 10
+    end = r.latestOffset(mid, ReadMaxRows(100))
+    rows = read_epoch(r, start, mid)[0] + read_epoch(r, mid, end)[0]
+    assert [o for _, o, _, _ in rows] == list(range(10))
 
 
 def test_records_deleted_below_the_low_watermark_are_one_gone_dead_letter(monkeypatch):
@@ -471,9 +520,17 @@ class Scripted:
 
     def __init__(self, msgs: list[Msg], size: int) -> None:
         self.msgs, self.size, self.assigned = list(msgs), size, []
+        self.paused: list[set[int]] = []
+        self.resumed: list[set[int]] = []
 
     def assign(self, tps: list[Any]) -> None:
         self.assigned.append({tp.partition: tp.offset for tp in tps})
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused.append({tp.partition for tp in tps})
+
+    def resume(self, tps: list[Any]) -> None:
+        self.resumed.append({tp.partition for tp in tps})
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Msg]:
         out, self.msgs = self.msgs[:min(num_messages, self.size)], self.msgs[min(num_messages, self.size):]
