@@ -71,7 +71,8 @@ def _flow(target: str | None) -> Any:
 
 def list_steps(console: Console, checkpoint: str, epoch: int | None, flow: str | None) -> None:
     """Print one line per keyed step: keys, open windows, bytes, oldest event time, watermarks."""
-    from wire.runtime.state_reader import locate, summarize
+    from wire.runtime.state_layout import locate
+    from wire.runtime.state_reader import summarize
 
     at = locate(checkpoint, epoch)
     rows = list(summarize(checkpoint, epoch, flow=_flow(flow), spark=_session()))

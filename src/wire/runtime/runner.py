@@ -59,7 +59,7 @@ from wire.runtime.kept_ports import keep_unsunk_ports
 from wire.runtime.progress import ProgressReporter
 from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
-from wire.runtime.state_reader import record_layout
+from wire.runtime.state_layout import record_layout
 from wire.runtime.summary import RunSummary
 
 __all__ = [
@@ -157,7 +157,7 @@ class RunningFlow:
         self.spark: SparkSession | None = None
         """The session the query runs in (reads of its state use it: :meth:`state`)."""
         self.layout: threading.Thread | None = None
-        """Writes ``state_layout.json`` (:func:`wire.runtime.state_reader.record_layout`)."""
+        """Writes ``state_layout.json`` (:func:`wire.runtime.state_layout.record_layout`)."""
         self.input_consumed = False
         """True once a bounded flow's run ended because its input was consumed."""
         self._end_watch: threading.Thread | None = None

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from wire.cli import state as cli_state
 from wire.cli.main import app
 from wire.errors import CheckpointError
-from wire.runtime import state_reader
-from wire.runtime.state_reader import Located, StepSummary
+from wire.runtime import state_layout, state_reader
+from wire.runtime.state_layout import Located
+from wire.runtime.state_reader import StepSummary
 
 TABLE = pa.table({
     "key_group": pa.array([1, 1], pa.int32()), "k": ["a", "a"],
@@ -43,7 +44,7 @@ def reader(monkeypatch):
 
     monkeypatch.setattr(state_reader, "read_state", read_state)
     monkeypatch.setattr(state_reader, "summarize", summarize)
-    monkeypatch.setattr(state_reader, "locate", lambda ck, epoch=None: Located(None, 3, 4, 2))
+    monkeypatch.setattr(state_layout, "locate", lambda ck, epoch=None: Located(None, 3, 4, 2))
     monkeypatch.setattr(cli_state, "_session", lambda: None)
     return calls
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from wire.core.envelope import encode_table
 from wire.plan.fingerprint import TEMPORAL_JOIN
+from wire.runtime import state_layout as L
 from wire.runtime import state_reader as R
 from wire.state import inspect as I
 from wire.state import temporal_join as TJ
@@ -60,8 +61,8 @@ def test_pending_events_and_versions_per_key_as_derived_by_hand() -> None:
 
 
 def test_the_state_reader_decodes_a_temporal_join_step() -> None:
-    assert TEMPORAL_JOIN in R.KINDS
-    layout = R.StepLayout("enrich", TEMPORAL_JOIN, 0, "k", "string", {"kind": TEMPORAL_JOIN})
+    assert TEMPORAL_JOIN in L.KINDS
+    layout = L.StepLayout("enrich", TEMPORAL_JOIN, 0, "k", "string", {"kind": TEMPORAL_JOIN})
     table = R.decoder(layout)([_decoded()])
     assert table.equals(I.temporal_join_rows([_decoded()], "k"))
     assert R._oldest(TEMPORAL_JOIN, table) == 15  # the earliest pending event, not a version
