@@ -72,7 +72,8 @@ def test_broker_restart_mid_run(spark, kafka_broker, tmp_path, down_s, unavailab
     s.sink(wire.sinks.parquet(out))
     running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
     try:
-        wait_for(lambda: len(rows(out)) > 0, what="first output")
+        wait_for(lambda: len(rows(out)) > 0 or not running.is_active(), what="first output")
+        assert running.is_active(), f"the flow stopped before its first output: {running.last_error}"
         b.kill()
         at_kill = len(rows(out))
         time.sleep(down_s)
