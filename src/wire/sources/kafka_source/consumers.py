@@ -49,7 +49,7 @@ def consumer_config(binding: KafkaBinding, *, role: str) -> dict[str, Any]:
     a fetch waiting at the broker. A noida-db broker spins 40 % of a core on each such
     fetch, and answers a fetch with the whole rest of the partition, so with 100,000 every
     consumer kept between tasks spun it for the last 100,000 records of its partition
-    (1,000,000 events: 48 s -> 27 s; ``bench/results/kafka_source.md``).
+    (1,000,000 events: 46.6-48.5 s -> 24.7-27.5 s; ``bench/results/kafka_source.md``).
     """
     src = binding.source
     conf: dict[str, Any] = {"isolation.level": "read_committed", "queued.max.messages.kbytes": 16384,

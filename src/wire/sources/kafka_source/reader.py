@@ -520,8 +520,8 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                     break
             else:
                 resume_at = nxt  # every record of the range: the next record is the next range's
-                _, high = consumer.get_watermark_offsets(tp, cached=True)  # as of its last fetch; no request
-                at_end = 0 <= high <= nxt
+                marks = consumer.get_watermark_offsets(tp, cached=True)  # as of its last fetch; no request
+                at_end = marks is not None and 0 <= marks[1] <= nxt
             if at_end:  # kept fetching, it would keep a fetch waiting at the broker until the next task
                 consumer.pause([tp])
                 kept.paused = True
