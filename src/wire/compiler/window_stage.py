@@ -168,6 +168,10 @@ class PreStage(KeyedPreStage):
         if not pending:
             return
         accepted = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+        if W.hash_preaggregable(self.stage.spec):
+            for kg, partials in W.preaggregate_by(accepted, self.stage.spec, KG):
+                yield blob_row(PARTIALS, kg, partials)
+            return
         for kg, part in split_by_group(accepted):
             yield blob_row(PARTIALS, kg, W.preaggregate(part, self.stage.spec))
 

@@ -150,6 +150,9 @@ class _Hashed(Aggregator):
         types = [f.type for f in self.partial_fields(name, events.schema)]
         return hash_aggregate(events, groups, self._partial_aggs(name), types)
 
+    def hash_partial(self, name: str) -> list[AggSpec]:
+        return self._partial_aggs(name)
+
     def merge(self, name: str, partials: pa.Table, groups: Groups) -> list[pa.Array]:
         aggs = self._merge_aggs(name)
         types = [partials.schema.field(out).type for _, _, _, out in aggs]

@@ -126,6 +126,14 @@ class Aggregator(ABC):
     def result(self, name: str, partials: pa.Table) -> pa.Array:
         """Return the final value of each partial row (result); null partials mean "empty"."""
 
+    def hash_partial(self, name: str) -> list[AggSpec] | None:
+        """The Arrow hash aggregations whose values are :meth:`partial`'s columns, in order.
+
+        None (the default) when :meth:`partial` is not such a fold of its group's rows in
+        any order (it needs the rows in processing order, or runs Python).
+        """
+        return None
+
     def cumulative(self, name: str, partials: pa.Table, groups: Groups) -> list[pa.Array]:
         """Running merge: row ``i`` = merge of its group's rows up to and including ``i``.
 
@@ -181,7 +189,22 @@ def hash_aggregate(
     table: pa.Table, groups: Groups, aggs: list[AggSpec], types: list[pa.DataType]
 ) -> list[pa.Array]:
     """Run Arrow hash aggregations per group; one array per ``aggs`` entry, ``groups.n`` values."""
-    columns: dict[str, pa.Array | np.ndarray] = {"__g": groups.ids}
+    return aggregate_by({"__g": groups.ids}, table, aggs, types)[1]
+
+
+def aggregate_by(
+    keys: dict[str, pa.Array | pa.ChunkedArray | np.ndarray],
+    table: pa.Table,
+    aggs: list[AggSpec],
+    types: list[pa.DataType],
+) -> tuple[pa.Table, list[pa.Array]]:
+    """Arrow hash aggregations of ``table``'s rows grouped by the ``keys`` columns (one value per row).
+
+    Returns the distinct keys (a table of the ``keys`` columns, sorted ascending by them
+    in their order, nulls last) and, per ``aggs`` entry, its values in that order, cast to
+    its type in ``types``. Key names must not start with ``__in``.
+    """
+    columns: dict[str, pa.Array | pa.ChunkedArray | np.ndarray] = dict(keys)
     hash_aggs = []
     for i, (source, function, options, _) in enumerate(aggs):
         alias = f"__in{i}"
@@ -190,9 +213,10 @@ def hash_aggregate(
         else:
             columns[alias] = table.column(source).combine_chunks()
         hash_aggs.append((alias, function, options))
-    grouped = pa.table(columns).group_by("__g", use_threads=False).aggregate(hash_aggs)
-    grouped = grouped.sort_by("__g")
-    return [
+    grouped = pa.table(columns).group_by(list(keys), use_threads=False).aggregate(hash_aggs)
+    grouped = grouped.sort_by([(k, "ascending") for k in keys])
+    values = [
         grouped.column(f"{alias}_{fn}").combine_chunks().cast(t)
         for (alias, fn, _), t in zip(hash_aggs, types, strict=True)
     ]
+    return grouped.select(list(keys)), values

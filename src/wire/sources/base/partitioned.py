@@ -171,6 +171,10 @@ class PartitionTask(InputPartition):
     """The epoch's dead letters found while planning (the control task carries them)."""
     final: bool = False
     """The task of a bounded source's last, empty epoch: only the maximal watermark rows."""
+    handoff: str | None = None
+    """A directory on the planner's machine where the connector's planner left what it
+    already decoded of the task's records (connector-defined; None: nothing). A task must
+    read correctly when it is missing or stale (an executor on another machine, a replay)."""
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -199,6 +203,8 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
     _unacked: Offset | None
     _caught_up: bool
     _down_since: float | None
+    task_handoff: str | None = None
+    """Executor: the :attr:`PartitionTask.handoff` of the task being read (see :meth:`handoff`)."""
 
     # -- what a connector implements -----------------------------------------------------
 
@@ -456,13 +462,23 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         for r in reads:
             seq = r.first_seq
             for first, next_, taken in self._pieces(r.first, self.for_read(r.next), r.taken):
-                tasks.append(PartitionTask(r.name, first, next_, taken, seq, w0, w1, at))
+                tasks.append(PartitionTask(r.name, first, next_, taken, seq, w0, w1, at,
+                                           handoff=self.handoff()))
                 seq += taken
         if not tasks:  # nothing admitted: the control task also says so
             ctl = tuple(sorted({**control, "records": 0, "events": 0, "malformed": 0}.items()))
             return [PartitionTask("", None, None, 0, start["admitted"], w0, w1, at, ctl, dead)]
         tasks[0].control, tasks[0].dead = ctl, dead
         return list(tasks)
+
+    def handoff(self) -> str | None:
+        """Planner: the directory of what this process decoded for the executors (None: none).
+
+        It becomes the epoch's tasks' :attr:`PartitionTask.handoff`; an executor reading a
+        task sees it as :attr:`task_handoff` during :meth:`read_range`. The file source
+        hands over its parsed files (:mod:`wire.sources.file_source.parsed_spill`).
+        """
+        return None
 
     def _pieces(self, first: Position, next: Position, taken: int) -> list[tuple[Position, Position, int]]:
         """The tasks' parts of one planned range: the range whole, or split (:data:`SPLIT_RECORDS`)."""
@@ -530,6 +546,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             return
         counters: dict[str, int] = {}
         if p.name:
+            self.task_handoff = p.handoff
             r = self.read_range(p.name, p.first, p.next, p.taken)
             valid = r.decoded.table.num_rows
             decoded = r.decoded.reject_future(p.at, b.watermark.max_future_ms, r.records)

@@ -39,6 +39,7 @@ import io
 import itertools
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -378,14 +379,31 @@ class ParseCache:
         """True when the file's parse is cached (no parsing, no change to the LRU order)."""
         return (stamp, spec) in self._entries
 
-    def get(self, stamp: FileStamp, spec: ParseSpec, *, index_only: bool = False) -> ParsedFile:
-        """Return the parsed file, parsing it on a miss (``index_only``: keep no payload)."""
+    def get(
+        self,
+        stamp: FileStamp,
+        spec: ParseSpec,
+        *,
+        index_only: bool = False,
+        load: Callable[[], ParsedFile | None] | None = None,
+        on_parse: Callable[[ParsedFile], None] | None = None,
+    ) -> ParsedFile:
+        """Return the parsed file; on a miss, ``load()`` it or else parse it.
+
+        ``index_only``: keep no payload. ``load``: what another process already parsed
+        (None: parse); ``on_parse``: called with each whole parse made here, before
+        ``index_only`` drops its payload.
+        """
         key = (stamp, spec)
         hit = self._entries.get(key)
         if hit is not None:
             self._entries.move_to_end(key)
             return hit
-        parsed = parse_file(stamp.path, spec)
+        parsed = load() if load is not None else None
+        if parsed is None:
+            parsed = parse_file(stamp.path, spec)
+            if on_parse is not None:
+                on_parse(parsed)
         if index_only:
             parsed = parsed.index_only()
         self._entries[key] = parsed

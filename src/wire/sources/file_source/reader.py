@@ -22,6 +22,7 @@ An epoch's ``from`` keeps ``file`` and ``record`` only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -42,6 +43,7 @@ from wire.sources.file_source.file_set import Change, FileSet, detect_changes, r
 from wire.sources.file_source.formats import ParseCache, ParsedFile
 from wire.sources.file_source.listing import FileStamp, _wildcard_level
 from wire.sources.file_source.locate import locate_records
+from wire.sources.file_source.parsed_spill import SpillDir, read_spill
 
 if TYPE_CHECKING:
     from wire.sources.file_source.config import SourceBinding
@@ -115,6 +117,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """Held while the index cache is read or a file indexed (the read-ahead thread too)."""
         self._read_ahead: threading.Thread | None = None
         self._snapshot: dict[str, list[str]] | None = None
+        self._spills = SpillDir() if binding.local else None
+        """Planner, local master: its parses handed to the executors (:mod:`~.parsed_spill`)."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The picklable state: a new lock and no read-ahead thread in the other process."""
@@ -166,8 +170,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
     def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
         """The records of the partition's files in reading order, counted up to ``cap`` (then one more)."""
         files = FileSet.from_json(position["files"])
-        self._avail[name] = a = self._available(self._order[name], self._listed.get(name, {}), files.open,
-                                                position["record"], cap)
+        self._avail[name] = a = self._available(name, self._order[name], self._listed.get(name, {}),
+                                                files.open, position["record"], cap)
         return a.count + (1 if a.more else 0)
 
     def read_from(self, name: str, position: Position, budget: int) -> Admitted:
@@ -177,13 +181,15 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """
         file, record = position["file"], position["record"]
         files = FileSet.from_json(position["files"])
+        if self._spills is not None:  # read to their end in epochs that committed: no task reads them now
+            self._spills.release(name, set(files.read) - {files.open})
         read, open_, segments, times = dict(files.read), files.open, [], []
         left = budget
         for rel, stamp, lo, hi, n in self._avail[name].segments:
             if left <= 0:
                 break
             hi = min(hi, lo + left)
-            index = self._index(stamp)
+            index = self._index(stamp, name, rel)
             a, b = index.rows(lo, hi)
             times.append(index.event_times[a:b])
             read[rel] = (stamp.size, stamp.mtime_ns)
@@ -212,7 +218,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
 
         def index() -> None:
             try:
-                self._index(stamp)
+                self._index(stamp, name, order[at + 1])
             except Exception:  # raised again by the planning that needs the file
                 return
 
@@ -346,12 +352,29 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
                 out[rel] = st
         return out
 
-    def _index(self, stamp: FileStamp) -> ParsedFile:
+    def _index(self, stamp: FileStamp, name: str | None = None, rel: str = "") -> ParsedFile:
+        """The file's index (parsed on a miss; the parse spilled for the executors of partition ``name``)."""
+        spills, spec = self._spills, self._spec
+        keep = None
+        if spills is not None and name is not None:
+            def keep(parsed: ParsedFile) -> None:
+                spills.write(name, rel, stamp, spec, parsed)
         with self._index_lock:
-            return self._index_cache.get(stamp, self._spec, index_only=True)
+            return self._index_cache.get(stamp, spec, index_only=True, on_parse=keep)
+
+    def handoff(self) -> str | None:
+        """The directory of this planner's spilled parses (None: not a local master, or none yet)."""
+        return None if self._spills is None else self._spills.path
+
+    def stop(self) -> None:
+        """The query ends: delete the spilled parses, close the client."""
+        if self._spills is not None:
+            self._spills.close()
+        super().stop()
 
     def _available(
         self,
+        name: str,
         order: list[str],
         stamps: dict[str, FileStamp],
         open_: str | None,
@@ -368,7 +391,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
             if cap is not None and count >= cap:
                 return _Available(segments, count, True)
             stamp = stamps[rel]
-            n = self._index(stamp).records
+            n = self._index(stamp, name, rel).records
             lo = position if rel == open_ else 0
             if n > lo:
                 hi = n if cap is None else min(n, lo + cap - count)
@@ -395,7 +418,11 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
             size, mtime_ns = read[rel]
             path = self._root if rel == os.curdir else os.path.join(self._root, rel)
             planned, now = FileStamp(path, size, mtime_ns), _stamp(path)
-            parsed = _EXECUTOR_CACHE.get(planned, self._spec) if now == planned else None
+            parsed = None
+            if now == planned:
+                handoff, spec = self.task_handoff, self._spec
+                load = functools.partial(read_spill, handoff, planned, spec)
+                parsed = _EXECUTOR_CACHE.get(planned, spec, load=load)
             if parsed is None or parsed.records < hi:
                 dead.append(_unread(path, planned, now, lo, hi, parsed))
             else:
