@@ -132,6 +132,8 @@ class PreStage(KeyedPreStage):
         events_n = late_n = 0
         pending: list[pa.Table] = []  # accepted (event, window) rows not yet pre-aggregated
         pending_rows = 0
+        hashed = st.preaggregate and W.hash_preaggregable(st.spec)
+        kept = [*W.hash_columns(st.spec), KG] if hashed else None  # what the pre-aggregation reads
         for control, data in each_batch(batches):
             if control is not None:
                 yield control
@@ -145,7 +147,7 @@ class PreStage(KeyedPreStage):
                 rows = data if wm is None else data.filter(pc.equal(data.column(WM), wm))
                 watermark = NO_WATERMARK if wm is None else int(wm)
                 events = events_of(rows, st.payload).append_column(KG, rows.column(KG))
-                accepted, late, candidates = W.split_late(events, watermark, st.spec)
+                accepted, late, candidates = W.split_late(events, watermark, st.spec, kept)
                 if late.num_rows:
                     late_n += late.num_rows
                     port = PortRef(st.step, LATE).port_id()
@@ -156,19 +158,23 @@ class PreStage(KeyedPreStage):
                 for kg, part in split_by_group(candidates):
                     yield blob_row(CANDIDATES, kg, part)
             if pending_rows >= PREAGGREGATE_ROWS:
-                yield from self._partials(pending)
+                yield from self._partials(pending, hashed)
                 pending, pending_rows = [], 0
-        yield from self._partials(pending)
+        yield from self._partials(pending, hashed)
         if events_n:
             stats = {"events": events_n, "late": late_n}
             yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(st.step, stats), key_group=0)
 
-    def _partials(self, pending: list[pa.Table]) -> Iterator[pa.RecordBatch]:
-        """One blob row of partial aggregates per key group for the ``pending`` accepted rows."""
+    def _partials(self, pending: list[pa.Table], hashed: bool) -> Iterator[pa.RecordBatch]:
+        """One blob row of partial aggregates per key group for the ``pending`` accepted rows.
+
+        ``hashed``: :func:`~wire.state.windows.preaggregate_by` (the rows hold
+        :func:`~wire.state.windows.hash_columns` only), else a sort per key group.
+        """
         if not pending:
             return
         accepted = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
-        if W.hash_preaggregable(self.stage.spec):
+        if hashed:
             for kg, partials in W.preaggregate_by(accepted, self.stage.spec, KG):
                 yield blob_row(PARTIALS, kg, partials)
             return

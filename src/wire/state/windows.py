@@ -103,6 +103,7 @@ __all__ = [
     "WindowSpec",
     "advance",
     "compact",
+    "hash_columns",
     "hash_preaggregable",
     "late_schema",
     "output_watermark",
@@ -154,7 +155,9 @@ def _with_window(events: pa.Table, start: np.ndarray, end: np.ndarray) -> pa.Tab
     )
 
 
-def split_late(events: pa.Table, watermark: int, spec: WindowSpec) -> tuple[pa.Table, pa.Table, pa.Table]:
+def split_late(
+    events: pa.Table, watermark: int, spec: WindowSpec, columns: list[str] | None = None
+) -> tuple[pa.Table, pa.Table, pa.Table]:
     """Split a batch of events into accepted, late and (sessions only) candidate events.
 
     Parameters
@@ -165,13 +168,17 @@ def split_late(events: pa.Table, watermark: int, spec: WindowSpec) -> tuple[pa.T
         The watermark in force while the events arrived (ms).
     spec : WindowSpec
         The window configuration.
+    columns : list of str, optional
+        Tumbling and sliding windows: the input columns ``accepted`` keeps (besides
+        ``__et`` and ``__seq``), e.g. :func:`hash_columns` (None: all). Sliding windows
+        copy each accepted column once per window of an event.
 
     Returns
     -------
     accepted : pyarrow.Table
-        Input columns (``__seq`` filled) + ``__ws``, ``__we``: one row per (event,
-        window still open) — several per event for sliding windows; sessions:
-        ``[t, t + gap)``. Input row order.
+        Input columns (``__seq`` filled; only ``columns`` if given) + ``__ws``, ``__we``:
+        one row per (event, window still open) — several per event for sliding windows;
+        sessions: ``[t, t + gap)``. Input row order.
     late : pyarrow.Table
         One row per event whose windows are all closed, in :func:`late_schema`, with
         ``watermark`` and :data:`LATE_REASON`. Input row order.
@@ -194,7 +201,8 @@ def split_late(events: pa.Table, watermark: int, spec: WindowSpec) -> tuple[pa.T
         return accepted, late, events.filter(pa.array(~open_))
     alive = np.zeros(events.num_rows, dtype=bool)
     alive[rows[open_]] = True
-    accepted = _with_window(events.take(pa.array(rows[open_])), start[open_], end[open_])
+    kept = events if columns is None else events.select([*columns, EVENT_TIME, ARRIVAL])
+    accepted = _with_window(kept.take(pa.array(rows[open_])), start[open_], end[open_])
     late = _late(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
     return accepted, late, events.slice(0, 0)
 
@@ -297,6 +305,15 @@ def hash_preaggregable(spec: WindowSpec) -> bool:
     hash aggregation (:meth:`Aggregator.hash_partial`).
     """
     return not spec.sessions and all(agg.hash_partial(name) is not None for name, agg in spec.aggregations)
+
+
+def hash_columns(spec: WindowSpec) -> list[str]:
+    """The input columns :func:`preaggregate_by` reads: the key and the aggregated columns, in that order.
+
+    Only for a spec :func:`hash_preaggregable` accepts.
+    """
+    read = [a[0] for name, agg in spec.aggregations for a in agg.hash_partial(name) or []]
+    return [spec.key, *sorted({c for c in read if c is not None} - {spec.key})]
 
 
 def preaggregate_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple[int, pa.Table]]:

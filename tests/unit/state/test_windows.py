@@ -25,6 +25,7 @@ from wire.state.windows import (
     TumblingSpec,
     WindowSpec,
     advance,
+    hash_columns,
     hash_preaggregable,
     late_schema,
     partial_schema,
@@ -568,9 +569,10 @@ HASHED = (("n", agg.count()), ("nx", agg.count("x")), ("m", agg.mean("x")), ("s"
     seed=st.integers(0, 2**31),
 )
 def test_preaggregate_by_equals_a_sorting_preaggregate_per_group(n, sliding, groups, nulls, pick, seed):
-    """The hashing pre-aggregation of all key groups at once equals the sorting one of each
-    key group's rows (pyarrow sort + running groups), for any rows, nulls and window kind:
-    the same partial rows, in (key, __ws, __we) order, for the same key groups in order."""
+    """The hashing pre-aggregation of all key groups at once, over the accepted rows narrowed to
+    the columns it reads, equals the sorting one of each key group's whole rows (pyarrow sort +
+    running groups), for any rows, nulls, watermark and window kind: the same partial rows, in
+    (key, __ws, __we) order, for the same key groups in order."""
     rng = np.random.default_rng(seed)
     aggs = tuple(HASHED[i] for i in pick)
     assigner = Sliding(20, 5) if sliding else Tumbling(10)
@@ -580,11 +582,15 @@ def test_preaggregate_by_equals_a_sorting_preaggregate_per_group(n, sliding, gro
                      None if nulls and rng.random() < 0.3 else float(x[i]),
                      None if nulls and rng.random() < 0.3 else int(rng.integers(-5, 5)))
                     for i in range(n)])
-    accepted = split_late(table, NO_WM, spec)[0]
+    watermark = int(rng.integers(-40, 40)) if rng.random() < 0.5 else NO_WM
+    accepted, late, _ = split_late(table, watermark, spec)
     kg = pa.array(rng.integers(0, groups, accepted.num_rows), pa.int32())
     accepted = accepted.append_column("__kg", kg)
+    narrow, narrow_late, _ = split_late(table, watermark, spec, hash_columns(spec))
+    assert narrow_late.equals(late)  # late rows keep every column
+    assert narrow.column_names == [*hash_columns(spec), "__et", "__seq", WINDOW_START, WINDOW_END]
 
-    got = preaggregate_by(accepted, spec, "__kg")
+    got = preaggregate_by(narrow.append_column("__kg", kg), spec, "__kg")
 
     want = []
     for g in range(groups):
