@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import zipfile
 
 from wire.errors import EXTRAS
-from wire.runtime.daemon import drop_spark_zips
+from wire.runtime.daemon import drop_class_jars, drop_spark_zips
 
 EXTRA_MODULES = sorted({m for modules in EXTRAS.values() for m in modules})
 WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source.source", "wire.sinks.file_sinks",
@@ -70,3 +71,19 @@ def test_spark_zips_stay_when_pyspark_is_not_installed_beside_them(tmp_path):
     inside = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
     assert drop_spark_zips([*inside, str(site)]) == [inside[1], str(site)]
     assert os.path.isdir(site)
+
+
+def test_jars_without_python_modules_are_dropped(tmp_path):
+    """Spark's class jars leave the path; a jar holding Python, a broken jar and other entries stay."""
+    classes = tmp_path / "spark-core_2.13-4.3.0.jar"
+    with zipfile.ZipFile(classes, "w") as jar:
+        jar.writestr("org/apache/spark/SparkContext.class", b"\xca\xfe")
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    with_python = tmp_path / "tools.jar"
+    with zipfile.ZipFile(with_python, "w") as jar:
+        jar.writestr("tool/__init__.py", "")
+    broken = tmp_path / "broken.jar"
+    broken.write_bytes(b"not a zip")
+    missing = str(tmp_path / "missing.jar")
+    path = [str(classes), str(with_python), str(broken), missing, str(tmp_path)]
+    assert drop_class_jars(path) == [str(with_python), str(broken), missing, str(tmp_path)]
