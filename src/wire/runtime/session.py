@@ -9,13 +9,17 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
 from wire.errors import WireError
 from wire.runtime.class_archive import java_options
 from wire.runtime.java import java_binary, version_output
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SPARK_LOG = "spark.log"
 """The file, in a flow's checkpoint directory, that receives Spark's log and its Python
@@ -247,6 +251,11 @@ def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
         with contextlib.suppress(Exception):
             sc.setJobDescription("wire: start the Python workers")
             sc.parallelize(range(cores), cores).foreach(_nothing)
+            # SQL's Python runners (data source reads, mapInArrow, ...) set SPARK_SIMPLIFIED_TRACEBACK,
+            # others do not: Spark keys its daemons by the workers' environment, so a flow's first
+            # epoch needs a daemon of each kind
+            rows = spark.range(0, cores, 1, cores).mapInArrow(_same, "id long")
+            rows.write.format("noop").mode("overwrite").save()
 
     thread = threading.Thread(target=job, name="wire-warm-up", daemon=True)
     thread.start()
@@ -255,6 +264,11 @@ def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
 
 def _nothing(_: object) -> None:
     """The warm-up job's task body."""
+
+
+def _same(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The warm-up SQL job's task body: its rows, as they came."""
+    return batches
 
 
 def _with_stderr_to(log_file: str | os.PathLike[str], start: Callable[[], SparkSession]) -> SparkSession:
