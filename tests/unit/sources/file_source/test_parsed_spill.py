@@ -46,6 +46,13 @@ def epochs_read_by(planner, executor, starts_ends):
     return [[b for p in planner.partitions(s, e) for b in executor.read(p)] for s, e in starts_ends]
 
 
+@pytest.fixture(autouse=True)
+def spills_under_tmp_path(tmp_path, monkeypatch):
+    """Spill directories go under the test's own directory (a test's planner is not always stopped)."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(spill_mod.tempfile, "tempdir", str(tmp_path / "tmp"))
+
+
 @pytest.fixture
 def fresh_executor_cache(monkeypatch):
     monkeypatch.setattr(file_stream, "_EXECUTOR_CACHE", file_readers.ParseCache(8))
