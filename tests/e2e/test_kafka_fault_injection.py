@@ -93,6 +93,11 @@ def read_committed(bootstrap: str, topic: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def committed(spark: Path) -> int:
+    """How many epochs Spark's commit log holds."""
+    return len(list((spark / "commits").glob("[0-9]*"))) if spark.exists() else 0
+
+
 def run_with_kills(args: list[str], out: Path, kills: int, seed: int, check) -> dict:
     rng = random.Random(seed)
     stats = {"kills": 0, "mid_epoch": 0, "group_checks": 0}
@@ -102,11 +107,14 @@ def run_with_kills(args: list[str], out: Path, kills: int, seed: int, check) -> 
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         if stats["kills"] < kills:
-            deadline = time.monotonic() + rng.uniform(8.0, 25.0)
-            while time.monotonic() < deadline and proc.poll() is None:
+            # killed after 1-3 more epochs committed, then 0-1 s on (often mid-epoch): each run is
+            # killed with epochs left to do, however fast the flow runs
+            spark = out / "_checkpoint" / "spark"
+            goal, deadline = committed(spark) + rng.randint(1, 3), time.monotonic() + 180
+            while committed(spark) < goal and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.0))
             if proc.poll() is None:
-                spark = out / "_checkpoint" / "spark"
                 planned = len(list((spark / "offsets").glob("[0-9]*"))) if spark.exists() else 0
                 done = len(list((spark / "commits").glob("[0-9]*"))) if spark.exists() else 0
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -61,7 +61,7 @@ from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
 from wire.runtime.state_layout import record_layout
 from wire.runtime.summary import RunSummary
-from wire.sources.file_source.parsed_spill import remove_orphans
+from wire.sources.base.handoff import remove_orphans
 
 __all__ = [
     "AWAIT_POLL_S", "END_POLL_S", "EpochDispatcher", "Interrupts", "RunSummary", "RunningFlow",
@@ -354,7 +354,7 @@ class RunningFlow:
                 self._dispatcher.progress.stop()
             self.summary.elapsed_s = time.perf_counter() - self._started
             self._dispatcher.count_scans()
-            remove_orphans()  # the file planners' handed-over parses (ended planners only)
+            remove_orphans()  # the hand-over files of planners (ended planners only)
         return self.summary
 
 

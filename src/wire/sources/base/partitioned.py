@@ -476,7 +476,9 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
 
         It becomes the epoch's tasks' :attr:`PartitionTask.handoff`; an executor reading a
         task sees it as :attr:`task_handoff` during :meth:`read_range`. The file source
-        hands over its parsed files (:mod:`wire.sources.file_source.parsed_spill`).
+        hands over its parsed files (:mod:`wire.sources.file_source.parsed_spill`), the Kafka
+        source its decoded offset ranges (:mod:`wire.sources.kafka_source.handoff`); the
+        directory is a :class:`~wire.sources.base.handoff.HandoffDir`.
         """
         return None
 

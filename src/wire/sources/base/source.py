@@ -67,7 +67,7 @@ keeps its flow running until it is stopped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
 import pyarrow as pa
@@ -245,6 +245,10 @@ class Binding:
     target_epoch_ms: int | None = None
     resume: dict[str, Any] | None = None
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`)."""
+    local: bool = False
+    """The Spark master is local: the planner and the executors share one machine, so a
+    planner may hand what it decoded to the executors (:mod:`wire.sources.base.handoff`)
+    instead of their reading and decoding it again (set by :meth:`BindingSource.read_stream`)."""
 
     def __post_init__(self) -> None:
         step = self.step
@@ -318,7 +322,13 @@ class BindingSource:
             type, or a setting of the request is invalid (:class:`Binding`).
         """
         ds = self.data_source()
-        return open_stream(spark, ds, binding=ds.binding_class.of(self, request).to_json())
+        binding = replace(ds.binding_class.of(self, request), local=is_local(spark))
+        return open_stream(spark, ds, binding=binding.to_json())
+
+
+def is_local(spark: SparkSession) -> bool:
+    """Whether ``spark``'s master is local (its executors run on the driver's machine)."""
+    return str(spark.conf.get("spark.master", "")).startswith("local")
 
 
 def open_stream(spark: SparkSession, data_source: type[DataSource], **options: str) -> DataFrame:

@@ -173,10 +173,6 @@ class SourceBinding(Binding):
     """
 
     source: FileConfig
-    local: bool = False
-    """The Spark master is local: the planner and the executors share one machine, so the
-    planner hands its parse of each file to the executors
-    (:mod:`wire.sources.file_source.parsed_spill`) instead of their parsing it again."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

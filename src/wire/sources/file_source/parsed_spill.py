@@ -1,51 +1,36 @@
-"""Parse once: the planner hands its parse of a file to the executors of a local Spark.
+"""Parse once: the file planner hands its parse of a file to the executors of a local Spark.
 
 The file planner parses every file it admits records from (it needs each record's event
 time for the watermark and the record count for admission); an executor then parsed the
 same file again to read its planned ranges (a split file once per executor worker). With a
-``local`` master, the planner and the executors share one machine, so the planner writes
-each file it parses to a *spill*: one Arrow IPC file holding the :class:`ParsedFile` (the
+``local`` master the planner writes each file it parses as a hand-over file
+(:mod:`wire.sources.base.handoff`): one Arrow IPC file holding the :class:`ParsedFile` (the
 valid records' payload, record indexes and event times; the malformed records in the
-schema's metadata). An executor memory-maps the spill instead of parsing (no copy: the
-pages are the OS page cache's).
+schema's metadata), which an executor memory-maps instead of parsing.
 
 A spill is named by a digest of the file's stamp (path, size, mtime in ns) and the parse
-spec, so it can only stand for the very parse the executor would do. Whatever fails (no
-spill: a cluster's executors, a restarted planner, an evicted spill, a spill that does
-not read) makes the executor parse the file itself, as it did before: a spill is a cache,
-never a source of truth.
-
-Lifetime: the planner deletes a partition's spills of files that were read to their end
-in epochs already committed (:meth:`SpillDir.release`, called when it plans the next
-epoch: Spark plans an epoch only after the last one committed), stops writing once its
-spills hold :data:`MAX_SPILL_BYTES`, and removes its directory when the query stops and,
-for a process that was killed, at the next planner's start (directories are named by the
-planner's process id).
+spec, so it can only stand for the very parse the executor would do. The planner deletes a
+partition's spills of files that were read to their end in epochs already committed
+(:meth:`SpillDir.release`, called when it plans the next epoch: Spark plans an epoch only
+after the last one committed).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import threading
 
 import numpy as np
 import pyarrow as pa
 
+from wire.sources.base.handoff import HandoffDir, read_table
 from wire.sources.file_source.formats import Malformed, ParsedFile
 from wire.sources.file_source.listing import FileStamp
 from wire.sources.file_source.parse_spec import ParseSpec
 
-__all__ = ["MAX_SPILL_BYTES", "SpillDir", "read_spill", "remove_orphans"]
+__all__ = ["SpillDir", "read_spill", "spill_name"]
 
-MAX_SPILL_BYTES = 2 << 30
-"""A planner writes no new spill while its spills hold this many bytes (2 GiB)."""
-
-_PREFIX = "wire-parsed-"
 _RECORD = "__wire_record"
 _EVENT_TIME = "__wire_event_time"
 _META = b"wire.parsed"
@@ -75,10 +60,10 @@ def read_spill(directory: str | None, stamp: FileStamp, spec: ParseSpec) -> Pars
     None when there is no directory or spill, or the spill does not read or is not this
     file's (then the caller parses the file).
     """
-    if directory is None:
+    table = read_table(directory, spill_name(stamp, spec))
+    if table is None:
         return None
-    try:  # the table's buffers keep the mapping alive; the planner may unlink the file meanwhile
-        table = pa.ipc.open_file(pa.memory_map(os.path.join(directory, spill_name(stamp, spec)))).read_all()
+    try:
         meta = json.loads((table.schema.metadata or {})[_META])
         if meta["path"] != os.path.abspath(stamp.path):
             return None
@@ -93,92 +78,15 @@ def read_spill(directory: str | None, stamp: FileStamp, spec: ParseSpec) -> Pars
                       event_times.astype(np.int64, copy=False), malformed)
 
 
-class SpillDir:
-    """The planner's spills: one directory of this process, its files per source partition.
+class SpillDir(HandoffDir):
+    """The file planner's spills (a :class:`HandoffDir`), owned by ``(partition, relative file)``."""
 
-    Thread-safe (the planner's read-ahead thread writes spills). A copy made by pickling
-    holds no spills (the directory stays the planner's): an executor is told the directory
-    by its task and reads spills with :func:`read_spill`, never writes or deletes them.
-    """
+    def write_parse(
+        self, partition: str, rel: str, stamp: FileStamp, spec: ParseSpec, parsed: ParsedFile
+    ) -> None:
+        """Write ``parsed`` as the spill of ``stamp`` (file ``rel`` of ``partition``); best effort."""
+        self.write(spill_name(stamp, spec), (partition, rel), lambda: _encode(parsed))
 
-    def __init__(self, max_bytes: int = MAX_SPILL_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self.path: str | None = None
-        self._lock = threading.Lock()
-        self._files: dict[str, tuple[str, str, int]] = {}  # spill name -> (partition, relative file, bytes)
-        self._bytes = 0
-
-    def __reduce__(self) -> tuple[type[SpillDir], tuple[int]]:
-        return SpillDir, (self.max_bytes,)
-
-    def write(self, partition: str, rel: str, stamp: FileStamp, spec: ParseSpec, parsed: ParsedFile) -> None:
-        """Write ``parsed`` as the spill of ``stamp`` (file ``rel`` of ``partition``); best effort.
-
-        Nothing is written past :attr:`max_bytes`, or when the disk refuses (executors
-        then parse the file).
-        """
-        name = spill_name(stamp, spec)
-        with self._lock:
-            if name in self._files or self._bytes >= self.max_bytes:
-                return
-            if self.path is None:
-                remove_orphans()
-                self.path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
-            path = os.path.join(self.path, name)
-        tmp = f"{path}.{threading.get_ident()}.tmp"
-        try:
-            table = _encode(parsed)
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-            os.replace(tmp, path)
-            size = os.path.getsize(path)
-        except (OSError, pa.ArrowException):
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            return
-        with self._lock:
-            self._files[name] = (partition, rel, size)
-            self._bytes += size
-
-    def release(self, partition: str, done: set[str]) -> None:
+    def release_files(self, partition: str, done: set[str]) -> None:
         """Delete ``partition``'s spills of the files ``done`` (read to their end, committed)."""
-        with self._lock:
-            gone = [n for n, (p, rel, _) in self._files.items() if p == partition and rel in done]
-            for name in gone:
-                self._bytes -= self._files.pop(name)[2]
-                if self.path is not None:
-                    with contextlib.suppress(OSError):
-                        os.remove(os.path.join(self.path, name))
-
-    def close(self) -> None:
-        """Delete every spill and the directory (the query stopped)."""
-        with self._lock:
-            if self.path is not None:
-                shutil.rmtree(self.path, ignore_errors=True)
-            self.path, self._files, self._bytes = None, {}, 0
-
-
-def remove_orphans() -> None:
-    """Remove the spill directories of planner processes that no longer run.
-
-    Spark ends a query's planner process with a signal, which skips its clean-up: the
-    runner calls this when a run ends, and a planner when it creates its directory.
-    """
-    root = tempfile.gettempdir()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root):
-            if not entry.name.startswith(_PREFIX):
-                continue
-            pid = entry.name[len(_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        self.release(lambda owner: owner[0] == partition and owner[1] in done)  # type: ignore[index]

@@ -182,7 +182,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         file, record = position["file"], position["record"]
         files = FileSet.from_json(position["files"])
         if self._spills is not None:  # read to their end in epochs that committed: no task reads them now
-            self._spills.release(name, set(files.read) - {files.open})
+            self._spills.release_files(name, set(files.read) - {files.open})
         read, open_, segments, times = dict(files.read), files.open, [], []
         left = budget
         for rel, stamp, lo, hi, n in self._avail[name].segments:
@@ -358,7 +358,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         keep = None
         if spills is not None and name is not None:
             def keep(parsed: ParsedFile) -> None:
-                spills.write(name, rel, stamp, spec, parsed)
+                spills.write_parse(name, rel, stamp, spec, parsed)
         with self._index_lock:
             return self._index_cache.get(stamp, spec, index_only=True, on_parse=keep)
 

@@ -28,8 +28,7 @@ The stream reader itself is in :mod:`wire.sources.file_source.reader`.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 
@@ -39,8 +38,6 @@ from wire.sources.base.source import (
     BindingDataSource,
     BindingSource,
     Capability,
-    ReadRequest,
-    open_stream,
     spark_row_schema,
     spark_struct,
     warn_legacy_watermark,
@@ -49,9 +46,6 @@ from wire.sources.file_source.config import FileConfig, SourceBinding
 from wire.sources.file_source.formats import DEFAULT_MAX_FIELD_BYTES
 from wire.sources.file_source.listing import FileFormat, PartitionBy
 from wire.sources.file_source.reader import WireFileStreamReader
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "DATA_SOURCE_NAME",
@@ -79,16 +73,6 @@ class FileSource(FileConfig, BindingSource):
     def data_source(self) -> type[BindingDataSource]:
         """The Spark data source that reads this source (:class:`WireFileDataSource`)."""
         return WireFileDataSource
-
-    def read_stream(self, spark: SparkSession, request: ReadRequest) -> DataFrame:
-        """The envelope DataFrame of this source (:meth:`BindingSource.read_stream`).
-
-        With a ``local`` master the planner hands its parses to the executors
-        (:attr:`SourceBinding.local`).
-        """
-        binding = SourceBinding.of(self, request)
-        local = str(spark.conf.get("spark.master", "")).startswith("local")
-        return open_stream(spark, WireFileDataSource, binding=replace(binding, local=local).to_json())
 
 
 def files(

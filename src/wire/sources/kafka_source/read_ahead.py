@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from wire.sources.base.partitioned import Admitted
 from wire.sources.kafka_source.consumers import (
@@ -39,27 +40,55 @@ class Ahead:
 
     ``event_times[i]`` counts only where ``valid[i]`` (a record that decodes, with a usable
     event time: it moves the watermark); malformed records count as admitted too.
+
+    With a local master the planner also keeps what the executors would decode
+    (:meth:`KafkaStreamReader.handed_over`): ``rows``, the valid records' columns (one
+    row per valid record, in order); ``values``, every record's value as consumed (dead
+    letters show it); ``reasons``, why each malformed record was rejected, by offset
+    (records of other ranges may be in it). None when not kept.
     """
 
     offsets: np.ndarray
     event_times: np.ndarray
     valid: np.ndarray
+    rows: pa.Table | None = None
+    values: list[bytes | None] | None = None
+    reasons: Mapping[int, str] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
 
+    @property
+    def kept(self) -> bool:
+        """Whether the decoded records were kept (:attr:`rows`, :attr:`values`, :attr:`reasons`)."""
+        return self.rows is not None and self.values is not None and self.reasons is not None
+
     def slice(self, start: int, stop: int | None = None) -> Ahead:
         """Records ``start`` (index) up to ``stop`` (excluded; None: the end)."""
-        return Ahead(self.offsets[start:stop], self.event_times[start:stop], self.valid[start:stop])
+        rows = values = None
+        if self.kept:
+            assert self.rows is not None and self.values is not None
+            first = int(np.count_nonzero(self.valid[:start]))
+            rows = self.rows.slice(first, int(np.count_nonzero(self.valid[start:stop])))
+            values = self.values[start:stop]
+        return Ahead(self.offsets[start:stop], self.event_times[start:stop], self.valid[start:stop],
+                     rows, values, self.reasons if self.kept else None)
 
     @staticmethod
     def concat(parts: Sequence[Ahead]) -> Ahead:
         """The records of ``parts``, one after the other."""
         if len(parts) == 1:
             return parts[0]
-        return Ahead(np.concatenate([p.offsets for p in parts]) if parts else np.zeros(0, np.int64),
-                      np.concatenate([p.event_times for p in parts]) if parts else np.zeros(0, np.int64),
-                      np.concatenate([p.valid for p in parts]) if parts else np.zeros(0, dtype=bool))
+        if not parts:
+            return Ahead(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, dtype=bool))
+        rows = values = reasons = None
+        if all(p.kept for p in parts):
+            rows = pa.concat_tables([p.rows for p in parts if p.rows is not None])
+            values = [v for p in parts for v in p.values or ()]
+            reasons = {o: r for p in parts for o, r in (p.reasons or {}).items()}
+        return Ahead(np.concatenate([p.offsets for p in parts]),
+                     np.concatenate([p.event_times for p in parts]),
+                     np.concatenate([p.valid for p in parts]), rows, values, reasons)
 
     def admitted(self, position: int) -> Admitted:
         """These records admitted from ``position``: their count, the next position, the valid event times."""

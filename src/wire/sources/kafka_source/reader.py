@@ -17,6 +17,7 @@ record.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -28,6 +29,7 @@ import numpy as np
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from wire.errors import WireError
+from wire.sources.base.handoff import HandoffDir, read_table
 from wire.sources.base.offsets import Position, positions_of
 from wire.sources.base.partitioned import Admitted, PartitionedReader, Read
 from wire.sources.base.source import Offset
@@ -51,6 +53,9 @@ from wire.sources.kafka_source.decode import (
     record_text,
     split_name,
 )
+from wire.sources.kafka_source.handoff import decode as decode_range
+from wire.sources.kafka_source.handoff import encode as encode_range
+from wire.sources.kafka_source.handoff import handoff_name
 from wire.sources.kafka_source.read_ahead import Ahead, ReadAhead
 
 if TYPE_CHECKING:
@@ -101,6 +106,8 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
     def __init__(self, binding: KafkaBinding, clock: Callable[[], int] | None = None) -> None:
         self._init_live(binding, clock)
         self._discovered_at: float = 0
+        self._handoff = HandoffDir() if binding.local else None
+        """Planner, local master: each epoch's decoded ranges, handed to the executors (:mod:`.handoff`)."""
 
     def _open_client(self) -> confluent_kafka.Consumer:
         """The planner's consumer (it commits only in :meth:`acknowledge`)."""
@@ -128,6 +135,9 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         if positions != self._completed:
             self._completed = positions
             self._acknowledge(start)
+            if self._handoff is not None:  # the epochs that read them committed
+                at = {n: int(p) for n, p in positions.items()}
+                self._handoff.release(lambda owner: owner[1] <= at.get(owner[0], -1))  # type: ignore[index]
         end = super().latestOffset(start, limit)
         if end is start and self._pending is not None and self._down_since is None:
             self._try_commit()
@@ -211,7 +221,25 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         if self._bounded:
             return self._read_bounded(at, dict(budgets))
         got = self._fetch(at, dict(budgets))
-        return {n: ahead.admitted(at[n]) for n, ahead in got.items()}
+        out = {n: ahead.admitted(at[n]) for n, ahead in got.items()}
+        self._hand_over(at, got, out)
+        return out
+
+    def _hand_over(self, positions: Mapping[str, int], got: Mapping[str, Ahead],
+                   admitted: Mapping[str, Admitted]) -> None:
+        """Local master: write each admitted range's decoded records for the executors (:mod:`.handoff`)."""
+        if self._handoff is None:
+            return
+        for n, ahead in got.items():
+            a = admitted[n]
+            if a.count and ahead.kept:
+                first, nxt = positions[n], int(a.next)
+                self._handoff.write(handoff_name(n, first, nxt, a.count), (n, nxt),
+                                    functools.partial(encode_range, n, first, nxt, ahead))
+
+    def handoff(self) -> str | None:
+        """The directory of this planner's decoded ranges (None: not a local master, or none yet)."""
+        return None if self._handoff is None else self._handoff.path
 
     def _read_bounded(self, positions: dict[str, int], budgets: dict[str, int]) -> dict[str, Admitted]:
         """:meth:`read_many` of a bounded source: records before each partition's end offset only.
@@ -257,13 +285,15 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                                                     f"no record of {late} for {self._timeout_s:.0f} s "
                                                     f"before the end offsets taken at the start"))
                 break
-        out = {}
+        out, kept = {}, {}
         for n in budgets:
             got = Ahead.concat(parts[n]) if parts[n] else Ahead.concat([])
             admitted = got.admitted(positions[n])
             if n in ended:
                 admitted = Admitted(admitted.count, bounds.get(n, positions[n]), admitted.event_times)
             out[n] = admitted
+            kept[n] = got
+        self._hand_over(positions, kept, out)
         return out
 
     def acknowledge(self, positions: Mapping[str, Position]) -> None:
@@ -314,7 +344,9 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                           f"will retry: {e}", RuntimeWarning, stacklevel=3)
 
     def stop(self) -> None:
-        """Commit the group offsets that wait (best effort), then close the consumer."""
+        """Commit the group offsets that wait (best effort), delete the hand-over files, close the client."""
+        if self._handoff is not None:
+            self._handoff.close()
         if self._pending is not None and self._client is not None:
             try:
                 self._try_commit()
@@ -410,20 +442,37 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
             from confluent_kafka import Consumer
 
             consumer = Consumer(consumer_config(self._binding, role="read-ahead"))
-            self._ahead = ReadAhead(consumer, self._decode_ahead,
-                                     stamps=self._binding.event_time == TIMESTAMP_COLUMN,
+            self._ahead = ReadAhead(consumer, self._decode_ahead, stamps=self._stamps(planner=True),
                                      limit=max(BATCH, 2 * self._binding.max_events_per_epoch),
                                      where=f"kafka source {self._binding.step!r}")
         return self._ahead
 
+    def _stamps(self, *, planner: bool) -> bool:
+        """Whether a read takes the records' timestamps: the event time, or (executor) a column, needs them.
+
+        A local planner decodes the executors' columns too (:meth:`_decode_ahead`).
+        """
+        b = self._binding
+        return b.event_time == TIMESTAMP_COLUMN or (
+            (not planner or self._handoff is not None) and TIMESTAMP_COLUMN in b.output_schema.names)
+
     def _decode_ahead(self, name: str, batch: KafkaBatch) -> Ahead:
-        """What the planner keeps of records read ahead: offsets, which are valid, their event times."""
-        decoded = self._read(name, batch, 0, ()).decoded
+        """What the planner keeps of records read ahead: offsets, which are valid, their event times.
+
+        Local master: also the executors' decoded columns, the values and the malformed
+        records' reasons (:attr:`Ahead.kept`, handed over by :meth:`_hand_over`).
+        """
+        local = self._handoff is not None
+        decoded = self._read(name, batch, 0, self._binding.output_schema.names if local else ()).decoded
         valid = np.zeros(len(batch), dtype=bool)
         valid[decoded.positions] = True
         times = np.zeros(len(batch), np.int64)
         times[decoded.positions] = decoded.event_times
-        return Ahead(batch.offsets, times, valid)
+        if not local:
+            return Ahead(batch.offsets, times, valid)
+        bad = np.flatnonzero(~valid).tolist()
+        reasons = {int(batch.offsets[i]): reason for i, (_, reason, _) in zip(bad, decoded.dead, strict=True)}
+        return Ahead(batch.offsets, times, valid, decoded.table, batch.values, reasons)
 
     def _read(self, name: str, batch: KafkaBatch, position: int, columns: Sequence[str] | None) -> Read:
         """The records of ``batch`` (partition ``name``, read from ``position``), decoded.
@@ -478,8 +527,7 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
         consumer = kept.consumer
         out: list[KafkaBatch] = []
         got, resume_at, closed, at_end = 0, None, False, False
-        b = self._binding
-        stamps = b.event_time == TIMESTAMP_COLUMN or TIMESTAMP_COLUMN in b.output_schema.names
+        stamps = self._stamps(planner=False)
         try:
             if kept.paused:  # it fetches again from its position (nothing was queued: it was at the end)
                 consumer.resume([tp])
@@ -571,6 +619,16 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
                 time.sleep(0.5)
 
     def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
-        """Partition ``name``'s records with offsets in ``[first, next)``, at most ``taken`` (executor)."""
-        batch = self.fetch_range(name, int(first), int(next), taken)
+        """Partition ``name``'s records with offsets in ``[first, next)``, at most ``taken`` (executor).
+
+        The range the planner handed over (local master: :mod:`.handoff`), else fetched
+        from the broker and decoded.
+        """
+        first, next = int(first), int(next)
+        if self.task_handoff is not None:
+            handed = decode_range(read_table(self.task_handoff, handoff_name(name, first, next, taken)),
+                                  name, first, next, taken)
+            if handed is not None:
+                return handed
+        batch = self.fetch_range(name, first, next, taken)
         return self._read(name, batch, int(first), self._binding.output_schema.names)

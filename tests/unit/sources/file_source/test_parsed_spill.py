@@ -21,6 +21,7 @@ from tests.unit.sources.file_source.test_file_source import (
     write,
 )
 
+import wire.sources.base.handoff as handoff_mod
 import wire.sources.file_source.formats as file_readers
 import wire.sources.file_source.parsed_spill as spill_mod
 import wire.sources.file_source.reader as file_stream
@@ -50,7 +51,7 @@ def epochs_read_by(planner, executor, starts_ends):
 def spills_under_tmp_path(tmp_path, monkeypatch):
     """Spill directories go under the test's own directory (a test's planner is not always stopped)."""
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(spill_mod.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(handoff_mod.tempfile, "tempdir", str(tmp_path / "tmp"))
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_spill_round_trip_and_identity(tmp_path):
     parsed = file_readers.parse_file(str(path), spec)
     stamp = FileStamp.of(str(path))
     spills = spill_mod.SpillDir()
-    spills.write("all", "b.csv", stamp, spec, parsed)
+    spills.write_parse("all", "b.csv", stamp, spec, parsed)
     back = spill_mod.read_spill(spills.path, stamp, spec)
     assert back is not None
     assert back.records == parsed.records == 4
@@ -160,13 +161,13 @@ def test_spill_budget_stops_writing(tmp_path, monkeypatch, fresh_executor_cache)
 
 
 def test_orphaned_directories_of_ended_planners_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(spill_mod.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(handoff_mod.tempfile, "gettempdir", lambda: str(tmp_path))
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)
-    dead = tmp_path / f"wire-parsed-{int(ended.stdout)}-x"
-    alive = tmp_path / f"wire-parsed-{os.getpid()}-y"
+    dead = tmp_path / f"{handoff_mod.PREFIX}{int(ended.stdout)}-x"
+    alive = tmp_path / f"{handoff_mod.PREFIX}{os.getpid()}-y"
     other = tmp_path / "unrelated"
     for d in (dead, alive, other):
         d.mkdir()
-    spill_mod.remove_orphans()
+    handoff_mod.remove_orphans()
     assert not dead.exists() and alive.exists() and other.exists()

@@ -190,10 +190,12 @@ def fresh_cache(monkeypatch):
 
 
 def make_reader(broker: Broker, monkeypatch, *, event_time: str = "t", per_epoch: int = 1_000,
-                columns: tuple[str, ...] | None = None, bounded: bool = False) -> KafkaStreamReader:
+                columns: tuple[str, ...] | None = None, bounded: bool = False,
+                local: bool = False, watermark: WatermarkPolicy | None = None) -> KafkaStreamReader:
     src = kafka("127.0.0.1:1", "t", group="g", schema=SCHEMA, bounded=bounded)
-    binding = KafkaBinding("src", src, src.resolve_schema(), event_time, watermark=WatermarkPolicy(DELAY),
-                           max_events_per_epoch=per_epoch, key_groups=1, columns=columns)
+    binding = KafkaBinding("src", src, src.resolve_schema(), event_time,
+                           watermark=watermark or WatermarkPolicy(DELAY),
+                           max_events_per_epoch=per_epoch, key_groups=1, columns=columns, local=local)
     r = KafkaStreamReader(binding, clock=lambda: 1_000_000)
     r._client = broker.consumer()
     monkeypatch.setattr(confluent_kafka, "Consumer", broker.consumer)

@@ -1,0 +1,156 @@
+"""Decode once on a local Spark: a planner hands what it already decoded to the executors.
+
+A partitioned source's planner reads records to admit them (it needs their event times
+for the watermark); an executor then read and decoded the same records again. With a
+``local`` master (:attr:`~wire.sources.base.source.Binding.local`) the planner and the
+executors share one machine, so the planner writes what it decoded to a directory of its
+own (:class:`HandoffDir`), as Arrow IPC files, and names the directory in the epoch's
+tasks (:attr:`~wire.sources.base.partitioned.PartitionTask.handoff`). An executor
+memory-maps a file (:func:`read_table`: no copy, the pages are the OS page cache's)
+instead of reading and decoding.
+
+A hand-over file is a cache, never a source of truth: its name must stand for exactly
+what the executor would read (the connector's choice: a file's stamp and parse spec, a
+Kafka partition's offset range), and whatever fails (no directory: a cluster's executors,
+a restarted planner; a file deleted, evicted, or that does not read) makes the executor
+read and decode as it did before.
+
+Lifetime: the connector's planner releases files once the epochs that read them
+committed (:meth:`HandoffDir.release`), stops writing once its files hold
+:data:`MAX_HANDOFF_BYTES`, and deletes its directory when the query stops
+(:meth:`HandoffDir.close`); the directory of a planner that was killed is removed at the
+next planner's start and when a run ends (:func:`remove_orphans`: directories are named
+by the planner's process id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Hashable
+
+import pyarrow as pa
+
+__all__ = ["MAX_HANDOFF_BYTES", "PREFIX", "HandoffDir", "read_table", "remove_orphans"]
+
+MAX_HANDOFF_BYTES = 2 << 30
+"""A planner writes no new hand-over file while its files hold this many bytes (2 GiB)."""
+
+PREFIX = "wire-handoff-"
+"""Hand-over directories are ``$TMPDIR/wire-handoff-<planner pid>-*``."""
+
+
+def read_table(directory: str | None, name: str) -> pa.Table | None:
+    """The table of hand-over file ``name`` in ``directory``, memory-mapped (None: none, or unreadable).
+
+    The table's buffers keep the mapping alive: the planner may delete the file meanwhile.
+    """
+    if directory is None:
+        return None
+    try:
+        return pa.ipc.open_file(pa.memory_map(os.path.join(directory, name))).read_all()
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+class HandoffDir:
+    """A planner's hand-over files: one directory of this process, each file with an owner.
+
+    The owner is the connector's key for releasing (a partition and a file, a partition
+    and an offset range). Thread-safe (a planner's read-ahead thread may write). A copy
+    made by pickling holds no files (the directory stays the planner's): an executor is
+    told the directory by its task and reads with :func:`read_table`, never writes or
+    deletes.
+    """
+
+    def __init__(self, max_bytes: int = MAX_HANDOFF_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.path: str | None = None
+        self._lock = threading.Lock()
+        self._files: dict[str, tuple[Hashable, int]] = {}  # file name -> (owner, bytes)
+        self._bytes = 0
+
+    def __reduce__(self) -> tuple[type[HandoffDir], tuple[int]]:
+        return type(self), (self.max_bytes,)
+
+    def __contains__(self, name: str) -> bool:
+        with self._lock:
+            return name in self._files
+
+    def write(self, name: str, owner: Hashable, table: Callable[[], pa.Table]) -> bool:
+        """Write ``table()`` as hand-over file ``name`` of ``owner``; best effort.
+
+        Returns whether the file is there. Nothing is written (False) past
+        :attr:`max_bytes`, or when the disk refuses (executors then read themselves);
+        a name already written is not written again (True).
+        """
+        with self._lock:
+            if name in self._files:
+                return True
+            if self._bytes >= self.max_bytes:
+                return False
+            if self.path is None:
+                remove_orphans()
+                self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+            path = os.path.join(self.path, name)
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        try:
+            data = table()
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, data.schema) as writer:
+                writer.write_table(data)
+            os.replace(tmp, path)
+            size = os.path.getsize(path)
+        except (OSError, pa.ArrowException):
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            return False
+        with self._lock:
+            self._files[name] = (owner, size)
+            self._bytes += size
+        return True
+
+    def release(self, done: Callable[[Hashable], bool]) -> None:
+        """Delete the files whose owner is ``done`` (their epochs committed)."""
+        with self._lock:
+            gone = [n for n, (owner, _) in self._files.items() if done(owner)]
+            for name in gone:
+                self._bytes -= self._files.pop(name)[1]
+                if self.path is not None:
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(self.path, name))
+
+    def close(self) -> None:
+        """Delete every file and the directory (the query stopped)."""
+        with self._lock:
+            if self.path is not None:
+                shutil.rmtree(self.path, ignore_errors=True)
+            self.path, self._files, self._bytes = None, {}, 0
+
+
+def remove_orphans() -> None:
+    """Remove the hand-over directories of planner processes that no longer run.
+
+    Spark ends a query's planner process with a signal, which skips its clean-up: the
+    runner calls this when a run ends, and a planner when it creates its directory.
+    """
+    root = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if not entry.name.startswith(PREFIX):
+                continue
+            pid = entry.name[len(PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
