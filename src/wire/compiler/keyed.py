@@ -15,13 +15,11 @@ operator's module brings only its pure kernel's call.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,6 +50,7 @@ from wire.core.envelope import (
 )
 from wire.core.time import NO_WATERMARK
 from wire.plan.nodes import LATE, PortRef
+from wire.state.kernels import runs
 from wire.state.operator_watermarks import Mark, fold_marks, input_watermark
 from wire.state.packed_chunks import PackedChunks
 
@@ -198,11 +197,9 @@ def split_by_group(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
         yield int(first.as_py()), table.drop_columns([KG])
         return
     ordered = table.take(pc.sort_indices(groups))  # Arrow's sort_indices is stable
-    kgs = ordered.column(KG).to_numpy()
-    cuts = [0, *(np.flatnonzero(np.diff(kgs)) + 1).tolist(), len(kgs)]
     rest = ordered.drop_columns([KG])
-    for lo, hi in itertools.pairwise(cuts):
-        yield int(kgs[lo]), rest.slice(lo, hi - lo)
+    for kg, lo, hi in runs(ordered.column(KG).to_numpy()):
+        yield kg, rest.slice(lo, hi - lo)
 
 
 def pack_events(port: str, data: pa.RecordBatch, payload: pa.Schema) -> Iterator[pa.RecordBatch]:

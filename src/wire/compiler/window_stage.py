@@ -76,6 +76,7 @@ from wire.core.envelope import (
 from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
+from wire.state import preaggregation as P
 from wire.state import window_epoch as WE
 from wire.state import windows as W
 from wire.state.aggregations import Collect, Count, First, Last, Max, Mean, Min, Sum, TopK, UserAggregator
@@ -132,8 +133,8 @@ class PreStage(KeyedPreStage):
         events_n = late_n = 0
         pending: list[pa.Table] = []  # accepted (event, window) rows not yet pre-aggregated
         pending_rows = 0
-        hashed = st.preaggregate and W.hash_preaggregable(st.spec)
-        kept = [*W.hash_columns(st.spec), KG] if hashed else None  # what the pre-aggregation reads
+        hashed = st.preaggregate and P.hash_preaggregable(st.spec)
+        kept = [*P.hash_columns(st.spec), KG] if hashed else None  # what the pre-aggregation reads
         for control, data in each_batch(batches):
             if control is not None:
                 yield control
@@ -168,14 +169,14 @@ class PreStage(KeyedPreStage):
     def _partials(self, pending: list[pa.Table], hashed: bool) -> Iterator[pa.RecordBatch]:
         """One blob row of partial aggregates per key group for the ``pending`` accepted rows.
 
-        ``hashed``: :func:`~wire.state.windows.preaggregate_by` (the rows hold
-        :func:`~wire.state.windows.hash_columns` only), else a sort per key group.
+        ``hashed``: :func:`~wire.state.preaggregation.preaggregate_by` (the rows hold
+        :func:`~wire.state.preaggregation.hash_columns` only), else a sort per key group.
         """
         if not pending:
             return
         accepted = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
         if hashed:
-            for kg, partials in W.preaggregate_by(accepted, self.stage.spec, KG):
+            for kg, partials in P.preaggregate_by(accepted, self.stage.spec, KG):
                 yield blob_row(PARTIALS, kg, partials)
             return
         for kg, part in split_by_group(accepted):

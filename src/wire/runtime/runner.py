@@ -74,6 +74,9 @@ their own modules and are importable from here too."""
 END_POLL_S = 0.1
 """How often (s) a bounded flow's run checks whether its input is consumed."""
 
+ERROR_CHARS = 2_000
+""":attr:`RunningFlow.last_error` keeps at most this many characters of Spark's message."""
+
 
 def input_consumed(spark_dir: str | Path) -> bool:
     """True when the last completed epoch of a Spark checkpoint ended every source.
@@ -197,8 +200,21 @@ class RunningFlow:
 
     @property
     def last_error(self) -> str | None:
-        """Why the last epoch failed on the driver (a sink's exception), if it did."""
-        return self._dispatcher.last_error
+        """Why the last epoch failed, if it did; None while all is well.
+
+        A sink's exception on the driver (the dispatcher's), else, once the query has
+        stopped with an error (e.g. a source failing while it plans an epoch, where no
+        sink runs), Spark's message for it (at most :data:`ERROR_CHARS` characters).
+        """
+        if self._dispatcher.last_error is not None:
+            return self._dispatcher.last_error
+        if self.query.isActive:
+            return None
+        failure = self.query.exception()
+        if failure is None:
+            return None
+        message = str(getattr(failure, "desc", None) or failure)
+        return message if len(message) <= ERROR_CHARS else message[:ERROR_CHARS] + " ..."
 
     @property
     def source_scans(self) -> int | None:

@@ -18,6 +18,7 @@ Column names
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -119,6 +120,18 @@ def changes(table: pa.Table, columns: Sequence[str]) -> np.ndarray:
             diff = pc.not_equal(below, above)
         out[1:] |= diff.to_numpy(zero_copy_only=False).astype(bool)
     return out
+
+
+def runs(values: np.ndarray) -> list[tuple[int, int, int]]:
+    """The runs of equal values of a sorted integer array: ``(value, start, stop)``, in order.
+
+    >>> runs(np.array([2, 2, 5, 7, 7, 7]))
+    [(2, 0, 2), (5, 2, 3), (7, 3, 6)]
+    """
+    if not len(values):
+        return []
+    cuts = [0, *(np.flatnonzero(np.diff(values)) + 1).tolist(), len(values)]
+    return [(int(values[lo]), lo, hi) for lo, hi in itertools.pairwise(cuts)]
 
 
 def seg_cumsum(values: np.ndarray, groups: Groups) -> np.ndarray:

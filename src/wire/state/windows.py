@@ -1,10 +1,11 @@
 """Event-time windows as pure Arrow functions (no Spark): tumbling, sliding, sessions.
 
-The Spark layer runs :func:`split_late` and :func:`preaggregate` per Arrow batch
-before the shuffle and :func:`advance` once per key group per epoch, with the
-group's state as one Arrow table; :func:`process_epoch` is the reference
-composition. Everything is vectorized (Arrow compute, numpy), never a Python loop
-per event, key or window, except user aggregators (:mod:`wire.state.user`).
+The Spark layer runs :func:`split_late` and :func:`preaggregate` (or, by hashing,
+:func:`wire.state.preaggregation.preaggregate_by`) per Arrow batch before the shuffle,
+and :func:`advance` once per key group per epoch, with the group's state as one Arrow
+table; :func:`process_epoch` is the reference composition. Everything is vectorized
+(Arrow compute, numpy), never a Python loop per event, key or window, except user
+aggregators (:mod:`wire.state.user`).
 
 Time
     Event times, window bounds, watermarks and lateness are int64 ms since the Unix
@@ -55,14 +56,12 @@ State (SPEC §4)
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pyarrow as pa
 
 from wire.core.time import INT64_MAX, INT64_MIN
 from wire.state import operator_watermarks as OW
-from wire.state.aggregator import Aggregator, aggregate_by
+from wire.state.aggregator import Aggregator
 from wire.state.assigners import Session, Sliding, Tumbling, earliest_start
 from wire.state.emission import ORDER, callback_rows
 from wire.state.kernels import (
@@ -103,14 +102,11 @@ __all__ = [
     "WindowSpec",
     "advance",
     "compact",
-    "hash_columns",
-    "hash_preaggregable",
     "late_schema",
     "output_watermark",
     "output_watermark_hold",
     "partial_schema",
     "preaggregate",
-    "preaggregate_by",
     "process_epoch",
     "resolve_candidates",
     "result_schema",
@@ -296,67 +292,6 @@ def preaggregate(accepted: pa.Table, spec: WindowSpec) -> pa.Table:
     for name, agg in spec.aggregations:
         columns += agg.partial(name, accepted, groups)
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-def hash_preaggregable(spec: WindowSpec) -> bool:
-    """True when :func:`preaggregate_by` applies.
-
-    That is: tumbling or sliding windows, and every aggregation's partial is an Arrow
-    hash aggregation (:meth:`Aggregator.hash_partial`).
-    """
-    return not spec.sessions and all(agg.hash_partial(name) is not None for name, agg in spec.aggregations)
-
-
-def hash_columns(spec: WindowSpec) -> list[str]:
-    """The input columns :func:`preaggregate_by` reads: the key and the aggregated columns, in that order.
-
-    Only for a spec :func:`hash_preaggregable` accepts.
-    """
-    read = [a[0] for name, agg in spec.aggregations for a in agg.hash_partial(name) or []]
-    return [spec.key, *sorted({c for c in read if c is not None} - {spec.key})]
-
-
-def preaggregate_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple[int, pa.Table]]:
-    """:func:`preaggregate` for each value of the int column ``by`` (a key group), by hashing.
-
-    One Arrow hash aggregation of all the rows on (``by``, key, ``__ws``, ``__we``)
-    instead of a sort of the rows per value of ``by``; equal to ``preaggregate`` of each
-    value's rows (unit-tested), for the specs :func:`hash_preaggregable` accepts.
-
-    Parameters
-    ----------
-    accepted : pyarrow.Table
-        Accepted events of :func:`split_late`, plus the int column ``by``.
-    spec : WindowSpec
-        A configuration :func:`hash_preaggregable` accepts.
-    by : str
-        The column to split by.
-
-    Returns
-    -------
-    list of (int, pyarrow.Table)
-        Per value of ``by`` present, ascending: its rows' partials in
-        :func:`partial_schema`, sorted by (key, ``__ws``, ``__we``).
-
-    Raises
-    ------
-    ValueError
-        If ``spec`` is not :func:`hash_preaggregable`.
-    """
-    if not hash_preaggregable(spec):
-        raise ValueError("preaggregate_by needs tumbling or sliding windows and hash aggregations")
-    if accepted.num_rows == 0:
-        return []
-    input_schema = pa.schema([f for f in accepted.schema if f.name not in (WINDOW_START, WINDOW_END, by)])
-    schema = partial_schema(spec, input_schema)
-    aggs = [a for name, agg in spec.aggregations for a in agg.hash_partial(name) or []]
-    keys = {name: accepted.column(name) for name in (by, spec.key, WINDOW_START, WINDOW_END)}
-    grouped, values = aggregate_by(keys, accepted, aggs, [f.type for f in schema][3:])
-    bounds = [grouped.column(i).combine_chunks() for i in (1, 2, 3)]
-    table = pa.Table.from_arrays(bounds + values, schema=schema)
-    groups = grouped.column(0).to_numpy()
-    cuts = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(groups)]
-    return [(int(groups[lo]), table.slice(lo, hi - lo)) for lo, hi in itertools.pairwise(cuts)]
 
 
 def _partials(

@@ -1,0 +1,78 @@
+"""The hashing pre-aggregation of tumbling and sliding windows (pure Arrow, no Spark).
+
+Before the shuffle, the window stage folds each batch's accepted events into one partial
+row per (key group, key, window) present. :func:`wire.state.windows.preaggregate` does it
+for one key group's rows, by sorting them; :func:`preaggregate_by` does it for every key
+group at once, with one Arrow hash aggregation, when the window kind and every
+aggregation allow it (:func:`hash_preaggregable`: tumbling or sliding windows, order-free
+aggregations). The results are equal (``tests/unit/state/test_preaggregation.py``).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from wire.state.aggregator import aggregate_by
+from wire.state.kernels import WINDOW_END, WINDOW_START, runs
+from wire.state.spec import WindowSpec, partial_schema
+
+__all__ = ["hash_columns", "hash_preaggregable", "preaggregate_by"]
+
+
+def hash_preaggregable(spec: WindowSpec) -> bool:
+    """True when :func:`preaggregate_by` applies.
+
+    That is: tumbling or sliding windows, and every aggregation's partial is an Arrow
+    hash aggregation (:meth:`Aggregator.hash_partial`).
+    """
+    return not spec.sessions and all(agg.hash_partial(name) is not None for name, agg in spec.aggregations)
+
+
+def hash_columns(spec: WindowSpec) -> list[str]:
+    """The input columns :func:`preaggregate_by` reads: the key and the aggregated columns, in that order.
+
+    Only for a spec :func:`hash_preaggregable` accepts.
+    """
+    read = [a[0] for name, agg in spec.aggregations for a in agg.hash_partial(name) or []]
+    return [spec.key, *sorted({c for c in read if c is not None} - {spec.key})]
+
+
+def preaggregate_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple[int, pa.Table]]:
+    """:func:`~wire.state.windows.preaggregate` for each value of the int column ``by`` (a key group).
+
+    One Arrow hash aggregation of all the rows on (``by``, key, ``__ws``, ``__we``)
+    instead of a sort of the rows per value of ``by``; equal to ``preaggregate`` of each
+    value's rows (unit-tested), for the specs :func:`hash_preaggregable` accepts.
+
+    Parameters
+    ----------
+    accepted : pyarrow.Table
+        Accepted events of :func:`~wire.state.windows.split_late`, plus the int column ``by``.
+    spec : WindowSpec
+        A configuration :func:`hash_preaggregable` accepts.
+    by : str
+        The column to split by.
+
+    Returns
+    -------
+    list of (int, pyarrow.Table)
+        Per value of ``by`` present, ascending: its rows' partials in
+        :func:`partial_schema`, sorted by (key, ``__ws``, ``__we``).
+
+    Raises
+    ------
+    ValueError
+        If ``spec`` is not :func:`hash_preaggregable`.
+    """
+    if not hash_preaggregable(spec):
+        raise ValueError("preaggregate_by needs tumbling or sliding windows and hash aggregations")
+    if accepted.num_rows == 0:
+        return []
+    input_schema = pa.schema([f for f in accepted.schema if f.name not in (WINDOW_START, WINDOW_END, by)])
+    schema = partial_schema(spec, input_schema)
+    aggs = [a for name, agg in spec.aggregations for a in agg.hash_partial(name) or []]
+    keys = {name: accepted.column(name) for name in (by, spec.key, WINDOW_START, WINDOW_END)}
+    grouped, values = aggregate_by(keys, accepted, aggs, [f.type for f in schema][3:])
+    bounds = [grouped.column(i).combine_chunks() for i in (1, 2, 3)]
+    table = pa.Table.from_arrays(bounds + values, schema=schema)
+    return [(group, table.slice(lo, hi - lo)) for group, lo, hi in runs(grouped.column(0).to_numpy())]
