@@ -403,6 +403,8 @@ def kafka(a: argparse.Namespace) -> None:
                    "--topic", topic, "--events", str(a.events), "--keys", str(KAFKA_KEYS),
                    "--end-ts", str(end_ts), "--window-ms", str(KAFKA_WINDOW_MS),
                    "--delay-ms", str(KAFKA_DELAY_MS), "--out", str(run_dir)]
+            if engine == "wire" and a.wire_epoch_events:
+                cmd += ["--epoch-events", str(a.wire_epoch_events)]
             log(f"kafka {engine} ...")
             r = run_engine(cmd, env, run_dir, a.events, a.timeout)
             r |= {"run": now(), "input": f"kafka-{a.events}", "job": "tumbling 10 s count",
@@ -434,8 +436,17 @@ def render_kafka(records: list[dict]) -> str:
     for r in records:
         lines.append(row([KAFKA_ENGINES.get(r["engine"], r["engine"]), ratio(wire, r), *cells(r)]))
     loads = [r[k] for r in records for k in ("load_start", "load_end")]
-    return "\n".join(lines) + (f"\n\nWire speed-up vs this = this wall s / Wire's wall s (above 1x Wire "
-                               f"is faster). Load average (1 min) {min(loads):.2f} to {max(loads):.2f}.\n")
+    text = "\n".join(lines) + (f"\n\nWire speed-up vs this = this wall s / Wire's wall s (above 1x Wire "
+                               f"is faster); ev/s = events / (last output - session ready). Load average "
+                               f"(1 min) {min(loads):.2f} to {max(loads):.2f}.\n")
+    info = (wire or {}).get("info") or {}
+    if info.get("steady_ev_s"):
+        text += (f"\nWire, max_events_per_epoch {info['epoch_events']:,}: steady "
+                 f"{info['steady_ev_s']:,.0f} events/s (data epochs after the first), "
+                 f"{info['data_epochs']} data epochs of {info['epoch_ms_min']:,.0f}-"
+                 f"{info['epoch_ms_max']:,.0f} ms (median {info['epoch_ms_median']:,.0f}); the first "
+                 f"data epoch ended {info['first_data_s']:.1f} s after the session was ready.\n")
+    return text
 
 
 # ------------------------------------------------------------------------------------- main
@@ -453,6 +464,8 @@ def main() -> None:
     k = sub.add_parser("kafka", help="the Kafka comparison (Wire, Quix Streams, confluent-kafka loop)")
     k.add_argument("--events", type=int, default=2_000_000)
     k.add_argument("--engines", default=",".join(KAFKA_ENGINES))
+    k.add_argument("--wire-epoch-events", type=int, default=None,
+                   help="Wire's max_events_per_epoch (default: Wire's own, 100,000)")
     t = sub.add_parser("table", help="print the table of OUT/results.jsonl (latest run of each)")
     t.add_argument("--recheck", action="store_true", help="check the outputs against the oracle again")
     for q in (r, k, t):

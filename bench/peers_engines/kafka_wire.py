@@ -7,6 +7,7 @@ unbounded: the script stops the flow once the window step's input watermark has 
 ``end_ts - delay`` (every partition read its end markers, so every window has closed).
 """
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -29,9 +30,10 @@ schema = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("value", pa.float
 flow = wire.Flow("peers-kafka")
 group = f"wire-{a.topic}-{a.out.name}"  # a rerun on the same broker reads the topic again
 source = wire.sources.kafka(a.bootstrap, a.topic, group=group, schema=schema, config=RECEIVE_LIMIT)
+epoch_events = a.epoch_events or 100_000  # Wire's default unless --epoch-events
 events = flow.source(source,
                      event_time="ts", key="key", watermark=wire.BoundedOutOfOrderness(a.delay_ms),
-                     name="events")
+                     max_events_per_epoch=epoch_events, name="events")
 counts = (events.filter(f"ts < {a.end_ts}").window(wire.Tumbling(a.window_ms))
           .aggregate(n=wire.count(), name="win"))
 out = a.out / "output"
@@ -44,7 +46,26 @@ while running.watermarks().get("win", {}).get("input_watermark", -1) < a.end_ts 
         raise SystemExit(f"the flow stopped: {running.last_error}")
     time.sleep(0.1)
 summary = running.stop()
+t_last = time.time()
+
+
+def steady(log: Path) -> dict:
+    """From the flow's epoch log: the data epochs' durations and the rate after the first one."""
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    seen = [dict(((m[0], m[1]), m[2]) for m in r["metrics"]).get(("events", "events"), 0) for r in rows]
+    data = [(r, n) for r, n, before in zip(rows, seen, [0, *seen], strict=False) if n > before]
+    if len(data) < 2:
+        return {}
+    (first, n0), (last, n1) = data[0], data[-1]
+    ms = sorted(r["epoch_ms"] for r, _ in data)
+    return {"epoch_events": epoch_events, "data_epochs": len(data),
+            "steady_ev_s": (n1 - n0) / ((last["t_ms"] - first["t_ms"]) / 1000),
+            "epoch_ms_min": ms[0], "epoch_ms_max": ms[-1], "epoch_ms_median": ms[len(ms) // 2],
+            "first_data_s": first["t_ms"] / 1000 - t_ready}
+
+
 S.finish(a.out, t_ready, {"path": f"{out}/epoch-*/*.parquet", "format": "parquet",
                           "rename": {"window_start": "start", "window_end": "end"}},
-         wire=wire.__file__, epochs=summary.epochs, input_events=summary.input_events)
+         wire=wire.__file__, epochs=summary.epochs, input_events=summary.input_events,
+         **steady(a.out / "checkpoint" / "epochs.jsonl"))
 spark.stop()

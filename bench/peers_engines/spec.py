@@ -106,6 +106,7 @@ def kafka_args() -> argparse.Namespace:
     for name in ("--events", "--keys", "--end-ts", "--window-ms", "--delay-ms"):
         p.add_argument(name, type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--epoch-events", type=int, default=None, help="Wire's max_events_per_epoch")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     return a
