@@ -185,3 +185,34 @@ def test_snapshot_tables_are_read_again_when_their_version_changes(spark, tmp_pa
     assert got(out["main"], ["tier"]) == expected([S0, S1, S2], ["tier"], "inner")
     assert got(delta_rows.rows(), ["tier"]) == expected([S0, S1, S2], ["tier"], "left")
 
+
+
+def test_two_lookup_branches_plan_their_source_scans_without_adaptive_execution(spark, pg_server, customers,
+                                                                                 tmp_path):
+    """Two branches of one replayable source, each a PostgreSQL lookup join (a shuffle by key
+    group), no state. Spark (4.1+) would run such an epoch adaptively and materialize the two
+    scans' shuffle stages in parallel threads, which then ask the source's one planner process
+    for their partitions at once: the replies interleave and the query hangs or fails
+    ("Function call id not recognized by stream reader"; seen in CI on the test above). Wire
+    starts its query with ``spark.sql.adaptive.streaming.stateless.enabled`` off: the epoch's
+    plan is not adaptive, and it scans the source twice."""
+    src = tmp_path / "in"
+    src.mkdir()
+    ids = [1, 2, 3, 1, 2, 3, 4, 7]
+    (src / "orders.csv").write_text("t,customer\n" + "".join(f"{t},{c}\n" for t, c in enumerate(ids)))
+    flow = wire.Flow("two-lookups")
+    orders = flow.source(wire.sources.files(str(src / "*.csv"), format="csv",
+                                            schema=pa.schema([("t", pa.int64()), ("customer", pa.int64())])),
+                         event_time="t", key="customer", name="orders")
+    table = wire.tables.postgres(pg_server.dsn, customers, key="id", columns=["name"])
+    sinks = {how: MemorySink() for how in ("inner", "left")}
+    for how, sink in sinks.items():
+        orders.lookup_join(table, on="customer", how=how, name=how).sink(sink, name=f"{how}_sink")
+    running = flow.start(str(tmp_path / "ck"), spark=spark)
+    running.query.awaitTermination()
+    plan = running.query._jsq.explainInternal(False)
+    running.stop()
+    assert plan.count("MicroBatchScan") == 2, plan
+    assert "AdaptiveSparkPlan" not in plan, plan
+    assert len(sinks["left"].rows()) == len(ids)
+    assert len(sinks["inner"].rows()) == sum(c in V0 for c in ids)

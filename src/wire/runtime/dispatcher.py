@@ -7,14 +7,6 @@ receipts, writes each driver sink, and folds the epoch's counters into the run's
 :class:`~wire.runtime.summary.RunSummary`, all before Spark marks the epoch complete.
 The run around it is :mod:`wire.runtime.runner`.
 
-The epoch's job runs with adaptive query execution off, in the query's own session (the
-clone Spark makes at ``start()``; the user's session is untouched): with it on, Spark
-materializes a job's shuffle stages in parallel threads, and two scans of one Python
-data source (a replayable source read once per branch, :mod:`wire.compiler.branches`)
-then ask the source's planner process for their partitions at the same time over its one
-socket. The replies interleave and the query hangs (seen: both threads blocked in
-``PythonStreamingSourceRunner.partitions``, the planner waiting for a command). Without
-it the scans are planned one after the other, on the thread that runs the job.
 """
 
 from __future__ import annotations
@@ -38,9 +30,6 @@ from wire.runtime.dataplane import RESULT_TYPE, EpochResult, PartitionWriter, Ro
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.progress import ProgressReporter
 from wire.runtime.summary import RunSummary
-
-SERIAL_PLANNING = {"spark.sql.adaptive.enabled": "false"}
-"""Set in the query's own session before every epoch's job (module docstring)."""
 
 
 class StopRequested(Exception):
@@ -91,8 +80,6 @@ class EpochDispatcher:
             for node in self.sinks
         ]
         writer = PartitionWriter(epoch, self.main_port, routes)
-        for key, value in SERIAL_PLANNING.items():  # the query's cloned session (module docstring)
-            batch.sparkSession.conf.set(key, value)
         try:
             result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_TYPE).toArrow())
         except Exception as e:

@@ -74,6 +74,18 @@ their own modules and are importable from here too."""
 END_POLL_S = 0.1
 """How often (s) a bounded flow's run checks whether its input is consumed."""
 
+QUERY_CONF = {"spark.sql.adaptive.streaming.stateless.enabled": "false"}
+"""Set on the session before a flow's query starts (Spark clones the session into the query).
+
+Spark 4.1+ runs the epochs of a stateless query adaptively, materializing a plan's shuffle
+stages in parallel threads. Two scans of one Python data source (a replayable source read
+once per branch, :mod:`wire.compiler.branches`) then ask the source's one planner process for
+their partitions at once, over its one socket: the replies interleave and the query hangs
+or fails ("Function call id not recognized by stream reader"). Without adaptive execution
+the scans are planned one after the other. Only stateless streaming queries are affected
+(Spark never runs a stateful one adaptively); batch queries keep ``spark.sql.adaptive.enabled``.
+"""
+
 ERROR_CHARS = 2_000
 """:attr:`RunningFlow.last_error` keeps at most this many characters of Spark's message."""
 
@@ -462,6 +474,8 @@ def start_plan(
         # never availableNow, also for a bounded flow: it ends at the first trigger a
         # paused source plans nothing (module docstring)
         writer = writer.trigger(processingTime="0 seconds")
+        for key, value in QUERY_CONF.items():  # the query's session is cloned from this one at start()
+            compiled.dataframe.sparkSession.conf.set(key, value)
         dispatcher._last = time.perf_counter()
         if own_progress and progress is not None:
             progress.start()
