@@ -6,7 +6,6 @@ executors split them by port and stage every executor sink's rows
 receipts, writes each driver sink, and folds the epoch's counters into the run's
 :class:`~wire.runtime.summary.RunSummary`, all before Spark marks the epoch complete.
 The run around it is :mod:`wire.runtime.runner`.
-
 """
 
 from __future__ import annotations
