@@ -18,7 +18,6 @@ record.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import time
 import warnings
@@ -35,14 +34,8 @@ from wire.sources.base.partitioned import Admitted, PartitionedReader, Read
 from wire.sources.base.source import Offset
 from wire.sources.kafka_source.consumers import (
     BATCH,
-    CONSUMERS,
-    Kept,
-    batch_of,
     consumer_config,
     is_fatal,
-    message_offset,
-    raise_fatal,
-    records_only,
 )
 from wire.sources.kafka_source.decode import (
     TIMESTAMP_COLUMN,
@@ -56,6 +49,7 @@ from wire.sources.kafka_source.decode import (
 from wire.sources.kafka_source.handoff import decode as decode_range
 from wire.sources.kafka_source.handoff import encode as encode_range
 from wire.sources.kafka_source.handoff import handoff_name
+from wire.sources.kafka_source.range_fetch import fetch_range
 from wire.sources.kafka_source.read_ahead import Ahead, ReadAhead
 
 if TYPE_CHECKING:
@@ -63,10 +57,6 @@ if TYPE_CHECKING:
 
     from wire.sources.kafka_source.config import KafkaBinding
 
-_READ_TIMEOUT_S = 60.0
-"""An executor fails its task when the broker gives no record of its range for this long."""
-_SKIP_RANGES = 4
-"""A kept consumer reads on (dropping records) to a range at most this many times its size ahead."""
 
 class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsTriggerAvailableNow):
     """Stream reader of :func:`wire.sources.kafka`: a :class:`PartitionedReader` over topic-partitions.
@@ -498,125 +488,12 @@ class KafkaStreamReader(PartitionedReader["confluent_kafka.Consumer"], SupportsT
     # -- executor ------------------------------------------------------------------------
 
     def fetch_range(self, name: str, first: int, nxt: int, taken: int) -> KafkaBatch:
-        """The records of partition ``name`` with offsets in ``[first, nxt)``, at most ``taken``.
+        """Partition ``name``'s records with offsets in ``[first, nxt)``, at most ``taken``, from the broker.
 
-        Stops at the range's end or at the partition's end (records deleted by retention
-        or compaction are then missing: the caller reports them). The consumer comes from
-        this process's cache (:class:`ConsumerCache`) and goes back to it: when the task
-        that used it last stopped at most :data:`_SKIP_RANGES` ranges before this one, it
-        reads on from there (the records before ``first`` are consumed and dropped: they
-        are usually fetched already), else it is assigned at ``first``. A consumer that
-        stopped at the partition's end goes back paused (no fetch waits at the broker
-        while it is unused; a noida-db broker spins a core's 40 % on each) and the next
-        task resumes it.
-
-        Raises
-        ------
-        WireError
-            When the broker gives nothing for :data:`_READ_TIMEOUT_S` (it is down).
+        :func:`wire.sources.kafka_source.range_fetch.fetch_range` with this source's settings.
         """
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-        topic, part = split_name(name)
-        tp = TopicPartition(topic, part)
-        conf = consumer_config(self._binding, role="reader")
-        key = (json.dumps(sorted(conf.items())), name)
-        kept = CONSUMERS.take(key)
-        if kept is None:
-            kept = Kept(Consumer(conf), None, 0.0)
-        consumer = kept.consumer
-        out: list[KafkaBatch] = []
-        got, resume_at, closed, at_end = 0, None, False, False
-        stamps = self._stamps(planner=False)
-        try:
-            if kept.paused:  # it fetches again from its position (nothing was queued: it was at the end)
-                consumer.resume([tp])
-                kept.paused = False
-            pos = kept.resume_at  # the offset of the consumer's next record
-            if pos is None or not 0 <= first - pos <= _SKIP_RANGES * max(taken, 1):
-                low = self._low_offset(consumer, tp)
-                pos = max(first, int(low))
-                consumer.assign([TopicPartition(topic, part, pos)])
-
-            def event(msg: confluent_kafka.Message) -> bool:
-                err = msg.error()
-                assert err is not None
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return self._partition_ended(consumer, tp, message_offset(msg), nxt)
-                raise_fatal(err, f"kafka source {self._binding.step!r}")
-                return False
-
-            last = time.monotonic()
-            while got < taken:
-                if time.monotonic() - last > _READ_TIMEOUT_S:
-                    raise WireError(f"kafka source {self._binding.step!r}: no record of {name} "
-                                    f"[{first}, {nxt}) for {_READ_TIMEOUT_S:.0f} s; is the broker down?")
-                want = taken - got + max(0, first - pos)  # records before ``first`` are skipped
-                consumed = consumer.consume(num_messages=min(BATCH, want), timeout=0.5)
-                msgs, ended = records_only(consumed, event)
-                if msgs:
-                    last = time.monotonic()
-                    batch = batch_of(msgs, stamps)
-                    pos = int(batch.offsets[-1]) + 1
-                    lo, hi = np.searchsorted(batch.offsets, [first, nxt])
-                    out.append(batch.slice(int(lo), int(hi)))
-                    got += int(hi - lo)
-                    if hi < len(batch):  # past the range: records of it are gone
-                        break
-                if ended:
-                    at_end = True
-                    break
-            else:
-                resume_at = nxt  # every record of the range: the next record is the next range's
-                marks = consumer.get_watermark_offsets(tp, cached=True)  # as of its last fetch; no request
-                at_end = marks is not None and 0 <= marks[1] <= nxt
-            if at_end:  # kept fetching, it would keep a fetch waiting at the broker until the next task
-                consumer.pause([tp])
-                kept.paused = True
-            return KafkaBatch.concat(out) if out else KafkaBatch.empty(stamps)
-        except BaseException:
-            closed = True
-            consumer.close()
-            raise
-        finally:
-            if not closed:
-                kept.resume_at = resume_at
-                CONSUMERS.give(key, kept)
-
-    def _partition_ended(
-        self, consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition, at: int, nxt: int
-    ) -> bool:
-        """Whether a partition-EOF event at offset ``at`` ends a read that wants records up to ``nxt``.
-
-        A kept consumer may hand over an EOF it queued for an earlier task (the partition
-        grew since): the read ends only when the partition's end offset really is at most ``at``.
-        """
-        if at >= nxt:
-            return True
-        for cached in (True, False):
-            marks = consumer.get_watermark_offsets(tp, timeout=self._timeout_s, cached=cached)
-            if marks is not None and marks[1] > at:
-                return False
-        return marks is not None and marks[1] >= 0
-
-    def _low_offset(self, consumer: confluent_kafka.Consumer, tp: confluent_kafka.TopicPartition) -> int:
-        """The partition's first offset (an executor's read).
-
-        Retried while the brokers cannot be reached, up to :data:`_READ_TIMEOUT_S`, as the
-        records themselves are.
-        """
-        from confluent_kafka import KafkaException
-
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        while True:
-            try:
-                low, _ = consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
-                return int(low)
-            except KafkaException as e:
-                if is_fatal(e) or time.monotonic() > deadline:
-                    raise WireError(f"kafka source {self._binding.step!r}: cannot read the first offset "
-                                    f"of {tp.topic}:{tp.partition} for {_READ_TIMEOUT_S:.0f} s: {e}") from e
-                time.sleep(0.5)
+        return fetch_range(self._binding, name, first, nxt, taken, stamps=self._stamps(planner=False),
+                           timeout_s=self._timeout_s)
 
     def read_range(self, name: str, first: Position, next: Position, taken: int) -> Read:
         """Partition ``name``'s records with offsets in ``[first, next)``, at most ``taken`` (executor).

@@ -29,8 +29,7 @@ from confluent_kafka import KafkaError
 
 from wire.core import envelope
 from wire.core.watermarks import WatermarkPolicy
-from wire.sources.kafka_source import read_ahead
-from wire.sources.kafka_source import reader as kafka_reader
+from wire.sources.kafka_source import consumers, read_ahead
 from wire.sources.kafka_source.reader import KafkaStreamReader
 from wire.sources.kafka_source.source import KafkaBinding, kafka
 
@@ -182,9 +181,9 @@ def fresh_cache(monkeypatch):
     # without one arriving (then it plans with what it has): long here, so that a busy machine
     # cannot make a planning admit less than the fake broker holds
     monkeypatch.setattr(read_ahead, "GAP_S", 5.0)
-    kafka_reader.CONSUMERS.kept.clear()
+    consumers.CONSUMERS.kept.clear()
     yield
-    kafka_reader.CONSUMERS.kept.clear()
+    consumers.CONSUMERS.kept.clear()
     while READERS:
         READERS.pop().close()  # stops the planner's read-ahead thread
 

@@ -46,7 +46,7 @@ def test_a_kept_consumer_reads_on_past_an_eof_it_queued_before_the_partition_gre
     broker = Broker({0: recs[:3]}, {0: 3})
     r = make_reader(broker, monkeypatch)
     first = r.fetch_range("t:0", 0, 2, 2).offsets.tolist()
-    (kept,) = kafka_reader.CONSUMERS.kept.values()
+    (kept,) = consumers.CONSUMERS.kept.values()
     kept.consumer.consume(0)  # (the fake queues as it hands out: let it reach the end)
     assert first == [0, 1] and kept.resume_at == 2 and not kept.paused
     broker.parts[0], broker.ends[0] = recs, 6
@@ -64,7 +64,7 @@ def test_a_consumer_kept_at_the_partition_end_is_paused_and_the_next_task_resume
     broker = Broker({0: recs[:3]}, {0: 3})
     r = make_reader(broker, monkeypatch)
     assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
-    (kept,) = kafka_reader.CONSUMERS.kept.values()
+    (kept,) = consumers.CONSUMERS.kept.values()
     assert kept.paused and kept.consumer.paused == {0} and kept.resume_at == 3
     broker.parts[0], broker.ends[0] = recs, 6
     assert r.fetch_range("t:0", 3, 5, 2).offsets.tolist() == [3, 4]
@@ -146,7 +146,7 @@ def test_a_kept_consumer_reads_on_over_ranges_other_processes_read(monkeypatch):
     r = make_reader(broker, monkeypatch)
     assert r.fetch_range("t:0", 0, 3, 3).offsets.tolist() == [0, 1, 2]
     assert r.fetch_range("t:0", 6, 9, 3).offsets.tolist() == [6, 7, 8]
-    (kept,) = kafka_reader.CONSUMERS.kept.values()
+    (kept,) = consumers.CONSUMERS.kept.values()
     assert kept.consumer.assigns == 1 and kept.resume_at == 9
     assert r.fetch_range("t:0", 40, 43, 3).offsets.tolist() == [40, 41, 42]
     assert kept.consumer.assigns == 2 and len(broker.consumers) == 2

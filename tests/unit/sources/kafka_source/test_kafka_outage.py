@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException
 from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError, WireError
 from wire.sources.base.offsets import initial_offset, partitions_of
+from wire.sources.kafka_source import range_fetch
 from wire.sources.kafka_source.decode import KafkaBatch, KafkaRecord
 from wire.sources.kafka_source.reader import KafkaStreamReader
 from wire.sources.kafka_source.source import KafkaBinding, kafka
@@ -113,7 +114,6 @@ def test_unavailable_timeout_is_checked_at_build_time(bad):
 
 def test_executor_read_retries_the_first_offset_through_an_outage(monkeypatch):
     """An executor's first-offset lookup fails twice (brokers down), then answers: the read goes on."""
-    r, _ = reader(None)
     calls = []
 
     class Flaky:
@@ -123,8 +123,8 @@ def test_executor_read_retries_the_first_offset_through_an_outage(monkeypatch):
                 raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
             return 7, 10
 
-    monkeypatch.setattr("wire.sources.kafka_source.reader.time.sleep", lambda s: None)
+    monkeypatch.setattr("wire.sources.kafka_source.range_fetch.time.sleep", lambda s: None)
     from confluent_kafka import TopicPartition
 
-    assert r._low_offset(Flaky(), TopicPartition("t", 0)) == 7
+    assert range_fetch._low_offset(Flaky(), TopicPartition("t", 0), "src", 1.0) == 7
     assert len(calls) == 3

@@ -45,7 +45,6 @@ from wire.core.watermarks import WatermarkPolicy
 from wire.errors import WireError
 from wire.sources.base.offsets import partitions_of
 from wire.sources.kafka_source import consumers
-from wire.sources.kafka_source import reader as kafka_reader
 from wire.sources.kafka_source.reader import KafkaStreamReader
 from wire.sources.kafka_source.source import KafkaBinding, kafka
 
@@ -81,7 +80,7 @@ def check_every_record_once(r, broker, truth, budgets, replay, workers, caches, 
             if offset["admitted"] == len(truth):
                 break
             continue
-        monkeypatch.setattr(kafka_reader, "CONSUMERS", caches[workers[i % len(workers)]])
+        monkeypatch.setattr(consumers, "CONSUMERS", caches[workers[i % len(workers)]])
         got, letters = read_epoch(r, offset, end)
         if replay:  # a replay, with the consumers the first read left in the cache
             assert read_epoch(r, offset, end) == (got, letters)
@@ -113,7 +112,7 @@ def test_records_deleted_below_the_low_watermark_are_one_gone_dead_letter(monkey
     start = r.initialOffset()
     end = r.latestOffset(start, ReadMaxRows(8))
     broker.low[0] = 5  # retention deleted 0..4 before the executor read the range
-    kafka_reader.CONSUMERS.kept.clear()
+    consumers.CONSUMERS.kept.clear()
     rows, dead = read_epoch(r, start, end)
     assert [o for _, o, _, _ in rows] == [5, 6, 7]
     assert dead == [("t:0:[0,8)", "5 admitted records are gone (deleted by retention or compaction)")]
@@ -216,7 +215,7 @@ def test_a_bounded_source_admits_every_record_before_the_start_ends_once_and_not
     record before the start's end offsets once (the valid ones as rows, the others as dead
     letters), none after them, and ends."""
     broker, truth = data
-    monkeypatch.setattr(kafka_reader, "CONSUMERS", consumers.ConsumerCache())  # none of another example
+    monkeypatch.setattr(consumers, "CONSUMERS", consumers.ConsumerCache())  # none of another example
     r = make_reader(broker, monkeypatch, bounded=True)
     offset = r.initialOffset()
     for p in broker.parts:
