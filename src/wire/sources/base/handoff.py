@@ -76,10 +76,6 @@ class HandoffDir:
     def __reduce__(self) -> tuple[type[HandoffDir], tuple[int]]:
         return type(self), (self.max_bytes,)
 
-    def __contains__(self, name: str) -> bool:
-        with self._lock:
-            return name in self._files
-
     def write(self, name: str, owner: Hashable, table: Callable[[], pa.Table]) -> bool:
         """Write ``table()`` as hand-over file ``name`` of ``owner``; best effort.
 

@@ -55,8 +55,7 @@ def encode(name: str, first: int, next: int, ahead: Ahead) -> pa.Table:
         index = np.full(n, -1, np.int64)
         index[ahead.valid] = np.arange(rows.num_rows)
         rows = rows.take(pa.array(index, mask=index < 0))
-    offsets = ahead.offsets.tolist()
-    reasons = [[o, ahead.reasons[o]] for o, ok in zip(offsets, ahead.valid.tolist(), strict=True) if not ok]
+    reasons = [[o, ahead.reasons[o]] for o in ahead.offsets[~ahead.valid].tolist()]
     meta = {"name": name, "first": first, "next": next, "taken": n, "reasons": reasons}
     table = pa.table({
         _OFFSET: pa.array(ahead.offsets, pa.int64()),

@@ -42,7 +42,7 @@ class Ahead:
     event time: it moves the watermark); malformed records count as admitted too.
 
     With a local master the planner also keeps what the executors would decode
-    (:meth:`KafkaStreamReader.handed_over`): ``rows``, the valid records' columns (one
+    (handed over by ``KafkaStreamReader._hand_over``): ``rows``, the valid records' columns (one
     row per valid record, in order); ``values``, every record's value as consumed (dead
     letters show it); ``reasons``, why each malformed record was rejected, by offset
     (records of other ranges may be in it). None when not kept.
