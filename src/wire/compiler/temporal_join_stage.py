@@ -45,6 +45,7 @@ from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 from wire.plan.nodes import TemporalJoinNode
 from wire.state import temporal_join as TJ
+from wire.state import temporal_join_spec as TJS
 from wire.state.operator_watermarks import input_watermark
 
 STREAM, TABLE = "stream", "table"
@@ -58,7 +59,7 @@ class TemporalJoinStage:
     """What the temporal join's stages need, fixed when the flow is compiled."""
 
     step: str
-    spec: TJ.TemporalJoinSpec
+    spec: TJS.TemporalJoinSpec
     stream: pa.Schema
     table: pa.Schema
     out: pa.Schema
@@ -126,14 +127,14 @@ def compile_temporal_join(
         if node.delete is not None and node.delete not in tp.names:
             raise ConfigError("delete", node.delete,
                               f"None or a bool column of the table's stream: {tp.names}")
-        spec = TJ.TemporalJoinSpec(
+        spec = TJS.TemporalJoinSpec(
             key=node.on, table_key=node.table_key,
             stream_columns=tuple(n for n in sp.names if n != node.on),
             table_columns=tuple(n for n in tp.names if n not in (node.table_key, node.delete)),
             delete=node.delete, how=node.how,  # type: ignore[arg-type]
         )
-        out = TJ.output_schema(spec, sp, tp)
-        TJ.late_schema(spec, sp, tp)
+        out = TJS.output_schema(spec, sp, tp)
+        TJS.late_schema(spec, sp, tp)
     except ConfigError as e:
         raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
     channels = tuple(dict.fromkeys((*stream_channels, *table_channels)))

@@ -63,6 +63,7 @@ from wire.state.packed_chunks import PACK, unpack
 from wire.state.process import TIMERS_BUCKET
 from wire.state.rekey import INDEX_TABLE, GroupState
 from wire.state.spec import WindowSpec
+from wire.state.temporal_join_spec import DELETED
 from wire.state.window_segments import bucketed
 from wire.state.windows import compact
 
@@ -227,7 +228,6 @@ def join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
 
 # -- temporal joins --------------------------------------------------------------------------
 TEMPORAL_KINDS = ("pending", "version")
-_TJ_DELETED = "__deleted"  # wire.state.temporal_join.DELETED (not imported: that module is heavier)
 _TJ_STRUCT = {"pending": "event", "version": "version"}
 _TJ_TABLE_WM = "__table"  # the channel of the table's watermark (wire.compiler.temporal_join_stage.TABLE_WM)
 
@@ -252,7 +252,7 @@ def temporal_join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
     kinds = {k: pa.concat_tables(p, promote_options="permissive") for k, p in parts.items() if p}
     if not kinds:
         return pa.table({KEY_GROUP: pa.array([], pa.int32())})
-    hidden = (KEY_GROUP, key, ET, SEQ, _TJ_DELETED)
+    hidden = (KEY_GROUP, key, ET, SEQ, DELETED)
     structs = {k: pa.struct([t.schema.field(c) for c in t.column_names if c not in hidden])
                for k, t in kinds.items()}
     key_type = next(iter(kinds.values())).schema.field(key).type
@@ -262,7 +262,7 @@ def temporal_join_rows(groups: Iterable[Decoded], key: str) -> pa.Table:
         fields = list(structs[kind])
         mine = (pa.StructArray.from_arrays([t.column(f.name).combine_chunks() for f in fields], fields=fields)
                 if fields else pa.nulls(n, structs[kind]))
-        deleted = (t.column(_TJ_DELETED) if kind == "version" and _TJ_DELETED in t.column_names
+        deleted = (t.column(DELETED) if kind == "version" and DELETED in t.column_names
                    else pa.nulls(n, pa.bool_()))
         arrival = t.column(SEQ) if SEQ in t.column_names else pa.nulls(n, pa.int64())
         columns = {

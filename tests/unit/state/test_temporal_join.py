@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from wire.errors import ConfigError
 from wire.state import temporal_join as TJ
+from wire.state import temporal_join_spec as TJS
 from wire.state.segments import MemoryChunkStore
 
 NO_WM = -(2**63)
@@ -37,8 +38,8 @@ STREAM = pa.schema([("k", pa.string()), ("id", pa.int64())])
 TABLE = pa.schema([("k", pa.string()), ("val", pa.int64()), ("del", pa.bool_())])
 
 
-def _spec(how: str = "inner") -> TJ.TemporalJoinSpec:
-    return TJ.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how=how)  # type: ignore[arg-type]
+def _spec(how: str = "inner") -> TJS.TemporalJoinSpec:
+    return TJS.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how=how)  # type: ignore[arg-type]
 
 
 def _events(rows: list[tuple[str | None, int, int]]) -> pa.Table:
@@ -232,7 +233,7 @@ def test_late_stream_event_goes_to_the_late_port_with_reason_and_watermark() -> 
     run.epoch(None, _versions([("a", 0, 7, False)]), swm=100, twm=100)
     r = run.epoch(_events([("a", 99, 1), ("a", 100, 2)]), None, swm=120, twm=120)
     assert [(x["k"], x["id"], x["event_time"], x["watermark"], x["side"], x["reason"])
-            for x in r.late.to_pylist()] == [("a", 1, 99, 100, "stream", TJ.STREAM_LATE_REASON)]
+            for x in r.late.to_pylist()] == [("a", 1, 99, 100, "stream", TJS.STREAM_LATE_REASON)]
     assert _got(run) == [(2, 7, 0)]  # t=100 is on time (not < 100) and meets version 0
 
 
@@ -243,8 +244,8 @@ def test_late_table_update_goes_to_the_late_port_and_changes_nothing() -> None:
                   swm=100, twm=100)
     assert [(x["k"], x["val"], x["del"], x["event_time"], x["watermark"], x["side"], x["reason"], x["id"])
             for x in r.late.to_pylist()] == [
-        ("a", 8, False, 40, 50, "table", TJ.TABLE_LATE_REASON, None),
-        ("a", 9, True, 49, 50, "table", TJ.TABLE_LATE_REASON, None)]
+        ("a", 8, False, 40, 50, "table", TJS.TABLE_LATE_REASON, None),
+        ("a", 9, True, 49, 50, "table", TJS.TABLE_LATE_REASON, None)]
     assert _got(run) == [(1, 7, 0)]  # the late update of 40 and late delete of 49 are not versions
 
 
@@ -282,16 +283,16 @@ def test_null_keys_never_match_and_keys_types_must_agree() -> None:
     run.epoch(_events([(None, 5, 1)]), _versions([("a", 0, 1, False)]), swm=10, twm=10)
     assert _got(run) == [(1, None, None)]
     with pytest.raises(ConfigError, match="invalid on="):
-        TJ.output_schema(_spec(), pa.schema([("k", pa.int64()), ("id", pa.int64())]), TABLE)
+        TJS.output_schema(_spec(), pa.schema([("k", pa.int64()), ("id", pa.int64())]), TABLE)
 
 
 def test_config_errors_name_the_parameter_and_accepted_values() -> None:
     with pytest.raises(ConfigError, match=r"how.*'inner' or 'left'"):
-        TJ.TemporalJoinSpec("k", "k", ("id",), ("val",), how="outer")  # type: ignore[arg-type]
+        TJS.TemporalJoinSpec("k", "k", ("id",), ("val",), how="outer")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="rename them with select"):
-        TJ.TemporalJoinSpec("k", "k", ("val",), ("val",))
+        TJS.TemporalJoinSpec("k", "k", ("val",), ("val",))
     with pytest.raises(ConfigError, match="invalid delete='flag'; accepted: a bool column"):
-        TJ.output_schema(TJ.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="flag"),
+        TJS.output_schema(TJS.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="flag"),
                          STREAM, pa.schema([("k", pa.string()), ("val", pa.int64()), ("flag", pa.int64())]))
 
 
@@ -310,7 +311,7 @@ def test_no_per_event_python_loop_large_epoch() -> None:
 
 
 def test_stream_and_table_keys_may_have_different_names() -> None:
-    spec = TJ.TemporalJoinSpec("cur", "currency", ("amount",), ("rate",))
+    spec = TJS.TemporalJoinSpec("cur", "currency", ("amount",), ("rate",))
     sp = pa.schema([("cur", pa.string()), ("amount", pa.int64())])
     tp = pa.schema([("currency", pa.string()), ("rate", pa.float64())])
     r = TJ.on_epoch(MemoryChunkStore(), None, None, None,

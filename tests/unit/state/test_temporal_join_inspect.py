@@ -15,6 +15,7 @@ from wire.runtime import state_layout as L
 from wire.runtime import state_reader as R
 from wire.state import inspect as I
 from wire.state import temporal_join as TJ
+from wire.state import temporal_join_spec as TJS
 from wire.state.packed_chunks import PackedChunks
 from wire.state.rekey import GroupState
 from wire.state.segments import MemoryChunkStore
@@ -25,7 +26,7 @@ NO_WM = -(2**63)
 
 
 def _decoded() -> I.Decoded:
-    spec = TJ.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how="left")
+    spec = TJS.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how="left")
     events = pa.table({"k": ["a", "b", "a"], "id": [1, 2, 3], "__et": [5, 15, 25]})
     table = pa.table({"k": ["a", "b", "a"], "val": [7, 0, 9], "del": [False, True, False],
                       "__et": [0, 12, 20], "__seq": [0, 1, 2]})
@@ -75,7 +76,7 @@ def test_an_empty_temporal_join_state_decodes_to_an_empty_table() -> None:
 
 def test_events_the_table_watermark_released_are_not_shown_as_pending() -> None:
     """The bucket a table watermark cuts keeps its emitted events stored; the reader skips them."""
-    spec = TJ.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how="left")
+    spec = TJS.TemporalJoinSpec("k", "k", ("id",), ("val",), delete="del", how="left")
     store = MemoryChunkStore()
     events = pa.table({"k": ["b", "a"], "id": [2, 3], "__et": [15, 25]})
     common = dict(spec=spec, stream_payload=STREAM, table_payload=TABLE, bucket_ms=10)
