@@ -22,13 +22,17 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from wire.compiler.branches import source_scans
 from wire.compiler.plan_compiler import CompiledFlow
-from wire.core.envelope import metrics_table
+from wire.core.envelope import ET, KG, SEQ, WM, metrics_table
 from wire.delivery.sink import ExecutorSink
 from wire.plan.nodes import OUT, PortRef, SinkNode
 from wire.runtime.dataplane import RESULT_TYPE, EpochResult, PartitionWriter, Route, with_epoch
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.progress import ProgressReporter
 from wire.runtime.summary import RunSummary
+
+WRITER_UNUSED = frozenset({ET, WM, KG, SEQ})
+"""Envelope columns the partition writer never reads (:func:`wire.runtime.ports.split_ports` drops
+them): left in the JVM, so that Spark does not convert four columns of every row to Arrow for it."""
 
 
 class StopRequested(Exception):
@@ -80,7 +84,8 @@ class EpochDispatcher:
         ]
         writer = PartitionWriter(epoch, self.main_port, routes)
         try:
-            result = EpochResult.from_table(batch.mapInArrow(writer, RESULT_TYPE).toArrow())
+            rows = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
+            result = EpochResult.from_table(rows.mapInArrow(writer, RESULT_TYPE).toArrow())
         except Exception as e:
             self.last_error = f"epoch {epoch}: {_staging_cause(e)}"
             raise

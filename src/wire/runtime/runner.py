@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
@@ -74,6 +74,10 @@ their own modules and are importable from here too."""
 END_POLL_S = 0.1
 """How often (s) a bounded flow's run checks whether its input is consumed."""
 
+ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+SPARK_DEFAULTS = {ARROW_BATCH_BYTES: "67108864b"}
+"""Spark's default of each :data:`QUERY_DEFAULTS` setting as ``spark.conf.get`` renders it."""
+
 QUERY_CONF = {"spark.sql.adaptive.streaming.stateless.enabled": "false"}
 """Set on the session before a flow's query starts (Spark clones the session into the query).
 
@@ -85,6 +89,38 @@ or fails ("Function call id not recognized by stream reader"). Without adaptive 
 the scans are planned one after the other. Only stateless streaming queries are affected
 (Spark never runs a stateful one adaptively); batch queries keep ``spark.sql.adaptive.enabled``.
 """
+
+QUERY_DEFAULTS = {ARROW_BATCH_BYTES: "2147483647"}
+"""Set on the session before a flow's query starts, unless the session has its own value.
+
+``spark.sql.execution.arrow.maxBytesPerBatch`` (Spark's default 64 MB) closes the Arrow batch
+the JVM sends to a Python stage (each ``mapInArrow``, ``transformWithStateInPandas``) when its
+bytes reach the limit: to know them Spark asks the batch's writer for its size after **every
+row** (``ArrowWriter.sizeInBytes``, which walks every column vector), unless the limit is
+2,147,483,647, which switches the check off. In tumbling × 5M synthetic events that check
+was 25 % of the executors' JVM samples (Java Flight Recorder; ``docs/architecture.md``).
+Batches stay bounded by ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 rows). A
+session that sets the limit itself keeps it.
+"""
+
+
+
+class SessionConf(Protocol):
+    """What :func:`apply_query_conf` uses of a session's ``spark.conf`` (PySpark's ``RuntimeConfig``)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def set(self, key: str, value: str) -> None: ...
+
+
+def apply_query_conf(conf: SessionConf) -> None:
+    """Set :data:`QUERY_CONF`, and each :data:`QUERY_DEFAULTS` setting the session left at Spark's default."""
+    for key, value in QUERY_CONF.items():
+        conf.set(key, value)
+    for key, value in QUERY_DEFAULTS.items():
+        if conf.get(key) == SPARK_DEFAULTS[key]:
+            conf.set(key, value)
+
 
 ERROR_CHARS = 2_000
 """:attr:`RunningFlow.last_error` keeps at most this many characters of Spark's message."""
@@ -474,8 +510,7 @@ def start_plan(
         # never availableNow, also for a bounded flow: it ends at the first trigger a
         # paused source plans nothing (module docstring)
         writer = writer.trigger(processingTime="0 seconds")
-        for key, value in QUERY_CONF.items():  # the query's session is cloned from this one at start()
-            compiled.dataframe.sparkSession.conf.set(key, value)
+        apply_query_conf(compiled.dataframe.sparkSession.conf)  # the query's session is cloned at start()
         dispatcher._last = time.perf_counter()
         if own_progress and progress is not None:
             progress.start()
