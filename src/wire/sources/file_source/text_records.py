@@ -73,7 +73,18 @@ def _lines(data: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def _bare_cr(data: bytes) -> bool:
     """Whether a CR stands anywhere but before a LF (Arrow's readers end a line there; Wire does not)."""
-    return data.count(b"\r") != data.count(b"\r\n")
+    return b"\r" in data and data.count(b"\r") != data.count(b"\r\n")  # most files have no CR: one scan
+
+
+def _utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 (ASCII, the common case, is checked without decoding)."""
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _line_locator(
@@ -132,9 +143,7 @@ def parse_csv(path: str, data: bytes, spec: ParseSpec) -> RawRecords:
     locate = _line_locator(path, data, starts, ends, record_lines)
     if len(nonempty) == 0:
         return RawRecords(0, {}, np.zeros(0, np.int64), [], locate, _csv_reason)
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
+    if not _utf8(data):
         return _csv_slow(path, data, spec)
     if _bare_cr(data):
         return _csv_slow(path, data, spec)
@@ -194,8 +203,11 @@ def parse_csv(path: str, data: bytes, spec: ParseSpec) -> RawRecords:
     keep[[r for r, _ in bad]] = False
     in_table = np.ones(n, dtype=bool)  # Arrow's table holds every record but the broken ones
     in_table[sorted(broken)] = False
-    mask = pa.array(keep[in_table])
-    columns = {name: table[name].combine_chunks().filter(mask) for name in wanted}
+    if bad:
+        mask = pa.array(keep[in_table])
+        columns = {name: table[name].combine_chunks().filter(mask) for name in wanted}
+    else:  # every record kept: no filter (a copy of every column)
+        columns = {name: table[name].combine_chunks() for name in wanted}
     return RawRecords(n, columns, np.flatnonzero(keep), bad, locate, _csv_reason)
 
 
@@ -290,11 +302,7 @@ def parse_jsonl(path: str, data: bytes, spec: ParseSpec) -> RawRecords:
     locate = _line_locator(path, data, starts, ends, record_lines)
     n = len(record_lines)
     schema = nullable(spec.payload_schema)
-    try:
-        data.decode("utf-8")
-        clean = not _SURROGATE_ESCAPE.search(data) and not _bare_cr(data)
-    except UnicodeDecodeError:
-        clean = False
+    clean = _utf8(data) and not _SURROGATE_ESCAPE.search(data) and not _bare_cr(data)
     if clean:  # Arrow's reader takes invalid UTF-8 and ends lines at a bare CR: only clean files
         try:
             table = pa_json.read_json(
