@@ -20,14 +20,15 @@ and the end of input once the input ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from wire.compiler.deferred_processor import StateDeclaration
 from wire.compiler.keyed import (
     SEGMENT_INDEX,
     SEGMENT_KEY,
@@ -104,10 +105,13 @@ def pack_side(stage: JoinStage, side: str) -> PackEvents:
 class JoinProcessor(KeyedProcessor[JoinStage]):
     """transformWithStateInPandas processor: one key group's join buffers, once per epoch."""
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables: the base's, and the key index (MapState ``keyindex``)."""
-        super().init(handle)
-        self.hashes = MapStateHashes(handle.getMapState("keyindex", SEGMENT_KEY, KEY_INDEX_VALUE))
+    STATES = (*KeyedProcessor.STATES, StateDeclaration("map", "keyindex", KEY_INDEX_VALUE, SEGMENT_KEY))
+    """The base's state variables, and the key index (MapState ``keyindex``)."""
+
+    def bind(self, states: dict[str, Any]) -> None:
+        """Take the base's state variables and the key index."""
+        super().bind(states)
+        self.hashes = MapStateHashes(states["keyindex"])
 
     def state_calls(self) -> int:
         """The base's state calls and the key index's."""

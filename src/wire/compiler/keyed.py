@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from wire.compiler.deferred_processor import DeferredProcessor, StateDeclaration, declare
 from wire.core.arrow_types import spark_schema
 from wire.core.envelope import (
     BLOB,
@@ -290,7 +291,7 @@ def stateful_stage(rows: DataFrame, processor: KeyedProcessor[Any], seed: str | 
     operator's initial state after a rescale (:func:`seeded`).
     """
     return rows.groupBy(KG).transformWithStateInPandas(
-        statefulProcessor=processor,
+        statefulProcessor=DeferredProcessor(processor, processor.STATES),  # light on the driver's set-up
         outputStructType=spark_schema(processor.stage.out),
         outputMode="Append",
         timeMode="None",
@@ -472,10 +473,20 @@ class KeyedProcessor(StatefulProcessor, Generic[StageT]):
         self.calls_before = 0
         """:meth:`state_calls` when the key group's epoch started."""
 
+    STATES: ClassVar[tuple[StateDeclaration, ...]] = (
+        StateDeclaration("value", "operator", OPERATOR_STATE),
+        StateDeclaration("map", "segments", SEGMENT_VALUE, SEGMENT_KEY),
+    )
+    """The state variables: ValueState ``operator``, MapState ``segments``."""
+
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Declare the state variables (called by Spark once per task)."""
-        self.state = handle.getValueState("operator", OPERATOR_STATE)
-        self.raw_chunks = MapStateChunks(handle.getMapState("segments", SEGMENT_KEY, SEGMENT_VALUE))
+        """Declare :attr:`STATES` and :meth:`bind` them (Spark calls the DeferredProcessor's instead)."""
+        self.bind(declare(handle, self.STATES))
+
+    def bind(self, states: dict[str, Any]) -> None:
+        """Take the declared state variables (by name, :attr:`STATES`)."""
+        self.state = states["operator"]
+        self.raw_chunks = MapStateChunks(states["segments"])
         self.chunks = PackedChunks(self.raw_chunks)
 
     def handleInputRows(

@@ -84,8 +84,8 @@ class EpochDispatcher:
         ]
         writer = PartitionWriter(epoch, self.main_port, routes)
         try:
-            rows = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
-            result = EpochResult.from_table(rows.mapInArrow(writer, RESULT_TYPE).toArrow())
+            used = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
+            result = EpochResult.from_table(used.mapInArrow(writer, RESULT_TYPE).toArrow())
         except Exception as e:
             self.last_error = f"epoch {epoch}: {_staging_cause(e)}"
             raise
