@@ -62,12 +62,15 @@ def declare(handle: StatefulProcessorHandle, states: Sequence[StateDeclaration])
 class Bindable(Protocol):
     """What :class:`DeferredProcessor` needs of the processor it carries."""
 
+    @property
+    def STATES(self) -> Sequence[StateDeclaration]:
+        """The state variables it declares."""
+
     def bind(self, states: dict[str, Any]) -> None:
         """Take the declared state variables, by name."""
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         """One key group's rows of one epoch (Spark's ``StatefulProcessor`` method)."""
-        ...
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
         """One key group's initial state (Spark's ``StatefulProcessor`` method)."""
@@ -82,14 +85,13 @@ class DeferredProcessor(StatefulProcessor):
     Parameters
     ----------
     processor:
-        The real processor (a :class:`wire.compiler.keyed.KeyedProcessor`), pickled here.
-    states:
-        The state variables it declares (its ``STATES``).
+        The real processor (a :class:`wire.compiler.keyed.KeyedProcessor`), pickled here;
+        its ``STATES`` are what :meth:`init` declares.
     """
 
-    def __init__(self, processor: Bindable, states: Sequence[StateDeclaration]) -> None:
+    def __init__(self, processor: Bindable) -> None:
         self._pickled: bytes = cloudpickle.dumps(processor)  # type: ignore[no-untyped-call]
-        self._states = tuple(states)
+        self._states = tuple(processor.STATES)
         self._declared: dict[str, Any] = {}
         self._real: Bindable | None = None
 

@@ -291,7 +291,7 @@ def stateful_stage(rows: DataFrame, processor: KeyedProcessor[Any], seed: str | 
     operator's initial state after a rescale (:func:`seeded`).
     """
     return rows.groupBy(KG).transformWithStateInPandas(
-        statefulProcessor=DeferredProcessor(processor, processor.STATES),  # light on the driver's set-up
+        statefulProcessor=DeferredProcessor(processor),  # light on the driver's set-up
         outputStructType=spark_schema(processor.stage.out),
         outputMode="Append",
         timeMode="None",

@@ -104,7 +104,6 @@ session that sets the limit itself keeps it.
 """
 
 
-
 class SessionConf(Protocol):
     """What :func:`apply_query_conf` uses of a session's ``spark.conf`` (PySpark's ``RuntimeConfig``)."""
 

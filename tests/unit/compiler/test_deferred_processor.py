@@ -35,6 +35,9 @@ class Handle:
 class Recorder:
     """A stand-in operator: what it was bound to, and the rows it saw."""
 
+    STATES = (StateDeclaration("value", "a", OPERATOR_STATE),
+              StateDeclaration("map", "b", SEGMENT_VALUE, SEGMENT_KEY))
+
     def __init__(self) -> None:
         self.bound: dict[str, Any] | None = None
         self.seen: list[Any] = []
@@ -65,9 +68,7 @@ def test_keyed_processors_declare_what_the_operator_state_layout_reads():
 
 
 def test_rows_reach_the_operator_bound_to_the_declared_states():
-    states = (StateDeclaration("value", "a", OPERATOR_STATE),
-              StateDeclaration("map", "b", SEGMENT_VALUE, SEGMENT_KEY))
-    deferred = cloudpickle.loads(cloudpickle.dumps(DeferredProcessor(Recorder(), states)))
+    deferred = cloudpickle.loads(cloudpickle.dumps(DeferredProcessor(Recorder())))
     deferred.init(Handle())
     assert deferred._real is None  # init alone (the driver's set-up) never unpickles the operator
     out = list(deferred.handleInputRows((3,), iter([1, 2]), None))
@@ -90,7 +91,7 @@ def test_an_unknown_kind_is_refused_with_the_accepted_ones():
 def test_the_drivers_set_up_imports_neither_pandas_nor_the_operators_module():
     """What Spark's ``transform_with_state_driver_worker`` does: unpickle the processor, call
     ``init`` and ``close``, in a fresh Python."""
-    deferred = DeferredProcessor(WindowProcessor.__new__(WindowProcessor), WindowProcessor.STATES)
+    deferred = DeferredProcessor(WindowProcessor.__new__(WindowProcessor))
     script = (
         "import sys\n"
         "from pyspark import cloudpickle\n"
