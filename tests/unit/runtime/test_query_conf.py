@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.csv
 import pytest
+from pyspark.errors import SparkNoSuchElementException
 
+import wire
 from wire.runtime.runner import (
     ARROW_BATCH_BYTES,
+    CHECKPOINT_FILE_MANAGER,
+    LOCAL_FILE_MANAGER,
     QUERY_CONF,
     QUERY_DEFAULTS,
     SPARK_DEFAULTS,
     apply_query_conf,
+    checkpoint_files_conf,
+    is_local_checkpoint,
 )
 
 
@@ -24,6 +32,18 @@ class Conf:
 
     def set(self, key: str, value: str) -> None:
         self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+class UnsetRaises(Conf):
+    """Like PySpark's ``spark.conf.get`` for a setting without a default: unset raises."""
+
+    def get(self, key: str) -> str | None:
+        if key not in self.values and key not in SPARK_DEFAULTS:
+            raise SparkNoSuchElementException(message=f"[SQL_CONF_NOT_FOUND] {key}")
+        return super().get(key)
 
 
 def test_spark_defaults_become_wires_and_forced_settings_are_set():
@@ -49,3 +69,58 @@ def test_sparks_rendering_of_the_default_is_the_one_expected(spark):
         assert spark.conf.get(key) == SPARK_DEFAULTS[key]
     apply_query_conf(spark.conf)
     assert spark.conf.get(ARROW_BATCH_BYTES) == "2147483647"
+
+
+@pytest.mark.parametrize("path", ["/tmp/ck", "relative/ck", "file:///tmp/ck", "FILE:/tmp/ck", "C:\\ck"])
+def test_local_checkpoints(path):
+    assert is_local_checkpoint(path)
+
+
+@pytest.mark.parametrize("path", ["s3a://bucket/ck", "hdfs://nn:8020/ck", "abfss://c@a.dfs.core.windows.net/ck"])
+def test_checkpoints_elsewhere(path):
+    assert not is_local_checkpoint(path)
+
+
+def test_a_local_checkpoint_starts_with_renames_and_the_session_gets_its_setting_back():
+    conf = UnsetRaises()
+    with checkpoint_files_conf(conf, "/tmp/ck"):
+        assert conf.values[CHECKPOINT_FILE_MANAGER] == LOCAL_FILE_MANAGER
+    assert CHECKPOINT_FILE_MANAGER not in conf.values
+
+
+def test_the_setting_is_restored_when_the_start_fails():
+    conf = UnsetRaises()
+    with pytest.raises(RuntimeError), checkpoint_files_conf(conf, "/tmp/ck"):
+        raise RuntimeError("start() failed")
+    assert CHECKPOINT_FILE_MANAGER not in conf.values
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_a_sessions_own_manager_or_a_remote_checkpoint_changes_nothing(own):
+    conf = UnsetRaises()
+    if own:
+        conf.set(CHECKPOINT_FILE_MANAGER, "com.example.Mine")
+    with checkpoint_files_conf(conf, "/tmp/ck" if own else "s3a://bucket/ck"):
+        assert conf.values.get(CHECKPOINT_FILE_MANAGER) == ("com.example.Mine" if own else None)
+    assert conf.values.get(CHECKPOINT_FILE_MANAGER) == ("com.example.Mine" if own else None)
+
+
+@pytest.mark.spark
+def test_a_flows_query_writes_its_checkpoint_with_renames_and_leaves_the_session_as_it_was(spark, tmp_path):
+    """The offset log of the running query has the manager; the session has no setting after start()."""
+    (tmp_path / "in").mkdir()
+    rows = pa.table({"ts": [1000, 2000, 30_000], "user": ["a", "b", "a"]})
+    pa.csv.write_csv(rows, tmp_path / "in" / "e.csv")
+    flow = wire.Flow("query-conf")
+    events = flow.source(wire.sources.files(str(tmp_path / "in" / "*.csv"), format="csv"), event_time="ts",
+                         key="user", watermark=wire.BoundedOutOfOrderness("1s"))
+    events.window(wire.Tumbling("10s")).aggregate(n=wire.count()).sink(wire.sinks.parquet(tmp_path / "out"))
+    running = flow.start(str(tmp_path / "ck"), spark=spark)
+    try:
+        manager = running.query._jsq.streamingQuery().offsetLog().fileManager()
+        assert manager.getClass().getName() == LOCAL_FILE_MANAGER
+        assert spark.conf.get(CHECKPOINT_FILE_MANAGER, None) is None
+        summary = running.await_termination()
+    finally:
+        running.stop()
+    assert summary.rows_written  # the run committed its epochs through that manager
