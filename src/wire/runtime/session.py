@@ -27,6 +27,8 @@ workers' output when a run starts the SparkSession itself (``Flow.run`` without 
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+SIMPLIFIED_TRACEBACK = "SPARK_SIMPLIFIED_TRACEBACK"
+
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.ui.enabled": "false",
@@ -38,13 +40,24 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "4g",
     "spark.sql.streaming.metricsEnabled": "false",
     "spark.python.daemon.module": "wire.runtime.daemon",
+    f"spark.executorEnv.{SIMPLIFIED_TRACEBACK}": "1",
 }
 """Defaults: few shuffle partitions (a local machine), no UI, UTC session time zone,
 the RocksDB state store (needed by transformWithState, SPEC §10) with changelog
 checkpointing: an epoch's commit writes the state changes, not a zipped snapshot of the
 whole store (snapshots are taken in the background), which took ~100 ms per state
 partition per epoch on this machine. Python workers fork from
-:mod:`wire.runtime.daemon`, which has imported Wire once, instead of each importing it."""
+:mod:`wire.runtime.daemon`, which has imported Wire once, instead of each importing it.
+
+``SPARK_SIMPLIFIED_TRACEBACK=1`` in every Python worker's environment makes one daemon serve
+them all. Spark starts one daemon per distinct worker environment, and SQL's Python runners
+(a Python data source's reads, ``mapInArrow``) add that variable (Python tracebacks without
+PySpark's own frames, ``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled``) while
+``transformWithStateInPandas``'s runner does not: a stateful flow started two daemons, each
+importing pandas, pyarrow and Wire's stages (about 1.3 CPU s and 150 MB each on the 2-core
+development machine), during the first epoch. Set for every worker, the variable changes
+nothing but the tracebacks of the stateful stages, which lose PySpark's frames like the
+others."""
 
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 DEFAULT_JAVA_OPTIONS = "-XX:GCTimeRatio=4 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
@@ -247,13 +260,17 @@ def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
     sc._wire_warmed = True  # type: ignore[attr-defined]
     cores = max(1, sc.defaultParallelism)
 
+    # SQL's Python runners (data source reads, mapInArrow) set SPARK_SIMPLIFIED_TRACEBACK, the
+    # others (an RDD's, transformWithStateInPandas's) only when the executors' environment has it
+    # (DEFAULT_CONF): Spark keys its daemons by the workers' environment, so in a session without
+    # it a flow's first epoch needs a daemon of each kind
+    one_daemon = sc.getConf().get(f"spark.executorEnv.{SIMPLIFIED_TRACEBACK}") == "1"
+
     def job() -> None:
         with contextlib.suppress(Exception):
             sc.setJobDescription("wire: start the Python workers")
-            sc.parallelize(range(cores), cores).foreach(_nothing)
-            # SQL's Python runners (data source reads, mapInArrow, ...) set SPARK_SIMPLIFIED_TRACEBACK,
-            # others do not: Spark keys its daemons by the workers' environment, so a flow's first
-            # epoch needs a daemon of each kind
+            if not one_daemon:
+                sc.parallelize(range(cores), cores).foreach(_nothing)
             rows = spark.range(0, cores, 1, cores).mapInArrow(_same, "id long")
             rows.write.format("noop").mode("overwrite").save()
 

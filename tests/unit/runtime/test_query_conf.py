@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.csv
 import pytest
 from pyspark.errors import SparkNoSuchElementException
 
-import wire
 from wire.runtime.runner import (
     ARROW_BATCH_BYTES,
     CHECKPOINT_FILE_MANAGER,
@@ -106,16 +103,10 @@ def test_a_sessions_own_manager_or_a_remote_checkpoint_changes_nothing(own):
 
 
 @pytest.mark.spark
-def test_a_flows_query_writes_its_checkpoint_with_renames_and_leaves_the_session_as_it_was(spark, tmp_path):
+def test_a_flows_query_commits_its_checkpoint_by_rename_and_the_session_is_left_as_it_was(
+        spark, small_window_flow, tmp_path):
     """The offset log of the running query has the manager; the session has no setting after start()."""
-    (tmp_path / "in").mkdir()
-    rows = pa.table({"ts": [1000, 2000, 30_000], "user": ["a", "b", "a"]})
-    pa.csv.write_csv(rows, tmp_path / "in" / "e.csv")
-    flow = wire.Flow("query-conf")
-    events = flow.source(wire.sources.files(str(tmp_path / "in" / "*.csv"), format="csv"), event_time="ts",
-                         key="user", watermark=wire.BoundedOutOfOrderness("1s"))
-    events.window(wire.Tumbling("10s")).aggregate(n=wire.count()).sink(wire.sinks.parquet(tmp_path / "out"))
-    running = flow.start(str(tmp_path / "ck"), spark=spark)
+    running = small_window_flow.start(str(tmp_path / "ck"), spark=spark)
     try:
         manager = running.query._jsq.streamingQuery().offsetLog().fileManager()
         assert manager.getClass().getName() == LOCAL_FILE_MANAGER
