@@ -78,6 +78,7 @@ from pyspark.sql.types import StructType
 
 from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
+from wire.sources.base.read_info import plan_reads_here
 from wire.sources.base.rows import (
     Decoded,
     check_admission,
@@ -332,12 +333,18 @@ def is_local(spark: SparkSession) -> bool:
 
 
 def open_stream(spark: SparkSession, data_source: type[DataSource], **options: str) -> DataFrame:
-    """Register ``data_source`` with ``spark`` and load it as a stream with ``options``."""
+    """Register ``data_source`` with ``spark`` and load it as a stream with ``options``.
+
+    The stream's read function is pickled in this process (:func:`~.read_info.plan_reads_here`),
+    so that Spark starts no Python process for it in the first epoch.
+    """
     spark.dataSource.register(data_source)
     reader = spark.readStream.format(data_source.name())
     for name, value in options.items():
         reader = reader.option(name, value)
-    return reader.load()
+    stream = reader.load()
+    plan_reads_here(spark, stream, data_source, options)
+    return stream
 
 
 class _ReaderFactory(Protocol):
