@@ -54,7 +54,7 @@ them all. Spark starts one daemon per distinct worker environment, and SQL's Pyt
 (a Python data source's reads, ``mapInArrow``) add that variable (Python tracebacks without
 PySpark's own frames, ``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled``) while
 ``transformWithStateInPandas``'s runner does not: a stateful flow started two daemons, each
-importing pandas, pyarrow and Wire's stages (about 1.3 CPU s and 150 MB each on the 2-core
+importing pandas, pyarrow and Wire's stages (about 1.3 CPU s each on the 2-core
 development machine), during the first epoch. Set for every worker, the variable changes
 nothing but the tracebacks of the stateful stages, which lose PySpark's frames like the
 others."""
