@@ -44,18 +44,20 @@ from wire.runtime.checkpoint_files import (
     epochs_settled,
     finished,
     is_checkpoint,
+    is_local_checkpoint,
     list_epochs,
     log_batches,
     read_spark_log,
     spark_checkpoint,
+    uri_scheme,
 )
 
 __all__ = [
     "DEFAULT_KEY_GROUPS", "META_FILE", "SET_ASIDE_SUFFIX", "START_OVER", "WAY_OUT", "CheckpointMeta",
     "EpochInfo", "Rescale", "StartOver", "absolute_checkpoint", "begin_start_over", "check_spark_logs",
     "default_key_groups", "epoch_base", "epochs_settled", "finish_start_over", "finished",
-    "is_checkpoint", "list_epochs", "log_batches", "open_checkpoint", "read_spark_log",
-    "source_count", "spark_checkpoint",
+    "is_checkpoint", "is_local_checkpoint", "list_epochs", "log_batches", "open_checkpoint", "read_spark_log",
+    "source_count", "spark_checkpoint", "uri_scheme",
 ]
 """Opening a checkpoint is here; reading its files without opening it
 (:mod:`wire.runtime.checkpoint_files`) is importable from here too."""

@@ -5,7 +5,8 @@
 (``spark/``, or ``spark-g<n>/`` after a rescale) and number its epochs. Spark's offset
 and commit logs are read by :func:`log_batches` and :func:`read_spark_log`, checked by
 :func:`check_spark_logs`, and listed as Wire epochs by :func:`list_epochs`
-(:func:`epochs_settled`, :func:`finished`). Opening, creating and starting a checkpoint
+(:func:`epochs_settled`, :func:`finished`); :func:`uri_scheme` and :func:`is_local_checkpoint`
+tell where a checkpoint's path points. Opening, creating and starting a checkpoint
 over is :mod:`wire.runtime.checkpoint`, which re-exports every name here.
 """
 
@@ -36,9 +37,34 @@ def absolute_checkpoint(path: str | os.PathLike[str]) -> str:
     ('s3a://bucket/ck', '/tmp/ck')
     """
     text = os.fspath(path)
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
-        return text  # a URI (file:, hdfs://, s3a://); a Windows drive letter is a path
+    if uri_scheme(text) is not None:
+        return text  # a URI (file:, hdfs://, s3a://)
     return os.path.abspath(text)
+
+
+def uri_scheme(path: str) -> str | None:
+    r"""The URI scheme of ``path``, lower-case (``file``, ``hdfs``, ``s3a`` ...); None for a path.
+
+    A Windows drive letter followed by a separator is a path.
+
+    >>> uri_scheme("S3A://bucket/ck"), uri_scheme("/tmp/ck"), uri_scheme("C:\\ck")
+    ('s3a', None, None)
+    """
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", path)
+    if scheme is None or re.match(r"^[A-Za-z]:[\\/]", path):
+        return None
+    return scheme.group(1).lower()
+
+
+def is_local_checkpoint(checkpoint: str) -> bool:
+    """Whether ``checkpoint`` is on the local file system: a path, or a ``file:`` URI.
+
+    ``checkpoint`` as :func:`absolute_checkpoint` made it.
+
+    >>> is_local_checkpoint("/tmp/ck"), is_local_checkpoint("file:///tmp/ck"), is_local_checkpoint("s3a://b/ck")
+    (True, True, False)
+    """
+    return uri_scheme(checkpoint) in (None, "file")
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:

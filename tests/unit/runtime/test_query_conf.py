@@ -1,11 +1,12 @@
-"""The settings a flow's query starts with (``wire.runtime.runner.apply_query_conf``)."""
+"""The settings a flow's query starts with (``wire.runtime.query_conf``)."""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.errors import SparkNoSuchElementException
 
-from wire.runtime.runner import (
+from wire.runtime.checkpoint_files import is_local_checkpoint
+from wire.runtime.query_conf import (
     ARROW_BATCH_BYTES,
     CHECKPOINT_FILE_MANAGER,
     LOCAL_FILE_MANAGER,
@@ -14,7 +15,6 @@ from wire.runtime.runner import (
     SPARK_DEFAULTS,
     apply_query_conf,
     checkpoint_files_conf,
-    is_local_checkpoint,
 )
 
 
