@@ -122,7 +122,7 @@ def test_session_full_rows_over_epochs_with_late_merges(spark, events_db):
     expected = oracle(con, f"""
         WITH x AS (SELECT *, CASE WHEN t - lag(t) OVER (PARTITION BY k ORDER BY t) < {GAP}
                                   THEN 0 ELSE 1 END AS brk FROM events),
-             y AS (SELECT *, sum(brk) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid
+             y AS (SELECT *, sum(brk) OVER (PARTITION BY k ORDER BY t RANGE UNBOUNDED PRECEDING) AS sid
                    FROM x)
         SELECT k, min(t) OVER (PARTITION BY k, sid) AS ws, max(t) OVER (PARTITION BY k, sid) + {GAP} AS we,
                t, v, p FROM y""")
@@ -208,7 +208,7 @@ def test_session_state_survives_a_restart(spark, tmp_path):
     expected = con.sql(f"""
         WITH x AS (SELECT *, CASE WHEN t - lag(t) OVER (PARTITION BY k ORDER BY t) < {GAP}
                                   THEN 0 ELSE 1 END AS brk FROM events),
-             y AS (SELECT *, sum(brk) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid
+             y AS (SELECT *, sum(brk) OVER (PARTITION BY k ORDER BY t RANGE UNBOUNDED PRECEDING) AS sid
                    FROM x),
              r AS (SELECT *, row_number() OVER (PARTITION BY k, sid ORDER BY v DESC, t) AS n,
                              rank() OVER (PARTITION BY k, sid ORDER BY v DESC) AS rk FROM y)

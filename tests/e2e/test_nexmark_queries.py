@@ -105,7 +105,7 @@ def test_q11_user_sessions(spark, tmp_path, db):
                           CASE WHEN ts - lag(ts) OVER (PARTITION BY bidder ORDER BY ts) < 10000
                                THEN 0 ELSE 1 END AS brk FROM bids),
              y AS (SELECT *, sum(brk) OVER (PARTITION BY bidder ORDER BY ts
-                                            ROWS UNBOUNDED PRECEDING) AS sid FROM x)
+                                            RANGE UNBOUNDED PRECEDING) AS sid FROM x)
         SELECT bidder, min(ts), max(ts) + 10000, count(*) FROM y GROUP BY bidder, sid ORDER BY ALL""")
     assert len(expected) > 100
     assert got == expected

@@ -38,7 +38,7 @@ def oracle(path: Path) -> list[tuple]:
                                   THEN 0 ELSE 1 END AS brk
               FROM read_json('{path}')),
             y AS (SELECT *, sum(brk) OVER (PARTITION BY ip ORDER BY ts
-                                           ROWS UNBOUNDED PRECEDING) AS sid FROM x)
+                                           RANGE UNBOUNDED PRECEDING) AS sid FROM x)
             SELECT ip, min(ts), max(ts) + {GAP}, count(*) FROM y GROUP BY ip, sid ORDER BY ALL"""
     ).fetchall()
 

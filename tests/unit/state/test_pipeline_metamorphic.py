@@ -201,15 +201,19 @@ def _window_sql(source: str, stage: Stage) -> str:
     a = stage.assigner
     x = {"count": "count(*)", "sum": "sum(x)", "max": "max(x)"}[stage.agg]
     if isinstance(a, Session):
+        # RANGE frames, not ROWS: events with equal times (a re-keyed stage's windows of
+        # several keys share a start) get the same ``prev`` (the last earlier time) and the
+        # same session id; ROWS frames order ties arbitrarily, and differently in the two
+        # window functions, which put one of them into the session before.
         gap = a.gap_ms
         return f"""
             WITH o AS (
                 SELECT *, max(t) OVER (PARTITION BY k ORDER BY t
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
+                                       RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
                 FROM {source}),
             s AS (
                 SELECT *, sum(CASE WHEN prev IS NULL OR t >= prev + {gap} THEN 1 ELSE 0 END)
-                          OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid
+                          OVER (PARTITION BY k ORDER BY t RANGE UNBOUNDED PRECEDING) AS sid
                 FROM o)
             SELECT k, min(t) AS "start", max(t) + {gap} AS "end",
                    CAST({x} AS BIGINT) AS x, count(*) AS n
@@ -382,6 +386,30 @@ def test_session_then_window_transcript():
     assert checks.late == 0 and checks.behind == []
     assert got == [("a", 100, 120, 2, 1), ("a", 120, 140, 1, 1)] == oracle(pipeline, [events])
     assert outs == [MAX_WATERMARK] * 4
+
+
+def test_sessions_over_a_rekeyed_window_with_equal_starts_transcript():
+    """Several keys' windows share a start once re-keyed: the session must take all of them.
+
+    Sliding(30, 10) counts per key, one event per epoch, delay 0 (CI's failing draw, seed
+    92816739...). a and b at 1000 and 1010, c at 1007 and 1010, open [980,1010),
+    [990,1020), [1000,1030) and [1010,1040) for each of the three keys: 12 results at
+    starts 980-1010, each start three times. a and b at 1050 give starts 1030, 1040 and
+    1050 twice each; a, b and c at 1090 give 1070, 1080 and 1090 three times each.
+    Session(15) over the starts, counting them: 1030 - 1010 = 20 >= 15 and
+    1070 - 1050 = 20, so [980,1025) holds 12, [1030,1065) 6 and [1070,1105) 9. The
+    oracle once ordered equal starts arbitrarily and put a 1030 into the first session.
+    """
+    pipeline = Pipeline("one", (Stage(Sliding(30, 10), "count", True),
+                                Stage(Session(15), "count", False)))
+    times = [("a", 1000), ("a", 1000), ("b", 1000), ("a", 1000), ("c", 1007), ("a", 1010),
+             ("a", 1010), ("b", 1010), ("c", 1010), *[("a", 1050)] * 6, ("b", 1050),
+             ("a", 1090), ("b", 1090), ("c", 1090)]
+    events = [(k, t, 1, True) for k, t in times]
+    got, checks, _ = run(pipeline, [events], [list(range(1, len(events)))], [0], 1)
+    assert checks.late == 0 and checks.behind == []
+    expected = [("all", 980, 1025, 12, 12), ("all", 1030, 1065, 6, 6), ("all", 1070, 1105, 9, 9)]
+    assert got == expected == oracle(pipeline, [events])
 
 
 def test_join_then_window_transcript():
