@@ -66,3 +66,34 @@ def run_python() -> object:
     ``missing`` cannot be imported (``sys.modules[name] = None``, as if not installed); return
     the JSON of the last line it prints (``json`` and ``sys`` are imported)."""
     return _run_python
+
+
+def _jvm_children(spark: object, marker: str) -> list[int]:
+    import os
+
+    jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[attr-defined]
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == jvm_pid and marker in command:
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def jvm_children() -> object:
+    """``jvm_children(spark, marker)``: the pids of the session JVM's child processes whose command
+    line contains ``marker`` (Linux ``/proc``; tests using it skip without ``/proc``)."""
+    import os
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("reads /proc")
+    return _jvm_children

@@ -7,7 +7,6 @@ the live heap growing with the status store's 1,000 retained SQL executions (UI 
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -79,27 +78,9 @@ def test_the_status_store_keeps_at_most_50_sql_executions(spark):
     assert 0 < store.executionsCount() <= 50
 
 
-def _wire_daemons(jvm_pid: int) -> list[int]:
-    """The JVM's child processes that run Wire's worker daemon (Linux: /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                command = f.read().replace(b"\0", b" ").decode()
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        if ppid == jvm_pid and "-m wire.runtime.daemon" in command:
-            found.append(int(entry))
-    return found
-
-
 @pytest.mark.spark
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
-def test_one_worker_daemon_serves_rdd_sql_and_stateful_stages(spark, small_window_flow, tmp_path):
+def test_one_worker_daemon_serves_rdd_sql_and_stateful_stages(spark, small_window_flow, tmp_path,
+                                                              jvm_children):
     """Spark keys its Python daemons by the workers' environment; Wire's makes them all equal.
 
     Without ``SPARK_SIMPLIFIED_TRACEBACK`` in the executors' environment, an RDD job and a
@@ -108,4 +89,4 @@ def test_one_worker_daemon_serves_rdd_sql_and_stateful_stages(spark, small_windo
     spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: None)  # an RDD job's workers
     summary = small_window_flow.run(checkpoint=str(tmp_path / "ck"), spark=spark)  # every kind of stage
     assert summary.rows_written
-    assert len(_wire_daemons(spark.sparkContext._jvm.ProcessHandle.current().pid())) == 1
+    assert len(jvm_children(spark, "-m wire.runtime.daemon")) == 1

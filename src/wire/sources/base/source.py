@@ -78,7 +78,7 @@ from pyspark.sql.types import StructType
 
 from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
-from wire.sources.base.read_info import plan_reads_here
+from wire.sources.base.read_info import create_here, give_creation, plan_reads_here
 from wire.sources.base.rows import (
     Decoded,
     check_admission,
@@ -335,15 +335,21 @@ def is_local(spark: SparkSession) -> bool:
 def open_stream(spark: SparkSession, data_source: type[DataSource], **options: str) -> DataFrame:
     """Register ``data_source`` with ``spark`` and load it as a stream with ``options``.
 
-    The stream's read function is pickled in this process (:func:`~.read_info.plan_reads_here`),
-    so that Spark starts no Python process for it in the first epoch.
+    The data source is created (:func:`~.read_info.create_here`) and its read function
+    pickled (:func:`~.read_info.plan_reads_here`) in this process, so that Spark starts no
+    Python process for either: neither while it analyses the stream nor in the first epoch.
     """
     spark.dataSource.register(data_source)
+    created = create_here(data_source, options)
     reader = spark.readStream.format(data_source.name())
+    if created is not None:
+        reader = reader.schema(created.schema)
     for name, value in options.items():
         reader = reader.option(name, value)
     stream = reader.load()
-    plan_reads_here(spark, stream, data_source, options)
+    if created is not None:
+        give_creation(spark, stream, created)
+    plan_reads_here(spark, stream, data_source, options, None if created is None else created.source)
     return stream
 
 
