@@ -1,9 +1,16 @@
 """Nexmark benchmark: Wire vs the same queries hand-written in plain PySpark Structured Streaming.
 
 Both engines run in one SparkSession (``local[2]``) in one process, one query after the
-other (Wire first, then plain PySpark), over the same events: ``--events`` Nexmark events
-(10,000 events/s of event time, up to 1 s out of order), epochs of ``--epoch-size`` events
-and a 5 s watermark delay.
+other, over the same events: ``--events`` Nexmark events (10,000 events/s of event time, up
+to 1 s out of order), epochs of ``--epoch-size`` events and a 5 s watermark delay.
+
+Order: first an unmeasured warm-up (q0 by each engine: the session's first query pays the
+JVM's JIT compilation of the shared paths, Parquet reading and writing, Arrow), then each
+query ``--rounds`` times per engine (default 2), alternating which engine runs first (round
+0: Wire, round 1: plain PySpark), each engine's runs pooled (events and epoch times added
+up, wall time averaged). Until 2026-11-28 21:00 every query ran once, Wire first, without
+a warm-up: Wire's q0 then paid the session's whole warm-up (its warm q0 took 4.05 s against
+7.37 s cold on the same session, plain PySpark's 4.32 s; ``/tmp`` probe in that stop's note).
 
 * Wire reads the same Parquet files as plain PySpark (``wire.sources.files``, one file per
   epoch; its bounded source ends with a maximal watermark, so it reads no end marker);
@@ -141,6 +148,30 @@ class Result:
     def p(self, q: float) -> float:
         """Percentile ``q`` of the steady epochs' triggerExecution, in ms."""
         return pct([ms / 1000 for ms in self.epoch_ms], q)
+
+
+def pooled(runs: list[Result]) -> Result:
+    """One engine's runs of one query as one result: rows and epoch times added up, so the rate is
+    events over time across the runs; wall time the mean, peak memory the largest; an error of
+    any run is the result's error; output rows are the first run's (every run's must be equal,
+    else "differ" is noted in the error)."""
+    if len(runs) == 1:
+        return runs[0]
+    r = Result()
+    errors = [x.error for x in runs if x.error]
+    r.error = errors[0] if errors else None
+    outs = {x.output_rows for x in runs}
+    if not r.error and len(outs) > 1:
+        r.error = f"output rows differ between runs: {sorted(o or 0 for o in outs)}"
+    r.output_rows = runs[0].output_rows
+    r.input_rows = sum(x.input_rows for x in runs)
+    r.steady_rows = sum(x.steady_rows for x in runs)
+    r.steady_ms = sum(x.steady_ms for x in runs)
+    r.epoch_ms = [ms for x in runs for ms in x.epoch_ms]
+    r.epochs = sum(x.epochs for x in runs)
+    r.wall_s = sum(x.wall_s for x in runs) / len(runs)
+    r.peak_mb = max(x.peak_mb for x in runs)
+    return r
 
 
 def source_rows(progress: dict[str, Any], scans: int = 1) -> int:
@@ -333,8 +364,10 @@ How each figure is measured (both engines in the same SparkSession, `{master}`, 
 - **peak memory**: largest RSS of the whole process tree (Python driver + JVM + Python
   workers), sampled every 100 ms during the run, after a JVM and Python GC. Both engines share
   one JVM, whose heap once grown stays resident, so a run's peak includes what earlier runs
-  left (Wire runs first in each pair).
-- **wall s**: from starting the query to its end (plain PySpark: not counting writing the input).
+  left (the engines alternate which runs first, round by round).
+- **wall s**: from starting the query to its end (plain PySpark: not counting writing the input),
+  the mean of the engine's rounds. Every figure pools the engine's `--rounds` runs (the engines
+  alternate which runs first), after an unmeasured warm-up of both (q0).
 - **output rows**: rows each engine wrote (sanity check; they should be equal).
 """
 
@@ -464,6 +497,14 @@ def main() -> None:
     p.add_argument("--wire-source", choices=["files", "generator"], default="files",
                    help="files: Wire reads the same Parquet files as plain PySpark (default); "
                         "generator: Wire generates the events in its source tasks")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="runs of each query per engine, alternating which engine runs first (round 0: "
+                        "Wire; round 1: plain PySpark), pooled into one figure per engine (default 2; "
+                        "1: Wire first only, as before 2026-11-28 21:00)")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="skip the unmeasured warm-up (q0 run once by each engine before the first "
+                        "measured query, so the session's first query does not charge its JIT "
+                        "compilation to the engine that happens to run first)")
     p.add_argument("--java-options", default="",
                    help="more driver JVM options for the shared session (both engines), e.g. "
                         "-XX:TieredStopAtLevel=1 (the JIT stops at C1; see docs/architecture.md)")
@@ -497,6 +538,13 @@ def main() -> None:
         run_sql_only(spark, args, src)
         print(f"total {time.perf_counter() - t0:.0f} s; wrote {args.out}")
         return
+    wire_src = src if args.wire_source == "files" else None
+    if args.warmup:
+        t1 = time.perf_counter()
+        warm = [run_wire(spark, "q0", n, epoch, wire_src), run_native(spark, "q0", src, epoch)]
+        took = f"{time.perf_counter() - t1:.1f} s"
+        print(f"warm-up (not counted): q0 by both engines, wall s Wire {warm[0].wall_s:.1f}, "
+              f"plain {warm[1].wall_s:.1f} ({took})", flush=True)
     for query in args.queries.split(","):
         if query not in nexmark_queries.QUERIES:
             note = f"{query}: skipped, not in wire.examples.nexmark_queries.QUERIES"
@@ -507,8 +555,15 @@ def main() -> None:
             print(f"{query}: skipped, no native version in this benchmark", flush=True)
             notes.append(f"{query}: skipped, no native version")
             continue
-        w = run_wire(spark, query, n, epoch, src if args.wire_source == "files" else None)
-        s = run_native(spark, query, src, epoch)
+        wire_runs: list[Result] = []
+        plain_runs: list[Result] = []
+        for r in range(args.rounds):  # round 0: Wire first; round 1: plain first; ...
+            for engine in (("wire", "plain") if r % 2 == 0 else ("plain", "wire")):
+                if engine == "wire":
+                    wire_runs.append(run_wire(spark, query, n, epoch, wire_src))
+                else:
+                    plain_runs.append(run_native(spark, query, src, epoch))
+        w, s = pooled(wire_runs), pooled(plain_runs)
         cells = row(query, w, s)
         lines.append(cells)
         print("  ".join(c.rjust(wd) for c, wd in zip(cells, widths, strict=True)), flush=True)
