@@ -187,11 +187,20 @@ def source_rows(progress: dict[str, Any], scans: int = 1) -> int:
     return rows // max(1, scans)
 
 
-def fill_from_progress(r: Result, progress: list[dict[str, Any]], epoch: int, scans: int = 1) -> None:
-    """Steady epochs: all but the first one and the tiny ones (fewer than TINY x epoch rows)."""
+def fill_from_progress(r: Result, progress: list[dict[str, Any]], epoch: int, scans: int = 1,
+                       events: list[float] | None = None) -> None:
+    """Steady epochs: all but the first one and the tiny ones (fewer than TINY x epoch rows).
+
+    ``events``: Wire's events per epoch (``RunSummary.epoch_events``, by batch id from 0): the
+    events its source read, which Spark's ``numInputRows`` undercounts when the flow's filters
+    are pushed into the source (only the rows that passed them reach the JVM).
+    """
     batches = [p for p in progress if "triggerExecution" in p.get("durationMs", {})]
 
     def rows(p: dict[str, Any]) -> int:
+        batch = int(p.get("batchId", -1))
+        if events is not None and 0 <= batch < len(events):
+            return int(events[batch])
         return source_rows(p, scans)
 
     r.epochs = len(batches)
@@ -263,7 +272,8 @@ def run_wire(spark: SparkSession, query: str, n: int, epoch: int, src: Path | No
             expected = n  # one source, also for the join queries (a branching flow)
             if summary.input_events != expected:
                 print(f"note: Wire {query} read {summary.input_events:,} events, not {expected:,}")
-            fill_from_progress(r, running.query.recentProgress, epoch, running.source_scans or 1)
+            fill_from_progress(r, running.query.recentProgress, epoch, running.source_scans or 1,
+                               list(summary.epoch_events) if summary.epoch_events.dropped == 0 else None)
         except Exception as e:  # report and go on with the next query
             r.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     r.wall_s = time.perf_counter() - t0
@@ -347,7 +357,9 @@ LEGEND = """\
 How each figure is measured (both engines in the same SparkSession, `{master}`, same run):
 
 - **Wire events/s**, **plain PySpark events/s**: steady state, from `StreamingQuery.recentProgress`:
-  the input rows of the steady epochs / the sum of their `durationMs.triggerExecution`. Steady
+  the input rows of the steady epochs / the sum of their `durationMs.triggerExecution` (Wire's
+  input rows: the events its source read in the epoch, `RunSummary.epoch_events`, since a
+  filter pushed into the source keeps the rows it drops out of Spark's `numInputRows`). Steady
   epochs exclude the first epoch (Python worker start-up, first compilation) and the tiny
   epochs at the end (Wire's final watermark-only epoch; plain PySpark's end-marker file and its
   no-data epoch). Both read the same events pre-generated to Parquet, one file per epoch

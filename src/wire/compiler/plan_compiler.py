@@ -35,6 +35,7 @@ from wire.compiler.join_stage import compile_join
 from wire.compiler.lookup_join_stage import compile_lookup_join
 from wire.compiler.process_stage import compile_process
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
+from wire.compiler.pushdown import source_predicate
 from wire.compiler.temporal_join_stage import compile_temporal_join
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import NO_KEY, compile_window
@@ -60,6 +61,7 @@ from wire.plan.nodes import (
     WindowAggregateNode,
 )
 from wire.sources.base import ReadRequest, Source, can
+from wire.sources.base.rows import spark_struct
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,7 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
         node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch, b.admission[node.step]))
     subset, struct = b.columns.get(node.step, (None, None))
     df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
-                                     b.resume.get(node.step))
+                                     b.resume.get(node.step), b.plan)
     if node.key is not None and node.key not in payload.names:
         raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if subset is None and _prunable(node.connector):
@@ -403,6 +405,7 @@ def _open_source(
     control_file: str | None,
     columns: tuple[str, ...] | None = None,
     resume: dict[str, Any] | None = None,
+    plan: Plan | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
@@ -410,7 +413,8 @@ def _open_source(
     columns the source produces (None: all); set only for a source that can prune
     (:func:`_prunable`). ``resume``: see :func:`compile_plan`; set for a source with the
     ``"resume"`` capability, refused for others, as ``target_epoch_ms`` is for a source
-    without ``"target_epoch_ms"``.
+    without ``"target_epoch_ms"``. ``plan``: the flow, whose filters on this source are pushed
+    into a source with the ``"predicate"`` capability (:mod:`wire.compiler.pushdown`).
     """
     connector = src.connector
     if not isinstance(connector, Source):
@@ -440,5 +444,7 @@ def _open_source(
         watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
         control_file=control_file, columns=columns if _prunable(connector) else None,
         target_epoch_ms=src.target_epoch_ms, resume=resume,
+        predicate=source_predicate(spark, plan, src.step, spark_struct(payload))
+        if plan is not None and can(connector, "predicate") else None,
     )
     return connector.read_stream(spark, request), payload, connector.bounded

@@ -111,8 +111,10 @@ class EpochDispatcher:
         self.summary.emitted.update(result.emitted)
         self.summary.driver_rows.append(result.received_rows)
         self.summary.driver_bytes.append(result.received_bytes)
+        events_before = self.summary.input_events
         if result.metrics is not None:
             self.summary.add_metrics(result.metrics)
+        self.summary.epoch_events.append(self.summary.input_events - events_before)
         self.summary.samples.add(result.samples, epoch=epoch, now_ms=time.time_ns() // 1_000_000)
         self.summary.epochs += 1
         now = time.perf_counter()

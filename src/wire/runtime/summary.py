@@ -29,8 +29,8 @@ class RunSummary:
     report``'s epoch duration); ``epoch_wall_seconds`` the time between consecutive epoch
     completions (the full epoch latency including Spark's work, and any wait before it).
 
-    The four per-epoch series (``epoch_seconds``, ``epoch_wall_seconds``, ``driver_rows``,
-    ``driver_bytes``) are lists of the newest 10,000 epochs' values
+    The five per-epoch series (``epoch_seconds``, ``epoch_wall_seconds``, ``epoch_events``,
+    ``driver_rows``, ``driver_bytes``) are lists of the newest 10,000 epochs' values
     (:class:`~wire.runtime.recent.RecentEpochs`: ``.total`` sums them all, ``.dropped``
     counts the older values let go), so that a run of millions of epochs stays bounded.
     """
@@ -43,6 +43,11 @@ class RunSummary:
     emitted: Counter[str] = field(default_factory=Counter)
     epoch_wall_seconds: RecentEpochs = field(default_factory=RecentEpochs)
     epoch_seconds: RecentEpochs = field(default_factory=RecentEpochs)
+    epoch_events: RecentEpochs = field(default_factory=RecentEpochs)
+    """Per epoch, the well-formed events the sources admitted (the ``events`` counter of every
+    source step, as :attr:`input_events` sums it): every event read, also those a filter
+    pushed into the source dropped (:mod:`wire.compiler.pushdown`), which Spark's own
+    ``numInputRows`` does not count."""
     driver_rows: RecentEpochs = field(default_factory=RecentEpochs)
     """Per epoch, the data rows that reached the driver: zero when every sink is an
     executor sink (Parquet, JSON Lines, Delta, PostgreSQL, SQLite); driver sinks
@@ -136,6 +141,7 @@ class RunSummary:
         self.emitted.update(later.emitted)
         self.epoch_wall_seconds += later.epoch_wall_seconds
         self.epoch_seconds += later.epoch_seconds
+        self.epoch_events += later.epoch_events
         self.driver_rows += later.driver_rows
         self.driver_bytes += later.driver_bytes
         self.gauges.update(later.gauges)

@@ -553,6 +553,8 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             valid = r.decoded.table.num_rows
             decoded = r.decoded.reject_future(p.at, b.watermark.max_future_ms, r.records)
             n = decoded.table.num_rows
+            if b.predicate is not None:  # the flow's filters, pushed down (wire.compiler.pushdown)
+                decoded = decoded.where(b.predicate)
             missing = p.taken - r.count
             gone = (self.range_location(p.name, p.first, p.next), f"{missing} {self.gone_reason}", missing)
             yield from decoded.batches(schema, b.step, b.output_schema.names,

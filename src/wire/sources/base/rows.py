@@ -22,6 +22,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from wire.core import envelope
+from wire.core.predicate import NotEvaluable, Predicate, keep
 from wire.core.watermarks import future_limit, future_reason
 from wire.errors import ConfigError
 from wire.sources.base.conversions import array_from_values, event_times_ms
@@ -186,6 +187,22 @@ class Decoded:
             dead.append((location, future_reason(et, at, max_future_ms), text))
         keep = ~ahead
         return Decoded(self.table.filter(pa.array(keep)), self.event_times[keep], self.positions[keep], dead)
+
+    def where(self, predicate: Predicate) -> Decoded:
+        """Keep the valid rows ``predicate`` is true on (:func:`wire.core.predicate.keep`); dead letters stay.
+
+        Returns ``self`` when the predicate cannot be evaluated on these rows
+        (:class:`~wire.core.predicate.NotEvaluable`): a pushed-down filter is an optimization,
+        and the flow's filter still runs in Spark.
+        """
+        if not self.table.num_rows:
+            return self
+        try:
+            mask = keep(self.table, predicate)
+        except NotEvaluable:
+            return self
+        kept = mask.to_numpy(zero_copy_only=False)
+        return Decoded(self.table.filter(mask), self.event_times[kept], self.positions[kept], self.dead)
 
     def batches(
         self, schema: pa.Schema, step: str, columns: list[str], *, start_watermark: int, first_seq: int,

@@ -33,6 +33,12 @@ computing event times and routing malformed records exactly as with every column
 compiler sets ``columns`` only for such sources, and only to the columns the flow reads
 (:mod:`wire.compiler.pruning`), always with the event-time and key columns.
 
+A source with the ``"predicate"`` capability drops, in its tasks, the data rows that
+``request.predicate`` (:mod:`wire.core.predicate`) is not true on, after computing their
+event times and routing malformed records, so that they never cross into the JVM; the
+compiler sets it only when every step reading the source is a filter, to what of those
+filters translates (:mod:`wire.compiler.pushdown`). The filters still run in Spark.
+
 A source with the ``"replay"`` capability can read an epoch's planned records again,
 cheaply and identically, within the same epoch (files, the Nexmark generator, the scripted
 test stream): a flow that branches on it scans it once per branch, each scan
@@ -110,7 +116,7 @@ __all__ = [
 deprecated watermark settings (:mod:`wire.sources.base.watermark_settings`) live in their own
 modules and are importable from here too."""
 
-Capability = Literal["columns", "target_epoch_ms", "resume", "replay"]
+Capability = Literal["columns", "predicate", "target_epoch_ms", "resume", "replay"]
 """An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
 
 Offset: TypeAlias = dict[str, Any]
@@ -121,7 +127,7 @@ Offset: TypeAlias = dict[str, Any]
 class ReadRequest:
     """What the compiler tells a source's ``read_stream`` about one source step.
 
-    The optional settings (``columns``, ``target_epoch_ms``, ``resume``) are set only for a
+    The optional settings (``columns``, ``predicate``, ``target_epoch_ms``, ``resume``) are set only for a
     source that declares the matching :data:`Capability`; the others are None for it.
     """
 
@@ -151,6 +157,11 @@ class ReadRequest:
     resume: dict[str, Any] | None = None
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`); None:
     start as usual; capability ``"resume"``."""
+    predicate: list[Any] | None = None
+    """Events the source may drop before they leave its tasks: those this predicate is not true
+    on (:mod:`wire.core.predicate`, pushed down from the flow's filters by
+    :mod:`wire.compiler.pushdown`); None: none. The watermark, the ``events`` metric and the
+    dead letters still count every event. Capability ``"predicate"``."""
 
     def settings(self) -> dict[str, Any]:
         """Every field but ``schema``, by name (a connector's binding takes them as they are)."""
@@ -183,7 +194,7 @@ def can(source: object, capability: Capability) -> bool:
     return capability in getattr(source, "capabilities", ())
 
 
-ALL_CAPABILITIES: frozenset[Capability] = frozenset({"columns", "target_epoch_ms", "resume"})
+ALL_CAPABILITIES: frozenset[Capability] = frozenset({"columns", "predicate", "target_epoch_ms", "resume"})
 """What a :class:`BindingSource` honours by default (not ``"replay"``: a connector claims it)."""
 
 
@@ -246,6 +257,8 @@ class Binding:
     target_epoch_ms: int | None = None
     resume: dict[str, Any] | None = None
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`)."""
+    predicate: list[Any] | None = None
+    """Pushed-down filter (:attr:`ReadRequest.predicate`): data rows it is not true on are dropped."""
     local: bool = False
     """The Spark master is local: the planner and the executors share one machine, so a
     planner may hand what it decoded to the executors (:mod:`wire.sources.base.handoff`)

@@ -1,0 +1,202 @@
+"""Filter pushdown into sources: which rows a source's tasks may drop before they leave Python.
+
+Spark cannot push a filter into a Python data source's stream, so every event a source
+reads crosses from its Python task into the JVM, where the flow's ``filter`` drops it.
+When **every** step that reads a source's events is a ``filter`` (a branching flow: one
+filter per branch), the source may drop the events that no filter keeps. This module
+finds those filters in the plan and translates them, through Spark's own analysis, into a
+:data:`wire.core.predicate.Predicate` the source evaluates on Arrow
+(:func:`wire.core.predicate.keep`); the source's binding carries it (capability
+``"predicate"``, :mod:`wire.sources.base`).
+
+Translation (:func:`translate`): the filter's condition is resolved by Spark against the
+source's payload schema (``DataFrame.filter`` on an empty DataFrame of that schema; nothing
+runs), so names are matched as Spark matches them and every implicit conversion is an
+explicit ``Cast`` node. Supported: ``AND``, ``OR``, ``NOT``, ``= != < <= > >=``, ``IN`` with
+literals, ``IS [NOT] NULL``, boolean columns; operands are columns and literals of
+integer, string or boolean type; a cast only widens an integer (``int`` column against a
+``bigint`` literal) or types a null literal. Anything else is not translated: a floating
+point or timestamp column, a function call, a cast from string. An ``AND`` with one side
+untranslated keeps the other side, a weaker predicate (it drops fewer rows), which is
+still correct; an ``OR`` or a ``NOT`` needs all of its operands. The predicates of several
+branches are joined by ``OR``. When nothing translates, nothing is pushed.
+
+The filters still run in Spark, unchanged: a pushed predicate only drops rows every
+filter would drop. The source computes its watermark and its metrics (``events``) on
+every event it read, before the predicate (SPEC §2: a filtered event still moves the
+watermark), and dead letters are never filtered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from wire.compiler.exprs import to_column
+from wire.core.predicate import Predicate
+from wire.plan.nodes import OUT, DropNode, FilterNode, Plan, SinkNode
+
+JavaObject = Any
+"""A Py4J handle on a Catalyst expression."""
+
+INTEGERS = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+"""Spark's integer types by width: a cast from one to a wider one is lossless."""
+COMPARISON_NODES = {"EqualTo": "=", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">",
+                    "GreaterThanOrEqual": ">="}
+"""Catalyst comparison classes and their :data:`~wire.core.predicate.COMPARISONS` operator."""
+
+
+def source_predicate(spark: SparkSession, plan: Plan, step: str, payload: StructType) -> Predicate | None:
+    """The predicate source ``step`` may apply to its events, or None (push nothing).
+
+    Not None only when every step reading the source's ``out`` port is a filter and each
+    filter translates (at least partly, :func:`translate`); side ports (dead letters)
+    do not count. Never raises: any failure gives None.
+    """
+    try:
+        filters: list[FilterNode] = []
+        for node in plan.nodes:
+            if isinstance(node, SinkNode | DropNode):
+                if node.source.step == step and node.source.port == OUT:
+                    return None
+                continue
+            if step not in node.inputs():
+                continue
+            if not isinstance(node, FilterNode):
+                return None
+            filters.append(node)
+        if not filters:
+            return None
+        empty = spark.createDataFrame([], payload)
+        parts = []
+        for f in filters:
+            condition = empty.filter(to_column(f.predicate, parameter="predicate", step=f.step))
+            part = translate(condition._jdf.queryExecution().analyzed().condition())
+            if part is None:
+                return None
+            parts.append(part)
+        result = parts[0]
+        for part in parts[1:]:
+            result = ["or", result, part]
+        return _named(result, payload.fieldNames())
+    except Exception:  # never a reason to fail a flow: the filters run in Spark anyway
+        return None
+
+
+def _named(predicate: Predicate, names: list[str]) -> Predicate | None:
+    """The predicate with each column named as in the schema (Spark matches names case-insensitively).
+
+    None when a name matches no column or several.
+    """
+    if predicate[0] == "col":
+        if predicate[1] in names:
+            return predicate
+        found = [n for n in names if n.lower() == str(predicate[1]).lower()]
+        return ["col", found[0]] if len(found) == 1 else None
+    if predicate[0] == "lit":
+        return predicate
+    out: list[Any] = [predicate[0]]
+    for part in predicate[1:]:
+        if isinstance(part, list) and part and isinstance(part[0], str) and part[0] in NODES:
+            named = _named(part, names)
+            if named is None:
+                return None
+            out.append(named)
+        else:
+            out.append(part)
+    return out
+
+
+NODES = frozenset({"col", "lit", "cmp", "in", "isnull", "isnotnull", "and", "or", "not"})
+"""The node names of a predicate tree (:mod:`wire.core.predicate`)."""
+
+
+def translate(expr: JavaObject) -> Predicate | None:
+    """A resolved Catalyst boolean expression as a predicate; None if it does not translate.
+
+    An ``AND`` may translate to one of its sides only (weaker, see the module docstring).
+    """
+    kind = _kind(expr)
+    children = _children(expr)
+    if kind == "And":
+        left, right = translate(children[0]), translate(children[1])
+        if left is None or right is None:
+            return left if right is None else right
+        return ["and", left, right]
+    if kind == "Or":
+        left, right = translate(children[0]), translate(children[1])
+        return None if left is None or right is None else ["or", left, right]
+    if kind == "Not":
+        inner = _exact(children[0])
+        return None if inner is None else ["not", inner]
+    return _exact(expr)
+
+
+def _exact(expr: JavaObject) -> Predicate | None:
+    """Translate ``expr`` exactly (no weakening: under a ``NOT``, a weaker predicate is stronger)."""
+    kind = _kind(expr)
+    children = _children(expr)
+    if kind in ("And", "Or"):
+        left, right = _exact(children[0]), _exact(children[1])
+        return None if left is None or right is None else [kind.lower(), left, right]
+    if kind == "Not":
+        inner = _exact(children[0])
+        return None if inner is None else ["not", inner]
+    if kind in COMPARISON_NODES:
+        left, right = _operand(children[0]), _operand(children[1])
+        return None if left is None or right is None else ["cmp", COMPARISON_NODES[kind], left, right]
+    if kind in ("IsNull", "IsNotNull"):
+        inner = _operand(children[0])
+        return None if inner is None else [kind.lower(), inner]
+    if kind == "In":
+        value = _operand(children[0])
+        items = [_operand(c) for c in children[1:]]
+        if value is None or value[0] != "col" or any(i is None or i[0] != "lit" for i in items):
+            return None
+        return ["in", value, [i[1] for i in items if i is not None]]
+    if kind == "AttributeReference" and str(expr.dataType().simpleString()) == "boolean":
+        return ["col", str(expr.name())]
+    return None
+
+
+def _operand(expr: JavaObject) -> list[Any] | None:
+    """A column or literal of integer, string or boolean type, through lossless casts only."""
+    kind = _kind(expr)
+    if kind == "Cast":
+        inner = _children(expr)[0]
+        to, of = _type(expr), _type(inner)
+        if _kind(inner) == "Literal" and of == "void":
+            return ["lit", None]
+        if to in INTEGERS and of in INTEGERS and INTEGERS[to] >= INTEGERS[of]:
+            return _operand(inner)
+        return None
+    kind_type = _type(expr)
+    if kind_type not in INTEGERS and kind_type not in ("string", "boolean", "void"):
+        return None
+    if kind == "AttributeReference":
+        return None if kind_type == "void" else ["col", str(expr.name())]
+    if kind == "Literal":
+        value = expr.value()
+        if value is None:
+            return ["lit", None]
+        if kind_type == "string":
+            return ["lit", str(value.toString())]
+        if kind_type == "boolean":
+            return ["lit", bool(value)]
+        return ["lit", int(value)]
+    return None
+
+
+def _kind(expr: JavaObject) -> str:
+    return str(expr.getClass().getSimpleName())
+
+
+def _type(expr: JavaObject) -> str:
+    return str(expr.dataType().simpleString())
+
+
+def _children(expr: JavaObject) -> list[JavaObject]:
+    seq = expr.children()
+    return [seq.apply(i) for i in range(seq.size())]

@@ -1,0 +1,128 @@
+"""Filters pushed into a source: a small predicate tree, evaluated on Arrow with SQL's null logic.
+
+A flow's ``filter`` is a Spark SQL expression that Spark evaluates in the JVM, after the
+source's Python task has shipped every row there. When each step reading a source's
+events is a filter, the compiler (:mod:`wire.compiler.pushdown`) translates the part of
+the filters it can into a :data:`Predicate` and gives it to the source, whose tasks drop
+the rows it is false or null on before they leave Python (e.g. Nexmark q3 reads persons
+and auctions, 8 % of the events). The filter itself still runs in Spark: a pushed
+predicate only ever drops rows the filter would drop, so it may be weaker than the
+filter (an ``AND`` keeps its translatable side) but never stronger.
+
+The tree is JSON (it travels in a source's binding to the executors)::
+
+    ["col", "state"]                       a payload column
+    ["lit", 10]                            an int, str or bool literal
+    ["cmp", "=", a, b]                     = != < <= > >=
+    ["in", a, [lit, ...]]                  IN (literals; a null among them allowed)
+    ["isnull", a] / ["isnotnull", a]
+    ["and", a, b] / ["or", a, b] / ["not", a]
+
+:func:`mask` evaluates it with three-valued (Kleene) logic, as SQL does: a comparison
+with null is null, ``NOT null`` is null, ``false AND null`` is false, ``true OR null`` is
+true, and ``x IN (...)`` is null when ``x`` is null or when nothing matches and the list
+holds a null. A row is kept when the result is true, as Spark's ``Filter`` keeps it.
+Comparisons are between integers, strings (bytewise, Spark's default ``UTF8_BINARY``
+collation) or booleans only: floating-point columns are never pushed (Spark orders NaN
+above every number and equal to itself, IEEE does not), and neither is anything Spark
+would cast implicitly (the translator checks the types; see :mod:`wire.compiler.pushdown`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Predicate: TypeAlias = list[Any]
+"""A predicate tree (module docstring), JSON-serializable."""
+
+COMPARISONS = {"=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
+               ">": pc.greater, ">=": pc.greater_equal}
+"""The comparison operators of a ``["cmp", op, a, b]`` node and their Arrow kernels."""
+
+
+class NotEvaluable(ValueError):
+    """The predicate cannot be evaluated on this table (a missing column, a type Arrow refuses)."""
+
+
+def mask(table: pa.Table, predicate: Predicate) -> pa.ChunkedArray | pa.Array:
+    """The predicate's value on every row of ``table``: a boolean array (true, false or null).
+
+    Raises
+    ------
+    NotEvaluable
+        When a column is missing, a node is unknown, or Arrow has no kernel for the types;
+        the caller then keeps every row (the filter in Spark still applies).
+    """
+    try:
+        value = _eval(table, predicate)
+    except NotEvaluable:
+        raise
+    except (pa.ArrowException, KeyError, TypeError, ValueError, IndexError) as e:
+        raise NotEvaluable(f"{predicate!r}: {e}") from e
+    if isinstance(value, pa.Scalar):  # a predicate over literals only
+        return pa.array([value.as_py()] * table.num_rows, pa.bool_())
+    if not pa.types.is_boolean(value.type):
+        raise NotEvaluable(f"{predicate!r} is of type {value.type}, not boolean")
+    return value
+
+
+def keep(table: pa.Table, predicate: Predicate) -> pa.Array:
+    """Where the predicate is true (false and null: dropped), as one boolean array without nulls."""
+    value = mask(table, predicate)
+    if isinstance(value, pa.ChunkedArray):
+        value = value.combine_chunks()
+    return pc.fill_null(value, False)
+
+
+def columns_of(predicate: Predicate) -> set[str]:
+    """The column names a predicate reads."""
+    if not isinstance(predicate, list) or not predicate:
+        return set()
+    if predicate[0] == "col":
+        return {predicate[1]}
+    found: set[str] = set()
+    for part in predicate[1:]:
+        if isinstance(part, list):
+            found |= columns_of(part)
+    return found
+
+
+def _eval(table: pa.Table, node: Predicate) -> Any:
+    op = node[0]
+    if op == "col":
+        if node[1] not in table.column_names:
+            raise NotEvaluable(f"no column {node[1]!r}")
+        return table.column(node[1])
+    if op == "lit":
+        return pa.scalar(node[1])
+    if op == "cmp":
+        return COMPARISONS[node[1]](_eval(table, node[2]), _eval(table, node[3]))
+    if op == "and":
+        return pc.and_kleene(_eval(table, node[1]), _eval(table, node[2]))
+    if op == "or":
+        return pc.or_kleene(_eval(table, node[1]), _eval(table, node[2]))
+    if op == "not":
+        return pc.invert(_eval(table, node[1]))
+    if op == "isnull":
+        return pc.is_null(_eval(table, node[1]))
+    if op == "isnotnull":
+        return pc.is_valid(_eval(table, node[1]))
+    if op == "in":
+        return _in(_eval(table, node[1]), list(node[2]))
+    raise NotEvaluable(f"unknown predicate node {op!r}")
+
+
+def _in(value: Any, items: list[Any]) -> Any:
+    """SQL ``value IN (items)``: true on a match, null for a null value or (no match and a null item)."""
+    present = [v for v in items if v is not None]
+    if isinstance(value, pa.ChunkedArray):
+        value = value.combine_chunks()
+    found = pc.is_in(value, value_set=pa.array(present, value.type)) if present else \
+        pa.array([False] * len(value), pa.bool_())
+    null = pa.scalar(None, pa.bool_())
+    if len(present) < len(items):  # a null in the list: no match is unknown, not false
+        found = pc.if_else(found, True, null)
+    return pc.if_else(pc.is_null(value), null, found)
