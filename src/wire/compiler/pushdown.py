@@ -13,10 +13,13 @@ Translation (:func:`translate`): the filter's condition is resolved by Spark aga
 source's payload schema (``DataFrame.filter`` on an empty DataFrame of that schema; nothing
 runs), so names are matched as Spark matches them and every implicit conversion is an
 explicit ``Cast`` node. Supported: ``AND``, ``OR``, ``NOT``, ``= != < <= > >=``, ``IN`` with
-literals, ``IS [NOT] NULL``, boolean columns; operands are columns and literals of
-integer, string or boolean type; a cast only widens an integer (``int`` column against a
-``bigint`` literal) or types a null literal. Anything else is not translated: a floating
-point or timestamp column, a function call, a cast from string. An ``AND`` with one side
+literals, ``IS [NOT] NULL`` (of a column of any type), boolean columns; operands are
+columns and literals of integer, floating point, string or boolean type; a cast only widens
+an integer (``int`` column against a ``bigint`` literal), turns a number into ``double``
+(Spark's rule for comparing with floating point, which Arrow's kernels follow: an ``int``
+column against ``1.5``, a ``double`` column against ``0``; a decimal literal becomes the
+nearest double, as Spark's cast makes it) or types a null literal. Anything else is not
+translated: a timestamp or decimal column, a function call, a cast from string. An ``AND`` with one side
 untranslated keeps the other side, a weaker predicate (it drops fewer rows), which is
 still correct; an ``OR`` or a ``NOT`` needs all of its operands. The predicates of several
 branches are joined by ``OR``. When nothing translates, nothing is pushed.
@@ -43,6 +46,10 @@ JavaObject = Any
 
 INTEGERS = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 """Spark's integer types by width: a cast from one to a wider one is lossless."""
+FLOATS = ("float", "double")
+"""Spark's floating point types: Spark casts a number compared with one to ``double``, as Arrow's
+comparison kernels promote it."""
+NUMBERS = (*INTEGERS, *FLOATS)
 COMPARISON_NODES = {"EqualTo": "=", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">",
                     "GreaterThanOrEqual": ">="}
 """Catalyst comparison classes and their :data:`~wire.core.predicate.COMPARISONS` operator."""
@@ -148,6 +155,8 @@ def _exact(expr: JavaObject) -> Predicate | None:
         left, right = _operand(children[0]), _operand(children[1])
         return None if left is None or right is None else ["cmp", COMPARISON_NODES[kind], left, right]
     if kind in ("IsNull", "IsNotNull"):
+        if _kind(children[0]) == "AttributeReference":  # nulls are nulls whatever the type
+            return [kind.lower(), ["col", str(children[0].name())]]
         inner = _operand(children[0])
         return None if inner is None else [kind.lower(), inner]
     if kind == "In":
@@ -171,9 +180,14 @@ def _operand(expr: JavaObject) -> list[Any] | None:
             return ["lit", None]
         if to in INTEGERS and of in INTEGERS and INTEGERS[to] >= INTEGERS[of]:
             return _operand(inner)
+        if to == "double" and (of in NUMBERS or of.startswith("decimal")):
+            operand = _operand(inner) if of in NUMBERS else _decimal(inner)
+            if operand is not None and operand[0] == "lit" and operand[1] is not None:
+                return ["lit", float(operand[1])]  # Spark casts the literal once, to the nearest double
+            return operand
         return None
     kind_type = _type(expr)
-    if kind_type not in INTEGERS and kind_type not in ("string", "boolean", "void"):
+    if kind_type not in NUMBERS and kind_type not in ("string", "boolean", "void"):
         return None
     if kind == "AttributeReference":
         return None if kind_type == "void" else ["col", str(expr.name())]
@@ -185,8 +199,18 @@ def _operand(expr: JavaObject) -> list[Any] | None:
             return ["lit", str(value.toString())]
         if kind_type == "boolean":
             return ["lit", bool(value)]
+        if kind_type in FLOATS:
+            return ["lit", float(value)]
         return ["lit", int(value)]
     return None
+
+
+def _decimal(expr: JavaObject) -> list[Any] | None:
+    """A decimal literal (Spark's type for ``2.5``) as a literal of its exact text, else None."""
+    if _kind(expr) != "Literal":
+        return None
+    value = expr.value()
+    return ["lit", None] if value is None else ["lit", str(value.toString())]
 
 
 def _kind(expr: JavaObject) -> str:

@@ -12,7 +12,7 @@ filter (an ``AND`` keeps its translatable side) but never stronger.
 The tree is JSON (it travels in a source's binding to the executors)::
 
     ["col", "state"]                       a payload column
-    ["lit", 10]                            an int, str or bool literal
+    ["lit", 10]                            an int, float, str or bool literal (or null)
     ["cmp", "=", a, b]                     = != < <= > >=
     ["in", a, [lit, ...]]                  IN (literals; a null among them allowed)
     ["isnull", a] / ["isnotnull", a]
@@ -22,10 +22,11 @@ The tree is JSON (it travels in a source's binding to the executors)::
 with null is null, ``NOT null`` is null, ``false AND null`` is false, ``true OR null`` is
 true, and ``x IN (...)`` is null when ``x`` is null or when nothing matches and the list
 holds a null. A row is kept when the result is true, as Spark's ``Filter`` keeps it.
-Comparisons are between integers, strings (bytewise, Spark's default ``UTF8_BINARY``
-collation) or booleans only: floating-point columns are never pushed (Spark orders NaN
-above every number and equal to itself, IEEE does not), and neither is anything Spark
-would cast implicitly (the translator checks the types; see :mod:`wire.compiler.pushdown`).
+Comparisons are between integers, floating point numbers, strings (bytewise, Spark's
+default ``UTF8_BINARY`` collation) or booleans; on floating point they follow Spark's rule,
+not IEEE's: NaN equals NaN and is greater than every other number (so does PostgreSQL's and
+DuckDB's). ``IN`` is evaluated as SQL defines it, an ``OR`` of equalities. The translator
+checks the types (:mod:`wire.compiler.pushdown`), so nothing here casts implicitly.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _eval(table: pa.Table, node: Predicate) -> Any:
     if op == "lit":
         return pa.scalar(node[1])
     if op == "cmp":
-        return COMPARISONS[node[1]](_eval(table, node[2]), _eval(table, node[3]))
+        return _compare(node[1], _eval(table, node[2]), _eval(table, node[3]), table.num_rows)
     if op == "and":
         return pc.and_kleene(_eval(table, node[1]), _eval(table, node[2]))
     if op == "or":
@@ -110,19 +111,40 @@ def _eval(table: pa.Table, node: Predicate) -> Any:
         return pc.is_null(_eval(table, node[1]))
     if op == "isnotnull":
         return pc.is_valid(_eval(table, node[1]))
-    if op == "in":
-        return _in(_eval(table, node[1]), list(node[2]))
+    if op == "in":  # SQL's definition: value = item1 OR value = item2 OR ...
+        value, result = _eval(table, node[1]), None
+        for item in node[2]:
+            equal = _compare("=", value, pa.scalar(item), table.num_rows)
+            result = equal if result is None else pc.or_kleene(result, equal)
+        if result is None:
+            raise NotEvaluable("IN with no items")
+        return result
     raise NotEvaluable(f"unknown predicate node {op!r}")
 
 
-def _in(value: Any, items: list[Any]) -> Any:
-    """SQL ``value IN (items)``: true on a match, null for a null value or (no match and a null item)."""
-    present = [v for v in items if v is not None]
-    if isinstance(value, pa.ChunkedArray):
-        value = value.combine_chunks()
-    found = pc.is_in(value, value_set=pa.array(present, value.type)) if present else \
-        pa.array([False] * len(value), pa.bool_())
-    null = pa.scalar(None, pa.bool_())
-    if len(present) < len(items):  # a null in the list: no match is unknown, not false
-        found = pc.if_else(found, True, null)
-    return pc.if_else(pc.is_null(value), null, found)
+def _compare(op: str, a: Any, b: Any, rows: int) -> Any:
+    """``a op b`` with SQL's nulls and Spark's NaN rule on floating point (NaN equals NaN, above all)."""
+    if pa.types.is_null(a.type) or pa.types.is_null(b.type):  # a comparison with NULL is null
+        return pa.nulls(rows, pa.bool_())
+    if not (pa.types.is_floating(a.type) or pa.types.is_floating(b.type)):
+        return COMPARISONS[op](a, b)
+    a_nan, b_nan = _is_nan(a), _is_nan(b)
+    either = pc.or_(a_nan, b_nan)
+    if op in ("=", "!="):
+        value = pc.if_else(either, pc.and_(a_nan, b_nan), pc.equal(a, b))
+        return pc.invert(value) if op == "!=" else value
+    less = pc.if_else(either, pc.and_(pc.invert(a_nan), b_nan), pc.less(a, b))
+    greater = pc.if_else(either, pc.and_(a_nan, pc.invert(b_nan)), pc.greater(a, b))
+    if op == "<":
+        return less
+    if op == ">":
+        return greater
+    equal = pc.if_else(either, pc.and_(a_nan, b_nan), pc.equal(a, b))
+    return pc.or_(less, equal) if op == "<=" else pc.or_(greater, equal)
+
+
+def _is_nan(value: Any) -> Any:
+    """NaN test of a column or scalar; false for non-floating types (null stays null)."""
+    if pa.types.is_floating(value.type):
+        return pc.is_nan(value)
+    return pc.not_equal(value, value)  # false, or null where the value is null

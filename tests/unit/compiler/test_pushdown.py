@@ -20,6 +20,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 import wire
@@ -33,10 +34,12 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = StructType([StructField("kind", StringType()), StructField("state", StringType()),
                      StructField("category", LongType()), StructField("x", IntegerType()),
-                     StructField("d", DoubleType()), StructField("flag", BooleanType())])
-ROWS = [("person", "OR", 10, 1, 0.5, True), ("auction", "CA", 10, 2, float("nan"), False),
-        ("bid", None, 3, None, None, None), (None, "ID", None, 3000, 2.0, True),
-        ("auction", "WA", 11, -4, -1.0, None), ("person", "CA", None, 0, float("nan"), False)]
+                     StructField("d", DoubleType()), StructField("flag", BooleanType()),
+                     StructField("ts", TimestampType())])
+ROWS = [("person", "OR", 10, 1, 0.5, True, None), ("auction", "CA", 10, 2, float("nan"), False, None),
+        ("bid", None, 3, None, None, None, None), (None, "ID", None, 3000, 2.0, True, None),
+        ("auction", "WA", 11, -4, -1.0, None, None), ("person", "CA", None, 0, float("nan"), False, None),
+        ("bid", "CA", 2, 3, -0.0, True, None), ("bid", "OR", 1, 2, float("inf"), False, None)]
 
 
 def condition(spark, predicate):
@@ -54,20 +57,25 @@ def condition(spark, predicate):
     ("flag", ["col", "flag"]),
     ("state IS NULL OR NOT flag", ["or", ["isnull", ["col", "state"]], ["not", ["col", "flag"]]]),
     ("x IN (1, NULL)", ["in", ["col", "x"], [1, None]]),
-    # an AND keeps its translatable side: d is a double (NaN orders differently in Spark)
-    ("kind = 'bid' AND d > 1.0", ["cmp", "=", ["col", "kind"], ["lit", "bid"]]),
+    # floating point: the decimal literal 1.0 and the int literal 0 are cast to double
+    ("kind = 'bid' AND d > 1.0", ["and", ["cmp", "=", ["col", "kind"], ["lit", "bid"]],
+                                  ["cmp", ">", ["col", "d"], ["lit", 1.0]]]),
+    ("d <= 0", ["cmp", "<=", ["col", "d"], ["lit", 0.0]]),
+    ("x < 2.5E0", ["cmp", "<", ["col", "x"], ["lit", 2.5]]),  # the int column cast to double
+    ("ts IS NOT NULL", ["isnotnull", ["col", "ts"]]),  # any type: a null is a null
+    # an AND keeps its translatable side
+    ("kind = 'bid' AND upper(state) = 'CA'", ["cmp", "=", ["col", "kind"], ["lit", "bid"]]),
 ])
 def test_what_translates(spark, predicate, expected):
     assert translate(condition(spark, predicate)) == expected
 
 
 @pytest.mark.parametrize("predicate", [
-    "d > 1.0",                          # floating point
-    "kind = 'bid' OR d > 1.0",          # an OR needs both sides
-    "NOT (kind = 'bid' AND d > 1.0)",   # under NOT nothing may be weakened
-    "upper(kind) = 'BID'",              # a function call
-    "x = '3'",                          # Spark casts the string column side: not pushed
-    "category = 2.5",                   # a decimal literal
+    "kind = 'bid' OR upper(state) = 'CA'",          # an OR needs both sides
+    "NOT (kind = 'bid' AND upper(state) = 'CA')",   # under NOT nothing may be weakened
+    "upper(kind) = 'BID'",                          # a function call
+    "x = '3'",                                      # Spark casts the string column side
+    "ts > '2026-01-01'",                            # a timestamp
 ])
 def test_what_does_not_translate(spark, predicate):
     assert translate(condition(spark, predicate)) is None
@@ -78,6 +86,8 @@ PREDICATES = [
     "x IN (1, NULL)", "NOT (x IN (1, 2))", "flag", "NOT flag", "state IS NULL OR NOT flag",
     "kind = 'bid' AND d > 1.0", "d > 1.0 AND x > 0", "kind >= 'b' AND kind < 'c'",
     "category IS NOT NULL AND NOT (category = 10 AND kind = 'person')", "kind = 'auction' OR kind = 'person'",
+    "d = 0", "NOT (d < 1.5)", "d > 1E308", "d != d", "x < 2.5 OR d IN (0.5, 2.0)", "d IS NOT NULL",
+    "kind = 'bid' AND upper(state) = 'CA'",
 ]
 
 
@@ -92,10 +102,13 @@ def test_the_pushed_predicate_keeps_every_row_sparks_filter_keeps(spark, predica
     theirs = _norm(tuple(r) for r in df.filter(F.expr(predicate)).collect())
     pushed = translate(condition(spark, predicate))
     assert pushed is not None
-    table = pa.Table.from_pylist([dict(zip(SCHEMA.fieldNames(), r, strict=True)) for r in ROWS])
+    arrow = pa.schema([("kind", pa.string()), ("state", pa.string()), ("category", pa.int64()),
+                       ("x", pa.int32()), ("d", pa.float64()), ("flag", pa.bool_()),
+                       ("ts", pa.timestamp("us", "UTC"))])
+    table = pa.Table.from_pylist([dict(zip(SCHEMA.fieldNames(), r, strict=True)) for r in ROWS], schema=arrow)
     ours = _norm(r for r, k in zip(ROWS, keep(table, pushed).to_pylist(), strict=True) if k)
     assert not theirs - ours  # never drops a row Spark keeps
-    if "d " not in predicate:  # an exact translation keeps exactly Spark's rows
+    if "upper" not in predicate:  # an exact translation keeps exactly Spark's rows
         assert ours == theirs
 
 

@@ -1,8 +1,9 @@
 """Pushed-down predicates on Arrow (``wire.core.predicate``) against DuckDB's SQL over the same rows.
 
-DuckDB evaluates the SQL text of each predicate with SQL's three-valued logic, an
-independent implementation of the rules Spark's ``Filter`` follows on integers, strings and
-booleans: the rows :func:`keep` keeps must be exactly the rows ``WHERE <sql>`` returns.
+DuckDB evaluates the SQL text of each predicate with SQL's three-valued logic and Spark's
+NaN rule (NaN equals NaN and is above every number), an independent implementation of the
+rules Spark's ``Filter`` follows on integers, floating point, strings and booleans: the rows
+:func:`keep` keeps must be exactly the rows ``WHERE <sql>`` returns.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from hypothesis import strategies as st
 
 from wire.core.predicate import NotEvaluable, columns_of, keep, mask
 
-COLUMNS = {"n": pa.int64(), "m": pa.int32(), "s": pa.string(), "b": pa.bool_()}
+COLUMNS = {"n": pa.int64(), "m": pa.int32(), "f": pa.float64(), "s": pa.string(), "b": pa.bool_()}
 INTS = st.one_of(st.none(), st.integers(-3, 3))
 STRS = st.one_of(st.none(), st.sampled_from(["", "a", "b", "ab", "é"]))
 BOOLS = st.one_of(st.none(), st.booleans())
-VALUES = {"n": INTS, "m": INTS, "s": STRS, "b": BOOLS}
+FLOATS = st.one_of(st.none(), st.sampled_from([float("nan"), -0.0, 0.0, 1.5, -2.0, 3.0, float("inf")]))
+VALUES = {"n": INTS, "m": INTS, "f": FLOATS, "s": STRS, "b": BOOLS}
+KINDS = {"int": ["n", "m"], "num": ["n", "m", "f"], "str": ["s"], "bool": ["b"]}
+"""Operands that compare: integers, numbers (integers and floating point mixed), strings, booleans."""
 
 
 def sql(node: list) -> str:
@@ -35,6 +39,8 @@ def sql(node: list) -> str:
             return "TRUE" if v else "FALSE"
         if isinstance(v, str):
             return "'" + v.replace("'", "''") + "'"
+        if isinstance(v, float):
+            return f"CAST('{v!r}' AS DOUBLE)"
         return str(v)
     if op == "cmp":
         return f"({sql(node[2])} {'<>' if node[1] == '!=' else node[1]} {sql(node[3])})"
@@ -51,20 +57,21 @@ def sql(node: list) -> str:
 
 
 def _lit(kind: str) -> st.SearchStrategy:
-    values = {"int": st.integers(-3, 3), "str": STRS.filter(lambda x: x is not None), "bool": st.booleans()}
+    numbers = st.one_of(st.integers(-3, 3), FLOATS.filter(lambda x: x is not None))
+    values = {"int": st.integers(-3, 3), "num": numbers, "str": STRS.filter(lambda x: x is not None),
+              "bool": st.booleans()}
     return st.builds(lambda v: ["lit", v], values[kind])
 
 
 def _operand(kind: str) -> st.SearchStrategy:
-    cols = {"int": ["n", "m"], "str": ["s"], "bool": ["b"]}[kind]
-    return st.one_of(st.sampled_from(cols).map(lambda c: ["col", c]), _lit(kind))
+    return st.one_of(st.sampled_from(KINDS[kind]).map(lambda c: ["col", c]), _lit(kind))
 
 
 @st.composite
 def atoms(draw: st.DrawFn) -> list:
-    kind = draw(st.sampled_from(["int", "str", "bool"]))
+    kind = draw(st.sampled_from(list(KINDS)))
     shape = draw(st.sampled_from(["cmp", "in", "isnull", "isnotnull", "boolcol"]))
-    col = draw(st.sampled_from({"int": ["n", "m"], "str": ["s"], "bool": ["b"]}[kind]))
+    col = draw(st.sampled_from(KINDS[kind]))
     if shape == "cmp":
         op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">="]))
         return ["cmp", op, ["col", col], draw(_operand(kind))]
