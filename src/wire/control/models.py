@@ -65,7 +65,11 @@ class SourceStatus(BaseModel):
 
 
 class SparkProgress(BaseModel):
-    """From the Spark query's ``lastProgress`` (rows include Wire's control rows)."""
+    """From the Spark query's ``lastProgress``: rows that reached Spark.
+
+    Wire's control rows are included; the events a filter pushed into the source dropped are
+    not (the source's own ``events`` count is in the source metrics).
+    """
 
     batch_id: int | None = None
     input_rows_per_second: float | None = None
