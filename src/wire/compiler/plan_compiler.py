@@ -40,6 +40,7 @@ from wire.compiler.temporal_join_stage import compile_temporal_join
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import NO_KEY, compile_window
 from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_SIDE, KIND_WATERMARK, PORT
+from wire.core.predicate import Predicate
 from wire.errors import ConfigError, PlanError
 from wire.plan.graph import chain_of, outputs_of, paused_admission, sinks, source_reads, source_steps
 from wire.plan.nodes import (
@@ -123,13 +124,14 @@ def compile_plan(
     """
     order = chain_of(plan)
     extra = (dict(seeds or {}), dict(resume or {}))
-    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra)
+    predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once
+    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates)
     if not prune_columns:
         return compiled
     wanted = _pruned_columns(spark, compiled, opened)
     if not wanted:
         return compiled
-    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted, *extra)
+    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted, *extra, predicates)
     return pruned
 
 
@@ -169,6 +171,9 @@ class _Build:
     """Per keyed stateful step, its key column's Spark SQL type (:attr:`CompiledFlow.state_key_types`)."""
     opened: list[_Opened] = field(default_factory=list)
     """The sources that can prune (first compilation only)."""
+    predicates: dict[str, Predicate | None] = field(default_factory=dict)
+    """Per source step with the ``"predicate"`` capability, the filter pushed into it
+    (:mod:`wire.compiler.pushdown`): found in the first compilation, reused by the second."""
     bounded: bool = True
 
     def take(self, step: str) -> _Compiled:
@@ -197,6 +202,7 @@ def _compile(
     columns: dict[str, tuple[tuple[str, ...], StructType]],
     seeds: dict[str, str],
     resume: dict[str, dict[str, Any]],
+    predicates: dict[str, Predicate | None] | None = None,
 ) -> tuple[CompiledFlow, list[_Opened]]:
     """Compile ``order`` (from :func:`~wire.plan.graph.chain_of`); also return the sources that can prune.
 
@@ -207,7 +213,8 @@ def _compile(
     """
     late_read = {s.source.step for s in sinks(plan) if s.source.port == LATE and not s.kept}
     b = _Build(plan, spark, key_groups, control_file, columns, seeds, resume,
-               paused_admission(plan), source_reads(plan, order), late_read)
+               paused_admission(plan), source_reads(plan, order), late_read,
+               predicates=predicates if predicates is not None else {})
     for node in order:
         b.done[node.step] = _step(node, b)
     terminal, others = outputs_of(plan, order)
@@ -233,7 +240,7 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
         node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch, b.admission[node.step]))
     subset, struct = b.columns.get(node.step, (None, None))
     df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
-                                     b.resume.get(node.step), b.plan)
+                                     b.resume.get(node.step), (b.plan, b.predicates))
     if node.key is not None and node.key not in payload.names:
         raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if subset is None and _prunable(node.connector):
@@ -398,6 +405,17 @@ def _restore_columns(df: DataFrame, struct: StructType, columns: tuple[str, ...]
     ])
 
 
+def _pushed(spark: SparkSession, step: str, payload: pa.Schema,
+            pushdown: tuple[Plan, dict[str, Predicate | None]] | None) -> Predicate | None:
+    """The filter pushed into source ``step`` (:func:`~wire.compiler.pushdown.source_predicate`), memoized."""
+    if pushdown is None:
+        return None
+    plan, found = pushdown
+    if step not in found:
+        found[step] = source_predicate(spark, plan, step, spark_struct(payload))
+    return found[step]
+
+
 def _open_source(
     spark: SparkSession,
     src: SourceNode,
@@ -405,7 +423,7 @@ def _open_source(
     control_file: str | None,
     columns: tuple[str, ...] | None = None,
     resume: dict[str, Any] | None = None,
-    plan: Plan | None = None,
+    pushdown: tuple[Plan, dict[str, Predicate | None]] | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
@@ -413,8 +431,9 @@ def _open_source(
     columns the source produces (None: all); set only for a source that can prune
     (:func:`_prunable`). ``resume``: see :func:`compile_plan`; set for a source with the
     ``"resume"`` capability, refused for others, as ``target_epoch_ms`` is for a source
-    without ``"target_epoch_ms"``. ``plan``: the flow, whose filters on this source are pushed
-    into a source with the ``"predicate"`` capability (:mod:`wire.compiler.pushdown`).
+    without ``"target_epoch_ms"``. ``pushdown``: the flow and the predicates found so far per
+    source step; a source with the ``"predicate"`` capability gets the flow's filters on it
+    (:mod:`wire.compiler.pushdown`, found once per step); None: none.
     """
     connector = src.connector
     if not isinstance(connector, Source):
@@ -444,7 +463,6 @@ def _open_source(
         watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
         control_file=control_file, columns=columns if _prunable(connector) else None,
         target_epoch_ms=src.target_epoch_ms, resume=resume,
-        predicate=source_predicate(spark, plan, src.step, spark_struct(payload))
-        if plan is not None and can(connector, "predicate") else None,
+        predicate=_pushed(spark, src.step, payload, pushdown) if can(connector, "predicate") else None,
     )
     return connector.read_stream(spark, request), payload, connector.bounded

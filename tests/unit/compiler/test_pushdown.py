@@ -148,3 +148,32 @@ def test_a_sink_on_the_source_stops_it_but_one_on_its_dead_letters_does_not(spar
     flow, events = _flow()
     events.sink(MemorySink(), name="all")
     assert _predicate(spark, flow) is None
+
+
+def test_the_predicate_is_found_once_and_reaches_the_source(spark, tmp_path, monkeypatch):
+    """Column pruning compiles a flow twice; the pushdown is found in the first, reused in the second."""
+    import pyarrow.parquet as pq
+
+    from wire.compiler import plan_compiler
+
+    pq.write_table(pa.table({"t": [1, 2], "kind": ["bid", "person"], "price": [3, 4], "x": [0, 0]}),
+                   tmp_path / "part-0.parquet")
+    calls = []
+    real = plan_compiler.source_predicate
+    monkeypatch.setattr(plan_compiler, "source_predicate", lambda *a: calls.append(a[2]) or real(*a))
+    requests = []
+    real_read = wire.sources.files(str(tmp_path / "*.parquet"), format="parquet").__class__.read_stream
+
+    def read_stream(self, spark, request):
+        requests.append(request)
+        return real_read(self, spark, request)
+
+    source = wire.sources.files(str(tmp_path / "*.parquet"), format="parquet")
+    monkeypatch.setattr(type(source), "read_stream", read_stream)
+    flow = wire.Flow("pushdown")
+    events = flow.source(source, event_time="t", name="events")
+    events.filter("kind = 'bid'").select("price").sink(MemorySink())
+    compiled = plan_compiler.compile_plan(flow.plan(), spark, 2)
+    assert compiled.source_columns == {"events": ("t", "kind", "price")}  # pruned: compiled twice
+    assert calls == ["events"]
+    assert [r.predicate for r in requests] == [["cmp", "=", ["col", "kind"], ["lit", "bid"]]] * 2
