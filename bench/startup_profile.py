@@ -280,6 +280,7 @@ def run_wire(workload: str, glob: str, epoch: int, out: Path, tasks: bool, epoch
     clock.wrap(pc, "_compile", "compile pass")
     clock.wrap(pc, "read_columns", "pruning analysis")
     clock.wrap(pc, "_open_source", "open source")
+    clock.wrap(pc, "source_predicate", "filter pushdown analysis")
     clock.wrap(rw.DataStreamWriter, "start", "writeStream.start")
     clock.wrap(runner.EpochDispatcher, "__call__", "foreachBatch")
     from pyspark.sql import DataFrame
