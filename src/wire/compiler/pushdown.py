@@ -109,20 +109,14 @@ def _named(predicate: Predicate, names: list[str]) -> Predicate | None:
         return ["col", found[0]] if len(found) == 1 else None
     if predicate[0] == "lit":
         return predicate
-    out: list[Any] = [predicate[0]]
-    for part in predicate[1:]:
-        if isinstance(part, list) and part and isinstance(part[0], str) and part[0] in NODES:
-            named = _named(part, names)
-            if named is None:
-                return None
-            out.append(named)
-        else:
-            out.append(part)
-    return out
-
-
-NODES = frozenset({"col", "lit", "cmp", "in", "isnull", "isnotnull", "and", "or", "not"})
-"""The node names of a predicate tree (:mod:`wire.core.predicate`)."""
+    if predicate[0] == "in":  # ["in", operand, [literal values]]
+        value = _named(predicate[1], names)
+        return None if value is None else ["in", value, predicate[2]]
+    if predicate[0] == "cmp":  # ["cmp", op, a, b]
+        a, b = _named(predicate[2], names), _named(predicate[3], names)
+        return None if a is None or b is None else ["cmp", predicate[1], a, b]
+    parts = [_named(part, names) for part in predicate[1:]]  # and, or, not, isnull, isnotnull
+    return None if any(p is None for p in parts) else [predicate[0], *parts]
 
 
 def translate(expr: JavaObject) -> Predicate | None:

@@ -57,6 +57,7 @@ def condition(spark, predicate):
     ("flag", ["col", "flag"]),
     ("state IS NULL OR NOT flag", ["or", ["isnull", ["col", "state"]], ["not", ["col", "flag"]]]),
     ("x IN (1, NULL)", ["in", ["col", "x"], [1, None]]),
+    ("kind IN ('col', 'lit')", ["in", ["col", "kind"], ["col", "lit"]]),  # values, not tree nodes
     # floating point: the decimal literal 1.0 and the int literal 0 are cast to double
     ("kind = 'bid' AND d > 1.0", ["and", ["cmp", "=", ["col", "kind"], ["lit", "bid"]],
                                   ["cmp", ">", ["col", "d"], ["lit", 1.0]]]),
@@ -177,3 +178,15 @@ def test_the_predicate_is_found_once_and_reaches_the_source(spark, tmp_path, mon
     assert compiled.source_columns == {"events": ("t", "kind", "price")}  # pruned: compiled twice
     assert calls == ["events"]
     assert [r.predicate for r in requests] == [["cmp", "=", ["col", "kind"], ["lit", "bid"]]] * 2
+
+
+def test_names_are_the_schemas_and_literal_values_are_left_alone():
+    from wire.compiler.pushdown import _named
+
+    tree = ["and", ["in", ["col", "KIND"], ["col", "lit"]],
+            ["not", ["cmp", "<", ["col", "Price"], ["lit", 3]]]]
+    assert _named(tree, ["kind", "price"]) == [
+        "and", ["in", ["col", "kind"], ["col", "lit"]], ["not", ["cmp", "<", ["col", "price"], ["lit", 3]]]]
+    assert _named(["isnull", ["col", "k"]], ["K", "k"]) == ["isnull", ["col", "k"]]  # exact name first
+    assert _named(["isnull", ["col", "x"]], ["X1", "y"]) is None  # no such column
+    assert _named(["isnull", ["col", "a"]], ["A", "a_"]) == ["isnull", ["col", "A"]]
