@@ -130,17 +130,14 @@ def _compare(op: str, a: Any, b: Any, rows: int) -> Any:
         return COMPARISONS[op](a, b)
     a_nan, b_nan = _is_nan(a), _is_nan(b)
     either = pc.or_(a_nan, b_nan)
-    if op in ("=", "!="):
-        value = pc.if_else(either, pc.and_(a_nan, b_nan), pc.equal(a, b))
-        return pc.invert(value) if op == "!=" else value
-    less = pc.if_else(either, pc.and_(pc.invert(a_nan), b_nan), pc.less(a, b))
-    greater = pc.if_else(either, pc.and_(a_nan, pc.invert(b_nan)), pc.greater(a, b))
-    if op == "<":
-        return less
-    if op == ">":
-        return greater
     equal = pc.if_else(either, pc.and_(a_nan, b_nan), pc.equal(a, b))
-    return pc.or_(less, equal) if op == "<=" else pc.or_(greater, equal)
+    if op in ("=", "!="):
+        return pc.invert(equal) if op == "!=" else equal
+    if op in ("<", "<="):
+        less = pc.if_else(either, pc.and_(pc.invert(a_nan), b_nan), pc.less(a, b))
+        return less if op == "<" else pc.or_(less, equal)
+    greater = pc.if_else(either, pc.and_(a_nan, pc.invert(b_nan)), pc.greater(a, b))
+    return greater if op == ">" else pc.or_(greater, equal)
 
 
 def _is_nan(value: Any) -> Any:
