@@ -49,17 +49,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from nexmark import (
-    LOAD_AT_START,
-    MASTER,
-    PeakRss,
-    Result,
-    count_rows,
-    fill_from_progress,
-    fmt_rate,
-    machine,
-    settle,
-)
+from nexmark import LOAD_AT_START, MASTER, fmt_rate, machine
+from nexmark_measure import PeakRss, Result, count_rows, fill_from_progress, settle
 from pyspark.sql import DataFrame, SparkSession
 
 import wire
