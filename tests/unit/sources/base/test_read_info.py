@@ -34,12 +34,15 @@ def _file_source(tmp_path, rows):
     return wire.sources.files(str(tmp_path / "*.parquet"), format="parquet")
 
 
+def _request(source):
+    return ReadRequest(step="events", schema=source.resolve_schema(), event_time="ts", key_groups=2,
+                       watermark=wire.BoundedOutOfOrderness("1s"), max_events_per_epoch=100,
+                       control_file=None, columns=None, target_epoch_ms=None, resume=None)
+
+
 def _file_stream(spark, tmp_path, rows):
     source = _file_source(tmp_path, rows)
-    request = ReadRequest(step="events", schema=source.resolve_schema(), event_time="ts", key_groups=2,
-                          watermark=wire.BoundedOutOfOrderness("1s"), max_events_per_epoch=100,
-                          control_file=None, columns=None, target_epoch_ms=None, resume=None)
-    return source.read_stream(spark, request)
+    return source.read_stream(spark, _request(source))
 
 
 def test_loading_a_stream_starts_no_creation_process(spark, tmp_path, jvm_children):
@@ -86,10 +89,7 @@ def test_a_loaded_stream_has_the_data_source_created_here(spark, tmp_path):
     rows = pa.table({"ts": list(range(20)), "k": [f"k{i % 3}" for i in range(20)]})
     source = _file_source(tmp_path, rows)
     data_source = source.data_source()
-    request = ReadRequest(step="events", schema=source.resolve_schema(), event_time="ts", key_groups=2,
-                          watermark=wire.BoundedOutOfOrderness("1s"), max_events_per_epoch=100,
-                          control_file=None, columns=None, target_epoch_ms=None, resume=None)
-    options = {"binding": data_source.binding_class.of(source, request).to_json()}
+    options = {"binding": data_source.binding_class.of(source, _request(source)).to_json()}
     created = create_here(data_source, options)
     assert created is not None and "__kind" in created.schema.fieldNames()
     spark.dataSource.register(data_source)
