@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from wire.compiler.branches import pack_port, read_once
 from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
+from wire.compiler.fusion import Fusion, find_fusions
 from wire.compiler.join_stage import compile_join
 from wire.compiler.lookup_join_stage import compile_lookup_join
 from wire.compiler.process_stage import compile_process
@@ -38,7 +39,7 @@ from wire.compiler.pruning import SourceAttributes, read_columns, source_attribu
 from wire.compiler.pushdown import source_predicate
 from wire.compiler.temporal_join_stage import compile_temporal_join
 from wire.compiler.throttle import apply_overflow
-from wire.compiler.window_stage import NO_KEY, compile_window
+from wire.compiler.window_stage import NO_KEY, compile_fused_window, compile_window
 from wire.core.envelope import ENVELOPE_COLUMNS, KIND, KIND_SIDE, KIND_WATERMARK, PORT
 from wire.core.predicate import Predicate
 from wire.errors import ConfigError, PlanError
@@ -104,6 +105,7 @@ def compile_plan(
     prune_columns: bool = True,
     seeds: Mapping[str, str] | None = None,
     resume: Mapping[str, dict[str, Any]] | None = None,
+    fuse: bool = True,
 ) -> CompiledFlow:
     """Compile ``plan`` to one streaming DataFrame (nothing runs yet).
 
@@ -117,6 +119,10 @@ def compile_plan(
     ``source_columns`` says which. ``prune_columns=False`` compiles once, with every
     column of every source.
 
+    With ``fuse`` (the default), a window that reads a source through filters only runs
+    its pre-stage in the source's tasks (:mod:`wire.compiler.fusion`); ``fuse=False``
+    compiles every window as two Spark stages (the same results).
+
     Raises
     ------
     PlanError, ConfigError
@@ -125,13 +131,14 @@ def compile_plan(
     order = chain_of(plan)
     extra = (dict(seeds or {}), dict(resume or {}))
     predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once
-    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates)
+    fusions = find_fusions(spark, plan, key_groups) if fuse else {}
+    compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates, fusions)
     if not prune_columns:
         return compiled
     wanted = _pruned_columns(spark, compiled, opened)
     if not wanted:
         return compiled
-    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted, *extra, predicates)
+    pruned, _ = _compile(plan, order, spark, key_groups, control_file, wanted, *extra, predicates, fusions)
     return pruned
 
 
@@ -174,7 +181,16 @@ class _Build:
     predicates: dict[str, Predicate | None] = field(default_factory=dict)
     """Per source step with the ``"predicate"`` capability, the filter pushed into it
     (:mod:`wire.compiler.pushdown`): found in the first compilation, reused by the second."""
+    fusions: dict[str, Fusion] = field(default_factory=dict)
+    """Per source step fused with a window, the fusion (:mod:`wire.compiler.fusion`)."""
     bounded: bool = True
+
+    def fused(self, step: str) -> Fusion | None:
+        """The fusion a filter or window step belongs to (None: not fused)."""
+        for f in self.fusions.values():
+            if step == f.window or step in f.filters:
+                return f
+        return None
 
     def take(self, step: str) -> _Compiled:
         """A step's stream for one more reader (a branch).
@@ -203,6 +219,7 @@ def _compile(
     seeds: dict[str, str],
     resume: dict[str, dict[str, Any]],
     predicates: dict[str, Predicate | None] | None = None,
+    fusions: dict[str, Fusion] | None = None,
 ) -> tuple[CompiledFlow, list[_Opened]]:
     """Compile ``order`` (from :func:`~wire.plan.graph.chain_of`); also return the sources that can prune.
 
@@ -214,7 +231,7 @@ def _compile(
     late_read = {s.source.step for s in sinks(plan) if s.source.port == LATE and not s.kept}
     b = _Build(plan, spark, key_groups, control_file, columns, seeds, resume,
                paused_admission(plan), source_reads(plan, order), late_read,
-               predicates=predicates if predicates is not None else {})
+               predicates=predicates if predicates is not None else {}, fusions=dict(fusions or {}))
     for node in order:
         b.done[node.step] = _step(node, b)
     terminal, others = outputs_of(plan, order)
@@ -223,6 +240,7 @@ def _compile(
         result = result.unionByName(pack_port(b.take(step).df, result.schema, step, pack=pack))
     sources = source_steps(plan)
     produced = {step: columns[step][0] if step in columns else None for step in sources}
+    produced |= {step: f.columns for step, f in b.fusions.items()}
     compiled = CompiledFlow(plan, result, terminal, sources, b.bounded, key_groups, produced, b.state_keys,
                             b.key_types)
     return compiled, b.opened
@@ -239,15 +257,16 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
     if node.step in b.admission:
         node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch, b.admission[node.step]))
     subset, struct = b.columns.get(node.step, (None, None))
+    fusion = b.fusions.get(node.step)
     df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
-                                     b.resume.get(node.step), (b.plan, b.predicates))
+                                     b.resume.get(node.step), (b.plan, b.predicates), fusion)
     if node.key is not None and node.key not in payload.names:
         raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
-    if subset is None and _prunable(node.connector):
+    if fusion is None and subset is None and _prunable(node.connector):
         attributes = source_attributes(node.step, df)
         if attributes is not None:
             b.opened.append(_Opened(node, payload, df.schema, attributes))
-    elif subset is not None:
+    elif fusion is None and subset is not None:  # (fused: envelope-only rows, wire.compiler.fusion)
         assert struct is not None  # columns holds both or neither
         df = _restore_columns(df, struct, subset)
     # watermark rows travel on the source's channel
@@ -298,6 +317,8 @@ def _union(node: UnionNode, b: _Build) -> _Compiled:
 @_step.register
 def _filter(node: FilterNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    if b.fused(node.step) is not None:  # the source applies it (wire.compiler.fusion)
+        return cur
     return replace(cur, df=apply_filter(cur.df, node.predicate, node.step))
 
 
@@ -337,6 +358,12 @@ def _key_by(node: KeyByNode, b: _Build) -> _Compiled:
 @_step.register
 def _window(node: WindowAggregateNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    fusion = b.fused(node.step)
+    if fusion is not None:  # its pre-stage ran in the source's tasks (wire.compiler.fusion)
+        b.key_types[node.step] = fusion.key_type
+        b.state_keys[node.step] = fusion.key if fusion.key is not None else NO_KEY
+        df = compile_fused_window(cur.df, fusion.stage, b.seeds.get(node.step))
+        return _Compiled(df, cur.key, b.keyed_channels(node.step), False)
     b.key_types[node.step] = (cur.df.schema[cur.key].dataType.simpleString() if cur.key in cur.df.columns
                               else "int")
     df = compile_window(cur.df, node, cur.key, key_groups=b.key_groups, channels=cur.channels,
@@ -424,6 +451,7 @@ def _open_source(
     columns: tuple[str, ...] | None = None,
     resume: dict[str, Any] | None = None,
     pushdown: tuple[Plan, dict[str, Predicate | None]] | None = None,
+    fusion: Fusion | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
@@ -433,7 +461,9 @@ def _open_source(
     ``"resume"`` capability, refused for others, as ``target_epoch_ms`` is for a source
     without ``"target_epoch_ms"``. ``pushdown``: the flow and the predicates found so far per
     source step; a source with the ``"predicate"`` capability gets the flow's filters on it
-    (:mod:`wire.compiler.pushdown`, found once per step); None: none.
+    (:mod:`wire.compiler.pushdown`, found once per step); None: none. ``fusion``: the
+    source runs a window's pre-stage (:mod:`wire.compiler.fusion`), with the fusion's exact
+    predicate and columns.
     """
     connector = src.connector
     if not isinstance(connector, Source):
@@ -463,6 +493,10 @@ def _open_source(
         watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
         control_file=control_file, columns=columns if _prunable(connector) else None,
         target_epoch_ms=src.target_epoch_ms, resume=resume,
-        predicate=_pushed(spark, src.step, payload, pushdown) if can(connector, "predicate") else None,
+        predicate=_pushed(spark, src.step, payload, pushdown)
+        if can(connector, "predicate") and fusion is None else None,
     )
+    if fusion is not None:
+        request = replace(request, predicate=fusion.predicate, columns=fusion.columns,
+                          pre_stage=fusion.pre_stage())
     return connector.read_stream(spark, request), payload, connector.bounded

@@ -74,27 +74,40 @@ def source_predicate(spark: SparkSession, plan: Plan, step: str, payload: Struct
             if not isinstance(node, FilterNode):
                 return None
             filters.append(node)
-        if not filters:
-            return None
-        # an empty relation of the payload, made in the JVM (PySpark's createDataFrame costs twice
-        # as much in a new session: 183 against 87 ms)
-        jspark = spark._jsparkSession
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        empty = jspark.createDataFrame(jvm.java.util.ArrayList(), jspark.parseDataType(payload.json()))
-        parts = []
-        for f in filters:
-            condition = empty.filter(to_column(f.predicate, parameter="predicate", step=f.step)._jc)
-            part = translate(condition.queryExecution().analyzed().condition())
-            if part is None:
-                return None
-            parts.append(part)
-        result = parts[0]
-        for part in parts[1:]:
-            result = ["or", result, part]
-        return _named(result, payload.fieldNames())
+        return filters_predicate(spark, filters, payload) if filters else None
     except Exception:  # never a reason to fail a flow: the filters run in Spark anyway
         return None
+
+
+def filters_predicate(
+    spark: SparkSession, filters: list[FilterNode], payload: StructType, *, exact: bool = False,
+    join: str = "or",
+) -> Predicate | None:
+    """The predicate of ``filters`` over a stream of ``payload`` columns, their parts joined by ``join``.
+
+    ``join``: ``"or"`` for branches (a row any branch keeps is kept), ``"and"`` for a chain
+    of filters. ``exact``: each filter must translate exactly (:func:`_exact`; no ``AND``
+    weakened to one side), as a predicate that replaces the filters needs. None when a
+    filter does not translate (exactly) or a column name is ambiguous.
+    """
+    # an empty relation of the payload, made in the JVM (PySpark's createDataFrame costs twice
+    # as much in a new session: 183 against 87 ms)
+    jspark = spark._jsparkSession
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    empty = jspark.createDataFrame(jvm.java.util.ArrayList(), jspark.parseDataType(payload.json()))
+    parts = []
+    for f in filters:
+        condition = empty.filter(to_column(f.predicate, parameter="predicate", step=f.step)._jc)
+        resolved = condition.queryExecution().analyzed().condition()
+        part = _exact(resolved) if exact else translate(resolved)
+        if part is None:
+            return None
+        parts.append(part)
+    result = parts[0]
+    for part in parts[1:]:
+        result = [join, result, part]
+    return _named(result, payload.fieldNames())
 
 
 def _named(predicate: Predicate, names: list[str]) -> Predicate | None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,14 +59,18 @@ from wire.compiler.keyed import (
     pack_events,
     packed,
     split_by_group,
+    stage_name,
     stateful_stage,
 )
 from wire.core.arrow_types import arrow_payload_schema
 from wire.core.envelope import (
+    BLOB,
     ENVELOPE_ARROW,
     ENVELOPE_COLUMNS,
     ET,
     KG,
+    KIND,
+    KIND_DATA,
     METRICS_PORT,
     SEQ,
     WM,
@@ -73,6 +78,7 @@ from wire.core.envelope import (
     side_batch,
     with_envelope,
 )
+from wire.core.key_groups import key_groups_of
 from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 from wire.plan.nodes import LATE, PortRef, WindowAggregateNode
@@ -247,6 +253,52 @@ def window_input_columns(spec: W.WindowSpec, payload: list[str], *, late_read: b
     return [c for c in payload if c in read]
 
 
+def window_stage(
+    node: WindowAggregateNode,
+    key: str,
+    payload: pa.Schema,
+    *,
+    key_groups: int,
+    channels: tuple[str, ...],
+    from_source: bool,
+    late_read: bool = True,
+) -> WindowStage:
+    """The stages' settings of the window ``node`` over input events with ``payload`` columns.
+
+    ``payload``: the input's payload columns as Spark hands them to Python (Arrow, UTC
+    timestamps), the key column ``key`` among them. The stage's payload is the columns the
+    window reads (:func:`window_input_columns`).
+
+    Raises
+    ------
+    ConfigError
+        If the key column or an aggregated column is missing or of the wrong type.
+    """
+    if key not in payload.names:
+        raise ConfigError("key", key, f"a column of the stream: {payload.names}", step=node.step)
+    spec = window_spec(node, key)
+    with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
+    try:
+        W.late_schema(spec, with_times)
+        W.result_schema(spec, with_times)
+    except ConfigError as e:
+        raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
+    read = window_input_columns(spec, payload.names, late_read=late_read)
+    payload = pa.schema([payload.field(c) for c in read])
+    with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
+    return WindowStage(
+        step=node.step,
+        spec=spec,
+        payload=payload,
+        out=with_envelope(W.result_schema(spec, with_times)),
+        channels=channels,
+        key_groups=key_groups,
+        preaggregate=from_source and len(channels) == 1 and not spec.needs_events,
+        partial=W.partial_schema(spec, with_times),
+        inputs=with_times,
+    )
+
+
 def compile_window(
     df: DataFrame,
     node: WindowAggregateNode,
@@ -280,34 +332,66 @@ def compile_window(
     if key not in df.columns:
         raise ConfigError("key", key, f"a column of the stream: {df.columns}", step=node.step)
     payload = arrow_payload_schema(df)
-    spec = window_spec(node, key)
-    with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
-    try:
-        W.late_schema(spec, with_times)
-        result = W.result_schema(spec, with_times)
-    except ConfigError as e:
-        raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
-    read = window_input_columns(spec, payload.names, late_read=late_read)
-    if len(read) < len(payload.names):
+    stage = window_stage(node, key, payload, key_groups=key_groups, channels=channels,
+                         from_source=from_source, late_read=late_read)
+    if len(stage.payload) < len(payload):
         envelope = [F.col(c) for c in df.columns if c in ENVELOPE_COLUMNS]
-        df = df.select(*[F.col(f"`{c}`") for c in read], *envelope)
-        payload = pa.schema([payload.field(c) for c in read])
-        with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
-    stage = WindowStage(
-        step=node.step,
-        spec=spec,
-        payload=payload,
-        out=with_envelope(result),
-        channels=channels,
-        key_groups=key_groups,
-        preaggregate=from_source and len(channels) == 1 and not spec.needs_events,
-        partial=W.partial_schema(spec, with_times),
-        inputs=with_times,
-    )
-    out = stateful_stage(packed(df, key, key_groups, PreStage(stage)), WindowProcessor(stage), seed)
+        df = df.select(*[F.col(f"`{c}`") for c in stage.payload.names], *envelope)
+    rows = packed(df, key, key_groups, PreStage(stage))
+    return _results(stateful_stage(rows, WindowProcessor(stage), seed))
+
+
+def compile_fused_window(rows: DataFrame, stage: WindowStage, seed: str | None = None) -> DataFrame:
+    """The window's state stage over ``rows``, a source's DataFrame that ran the pre-stage.
+
+    The source ran :class:`SourcePreStage` (:mod:`wire.compiler.fusion`); the output is as
+    :func:`compile_window`'s. ``rows`` are envelope-only. Their blob column is renamed
+    :func:`~wire.compiler.keyed.stage_name` of the step, so that the state stage's line in
+    Spark's plan names the step (:func:`wire.runtime.rescale.operator_ids`); the processor
+    takes the columns by position.
+    """
+    rows = rows.withColumnRenamed(BLOB, stage_name(stage.step))
+    return _results(stateful_stage(rows, WindowProcessor(stage), seed))
+
+
+def _results(out: DataFrame) -> DataFrame:
+    """The state stage's output with ``window_start`` / ``window_end`` as timestamps, without ``NO_KEY``."""
     cols = [
         F.timestamp_millis(F.col(c)).alias(c) if c in ("window_start", "window_end") else F.col(c)
         for c in out.columns
         if c != NO_KEY
     ]
     return out.select(*cols)
+
+
+class SourcePreStage:
+    """A window's :class:`PreStage` run in its source's own Python task (fusion, :mod:`wire.compiler.fusion`).
+
+    A callable on one task's source rows (payload + envelope batches, as the source decoded
+    them, its pushed predicate applied exactly): it gives each data row its key group,
+    ``pmod(xxhash64(key), key_groups)`` computed as Spark does (:mod:`wire.core.key_groups`),
+    keeps the key group other rows carry (0 when none), and runs the pre-stage, whose
+    envelope-only rows (:data:`~wire.core.envelope.ENVELOPE_ARROW`) the source yields. So the
+    events never cross into the JVM: only the partial aggregates, late events and control
+    rows do. ``key``: the window's key column; None: unkeyed (the constant key ``NO_KEY`` = 0,
+    as :func:`compile_window` adds it).
+    """
+
+    def __init__(self, stage: WindowStage, key: str | None) -> None:
+        self.stage, self.key = stage, key
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One task's envelope-only rows."""
+        return PreStage(self.stage)(self._keyed(batches))
+
+    def _keyed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        groups = self.stage.key_groups
+        for batch in batches:
+            if self.key is None:
+                batch = batch.append_column(pa.field(NO_KEY, pa.int32(), nullable=False),
+                                            pa.array(np.zeros(batch.num_rows, np.int32)))
+            kind, carried = batch.column(KIND), pc.fill_null(batch.column(KG), 0)
+            if pc.any(pc.equal(kind, KIND_DATA)).as_py():
+                computed = key_groups_of(batch.column(self.key or NO_KEY), groups)
+                carried = pc.if_else(pc.equal(kind, KIND_DATA), computed, carried)
+            yield batch.set_column(batch.schema.get_field_index(KG), KG, carried)

@@ -84,6 +84,10 @@ def columns_of(predicate: Predicate) -> set[str]:
         return set()
     if predicate[0] == "col":
         return {predicate[1]}
+    if predicate[0] == "lit":
+        return set()
+    if predicate[0] == "in":  # ["in", operand, [literal values]]: the values are not nodes
+        return columns_of(predicate[1])
     found: set[str] = set()
     for part in predicate[1:]:
         if isinstance(part, list):

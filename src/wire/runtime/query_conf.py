@@ -15,6 +15,7 @@ from typing import Protocol
 
 from pyspark.errors import SparkNoSuchElementException
 
+from wire.errors import ConfigError
 from wire.runtime.checkpoint_files import is_local_checkpoint
 
 ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
@@ -114,3 +115,25 @@ def apply_query_conf(conf: SessionConf) -> None:
     for key, value in QUERY_DEFAULTS.items():
         if conf.get(key) == SPARK_DEFAULTS[key]:
             conf.set(key, value)
+
+
+FUSION = "spark.wire.fusion.enabled"
+"""Session setting: ``"true"`` (the default when unset) or ``"false"``. True: a window that reads
+a source through filters only runs its pre-stage in the source's tasks (:mod:`wire.compiler.fusion`);
+false: every window compiles to its two Spark stages (the same results; ``docs/operating.md``)."""
+
+
+def fusion_enabled(conf: SessionConf) -> bool:
+    """The session's :data:`FUSION` setting (unset: True).
+
+    Raises
+    ------
+    ConfigError
+        When it is set to anything but ``"true"`` or ``"false"`` (any case).
+    """
+    value = _session_value(conf, FUSION)
+    if value is None:
+        return True
+    if value.strip().lower() not in ("true", "false"):
+        raise ConfigError(FUSION, value, '"true" or "false"')
+    return value.strip().lower() == "true"

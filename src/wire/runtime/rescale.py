@@ -94,6 +94,9 @@ from wire.state.segments import INDEX_SCHEMA
 
 _TWS = re.compile(r"TransformWithStateInPySpark .*opId = (\d+)")
 _PRE = re.compile(r"MapInArrow wire_keyed_([0-9a-f]+)\(")
+_FUSED = re.compile(r"transformWithStateUDF\([^)]*\bwire_keyed_([0-9a-f]+)#")
+"""A state stage whose input column is named after its step: a window fused with its source
+(:func:`wire.compiler.window_stage.compile_fused_window`)."""
 
 
 def operator_ids(df: DataFrame) -> dict[str, int]:
@@ -101,7 +104,9 @@ def operator_ids(df: DataFrame) -> dict[str, int]:
 
     Read from Spark's explained physical plan (the same rules number the operators of a
     running query): the first pre-stage named :func:`~wire.compiler.keyed.stage_name`
-    below each ``TransformWithStateInPySpark`` is that operator's.
+    below each ``TransformWithStateInPySpark`` is that operator's; a window fused with its
+    source (:mod:`wire.compiler.fusion`) has no pre-stage in Spark, and its state stage's
+    input column carries the name instead.
     """
     return parse_operator_ids(explain(df))
 
@@ -157,6 +162,9 @@ def parse_operator_ids(text: str) -> dict[str, int]:
     pending: int | None = None
     for line in text.splitlines():
         if (m := _TWS.search(line)) is not None:
+            if (fused := _FUSED.search(line)) is not None:  # its input names the step (fusion)
+                out[bytes.fromhex(fused.group(1)).decode("utf-8")] = int(m.group(1))
+                continue
             pending = int(m.group(1))
         elif pending is not None and (m := _PRE.search(line)) is not None:
             out[bytes.fromhex(m.group(1)).decode("utf-8")] = pending

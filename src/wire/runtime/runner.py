@@ -57,7 +57,7 @@ from wire.runtime.dispatcher import EpochDispatcher, StopRequested
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports
 from wire.runtime.progress import ProgressReporter
-from wire.runtime.query_conf import apply_query_conf, checkpoint_files_conf
+from wire.runtime.query_conf import apply_query_conf, checkpoint_files_conf, fusion_enabled
 from wire.runtime.rescale import rescale_checkpoint
 from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
 from wire.runtime.state_layout import record_layout
@@ -430,7 +430,8 @@ def start_plan(
         write_control(control, {})  # a run starts running: no pause, no stop in progress
         spark = session()
         warm_up_workers(spark)  # the Python workers start while the flow compiles
-        compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume)
+        compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume,
+                                fuse=fusion_enabled(spark.conf))
     except BaseException:
         if start_over is not None:  # no sink was touched: the old checkpoint comes back
             start_over.undo()

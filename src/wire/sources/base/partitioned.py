@@ -539,9 +539,17 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         Runs on an executor. Data rows carry ``__et`` (event time), ``__wm`` (the epoch's
         start watermark) and ``__seq`` (arrival order over the source). Events more than
         ``max_future_ms`` ahead of the epoch's recorded processing time are dead letters.
+        With a pre-stage (:attr:`Binding.pre_stage`, fusion) these rows go through it, and
+        its envelope-only rows are what the task yields.
         """
         if not isinstance(partition, PartitionTask):
             raise TypeError(f"expected a PartitionTask partition, got {type(partition).__name__}")
+        stage = self._binding.pre_stage_function()
+        rows = self._rows(partition)
+        return rows if stage is None else stage(rows)
+
+    def _rows(self, partition: PartitionTask) -> Iterator[pa.RecordBatch]:
+        """:meth:`read`'s rows before a pre-stage."""
         b, schema, p = self._binding, self._row_schema, partition
         if p.final:
             yield envelope.watermark_batch(schema, p.end_watermark, range(b.key_groups))
@@ -554,7 +562,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             decoded = r.decoded.reject_future(p.at, b.watermark.max_future_ms, r.records)
             n = decoded.table.num_rows
             if b.predicate is not None:  # the flow's filters, pushed down (wire.compiler.pushdown)
-                decoded = decoded.where(b.predicate)
+                decoded = decoded.where(b.predicate, exact=b.pre_stage is not None)
             missing = p.taken - r.count
             gone = (self.range_location(p.name, p.first, p.next), f"{missing} {self.gone_reason}", missing)
             yield from decoded.batches(schema, b.step, b.output_schema.names,

@@ -193,15 +193,22 @@ class Decoded:
         keep = ~ahead
         return Decoded(self.table.filter(pa.array(keep)), self.event_times[keep], self.positions[keep], dead)
 
-    def where(self, predicate: Predicate) -> Decoded:
+    def where(self, predicate: Predicate, *, exact: bool = False) -> Decoded:
         """Keep the valid rows ``predicate`` is true on (:func:`wire.core.predicate.keep`); dead letters stay.
 
-        Returns ``self`` when the predicate cannot be evaluated on these rows
+        Not ``exact`` (the flow's filter still runs in Spark: a pushed-down filter is an
+        optimization), returns ``self`` when the predicate cannot be evaluated on these rows
         (:class:`~wire.core.predicate.NotEvaluable`), or when it keeps at least
-        :data:`KEEP_ALL_ABOVE` of them: a pushed-down filter is an optimization, and the
-        flow's filter still runs in Spark. Copying the kept rows costs about as much as the
+        :data:`KEEP_ALL_ABOVE` of them: copying the kept rows costs about as much as the
         few dropped ones would cost crossing into the JVM (Nexmark q0's ``kind = 'bid'``
-        keeps 92 %: 67 ms an epoch of 500,000 events to copy them, py-spy).
+        keeps 92 %: 67 ms an epoch of 500,000 events to copy them, py-spy). ``exact``
+        (the predicate is the flow's filter, :attr:`ReadRequest.pre_stage`): always applied.
+
+        Raises
+        ------
+        NotEvaluable
+            When ``exact`` and the predicate cannot be evaluated (the compiler checks it
+            on the source's schema first, :mod:`wire.compiler.fusion`).
         """
         n = self.table.num_rows
         if not n:
@@ -209,9 +216,11 @@ class Decoded:
         try:
             mask = keep(self.table, predicate)
         except NotEvaluable:
+            if exact:
+                raise
             return self
         kept = mask.to_numpy(zero_copy_only=False)
-        if kept.sum() >= KEEP_ALL_ABOVE * n:
+        if not exact and kept.sum() >= KEEP_ALL_ABOVE * n:
             return self
         return Decoded(self.table.filter(mask), self.event_times[kept], self.positions[kept], self.dead)
 

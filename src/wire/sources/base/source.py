@@ -72,7 +72,11 @@ keeps its flow running until it is stopped.
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
+import pickle
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
@@ -82,6 +86,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from wire.core.arrow_types import spark_schema
+from wire.core.envelope import ENVELOPE_ARROW
 from wire.core.watermarks import WatermarkPolicy
 from wire.errors import ConfigError
 from wire.sources.base.read_info import create_here, give_creation, plan_reads_here
@@ -116,7 +122,7 @@ __all__ = [
 deprecated watermark settings (:mod:`wire.sources.base.watermark_settings`) live in their own
 modules and are importable from here too."""
 
-Capability = Literal["columns", "predicate", "target_epoch_ms", "resume", "replay"]
+Capability = Literal["columns", "predicate", "target_epoch_ms", "resume", "replay", "pre_stage"]
 """An optional setting of a :class:`ReadRequest` that a source may honour (module docstring)."""
 
 Offset: TypeAlias = dict[str, Any]
@@ -162,6 +168,14 @@ class ReadRequest:
     on (:mod:`wire.core.predicate`, pushed down from the flow's filters by
     :mod:`wire.compiler.pushdown`); None: none. The watermark, the ``events`` metric and the
     dead letters still count every event. Capability ``"predicate"``."""
+    pre_stage: str | None = None
+    """A keyed operator's pre-stage the source runs in its own tasks (fusion,
+    :mod:`wire.compiler.fusion`): base64 of a pickled callable turning one task's rows
+    (payload + envelope batches, as :meth:`Binding.row_schema`) into envelope-only rows
+    (:data:`wire.core.envelope.ENVELOPE_ARROW`), which are then the source's rows in Spark.
+    Set only with an exact ``predicate`` (or none): the source applies it to every read and
+    the flow's filters do not run in Spark. None: the source's rows are its events.
+    Capability ``"pre_stage"``."""
 
     def settings(self) -> dict[str, Any]:
         """Every field but ``schema``, by name (a connector's binding takes them as they are)."""
@@ -194,7 +208,8 @@ def can(source: object, capability: Capability) -> bool:
     return capability in getattr(source, "capabilities", ())
 
 
-ALL_CAPABILITIES: frozenset[Capability] = frozenset({"columns", "predicate", "target_epoch_ms", "resume"})
+ALL_CAPABILITIES: frozenset[Capability] = frozenset(
+    {"columns", "predicate", "target_epoch_ms", "resume", "pre_stage"})
 """What a :class:`BindingSource` honours by default (not ``"replay"``: a connector claims it)."""
 
 
@@ -259,6 +274,8 @@ class Binding:
     """After a rescale: ``{"start": offset, "end": offset or None}`` (:func:`resumable`)."""
     predicate: list[Any] | None = None
     """Pushed-down filter (:attr:`ReadRequest.predicate`): data rows it is not true on are dropped."""
+    pre_stage: str | None = None
+    """A keyed operator's pre-stage run in the source's tasks (:attr:`ReadRequest.pre_stage`)."""
     local: bool = False
     """The Spark master is local: the planner and the executors share one machine, so a
     planner may hand what it decoded to the executors (:mod:`wire.sources.base.handoff`)
@@ -287,8 +304,21 @@ class Binding:
         return select_columns(self.payload_schema, self.columns)
 
     def row_schema(self) -> pa.Schema:
-        """The Arrow schema of the source's rows as Spark hands them back."""
+        """The Arrow schema of the source's decoded rows (payload + envelope) as Spark types them."""
         return spark_row_schema(self.output_schema)
+
+    def dataframe_schema(self) -> StructType:
+        """The Spark schema of the source's DataFrame.
+
+        Payload + envelope columns; envelope only with a :attr:`pre_stage`.
+        """
+        if self.pre_stage is not None:
+            return spark_schema(ENVELOPE_ARROW)
+        return spark_struct(self.output_schema)
+
+    def pre_stage_function(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None:
+        """The unpickled :attr:`pre_stage` (once per process), or None."""
+        return None if self.pre_stage is None else unpickle_b64(self.pre_stage)
 
     def to_json(self) -> str:
         """Serialize to a JSON string (the ``binding`` option of the Spark data source)."""
@@ -307,6 +337,12 @@ class Binding:
         if d.get("columns") is not None:
             d["columns"] = tuple(d["columns"])
         return cls(**d)
+
+
+@functools.lru_cache(maxsize=16)
+def unpickle_b64(text: str) -> Any:
+    """The object pickled as base64 ``text`` (a :attr:`ReadRequest.pre_stage`), unpickled once per process."""
+    return pickle.loads(base64.b64decode(text))
 
 
 class BindingSource:
@@ -404,8 +440,14 @@ class ConfigDataSource(DataSource):
         return self.options.get(RESUME_OPTION)
 
     def schema(self) -> StructType:
-        """Return the row schema: the produced payload columns, then the envelope columns."""
-        return spark_struct(self.config().output_schema)
+        """Return the row schema: the produced payload columns, then the envelope columns.
+
+        A :class:`Binding` with a pre-stage gives envelope columns only (:meth:`Binding.dataframe_schema`).
+        """
+        config = self.config()
+        if isinstance(config, Binding):
+            return config.dataframe_schema()
+        return spark_struct(config.output_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Return the stream reader; Spark calls this in the planner and executor processes."""

@@ -60,7 +60,8 @@ class HttpIngestSource(HttpIngestConfig, BindingSource):
     Build it with :func:`http_ingest`. Immutable; part of a flow plan. Durations in ms.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({"columns", "predicate", "target_epoch_ms"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {"columns", "predicate", "target_epoch_ms", "pre_stage"})
     """No ``"resume"``: its log's read position is not an offset another checkpoint can take."""
 
     def data_source(self) -> type[BindingDataSource]:
