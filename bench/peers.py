@@ -405,6 +405,8 @@ def kafka(a: argparse.Namespace) -> None:
                    "--delay-ms", str(KAFKA_DELAY_MS), "--out", str(run_dir)]
             if engine == "wire" and a.wire_epoch_events:
                 cmd += ["--epoch-events", str(a.wire_epoch_events)]
+            if engine == "wire" and a.wire_target_epoch_ms:
+                cmd += ["--target-epoch-ms", str(a.wire_target_epoch_ms)]
             log(f"kafka {engine} ...")
             r = run_engine(cmd, env, run_dir, a.events, a.timeout)
             r |= {"run": now(), "input": f"kafka-{a.events}", "job": "tumbling 10 s count",
@@ -441,7 +443,9 @@ def render_kafka(records: list[dict]) -> str:
                                f"(1 min) {min(loads):.2f} to {max(loads):.2f}.\n")
     info = (wire or {}).get("info") or {}
     if info.get("steady_ev_s"):
-        text += (f"\nWire, max_events_per_epoch {info['epoch_events']:,}: steady "
+        target = info.get("target_epoch_ms")
+        target = f", target_epoch_duration {target:,} ms" if target else ""
+        text += (f"\nWire, max_events_per_epoch {info['epoch_events']:,}{target}: steady "
                  f"{info['steady_ev_s']:,.0f} events/s (data epochs after the first), "
                  f"{info['data_epochs']} data epochs of {info['epoch_ms_min']:,.0f}-"
                  f"{info['epoch_ms_max']:,.0f} ms (median {info['epoch_ms_median']:,.0f}); the first "
@@ -466,6 +470,9 @@ def main() -> None:
     k.add_argument("--engines", default=",".join(KAFKA_ENGINES))
     k.add_argument("--wire-epoch-events", type=int, default=None,
                    help="Wire's max_events_per_epoch (default: Wire's own, 100,000)")
+    k.add_argument("--wire-target-epoch-ms", type=int, default=None,
+                   help="Wire's target_epoch_duration in ms (default: none, every epoch admits "
+                        "max_events_per_epoch)")
     t = sub.add_parser("table", help="print the table of OUT/results.jsonl (latest run of each)")
     t.add_argument("--recheck", action="store_true", help="check the outputs against the oracle again")
     for q in (r, k, t):

@@ -33,7 +33,8 @@ source = wire.sources.kafka(a.bootstrap, a.topic, group=group, schema=schema, co
 epoch_events = a.epoch_events or 100_000  # Wire's default unless --epoch-events
 events = flow.source(source,
                      event_time="ts", key="key", watermark=wire.BoundedOutOfOrderness(a.delay_ms),
-                     max_events_per_epoch=epoch_events, name="events")
+                     max_events_per_epoch=epoch_events, target_epoch_duration=a.target_epoch_ms,
+                     name="events")
 counts = (events.filter(f"ts < {a.end_ts}").window(wire.Tumbling(a.window_ms))
           .aggregate(n=wire.count(), name="win"))
 out = a.out / "output"
@@ -58,7 +59,7 @@ def steady(log: Path) -> dict:
         return {}
     (first, n0), (last, n1) = data[0], data[-1]
     ms = sorted(r["epoch_ms"] for r, _ in data)
-    return {"epoch_events": epoch_events, "data_epochs": len(data),
+    return {"epoch_events": epoch_events, "target_epoch_ms": a.target_epoch_ms, "data_epochs": len(data),
             "steady_ev_s": (n1 - n0) / ((last["t_ms"] - first["t_ms"]) / 1000),
             "epoch_ms_min": ms[0], "epoch_ms_max": ms[-1], "epoch_ms_median": ms[len(ms) // 2],
             "first_data_s": first["t_ms"] / 1000 - t_ready}

@@ -107,6 +107,8 @@ def kafka_args() -> argparse.Namespace:
         p.add_argument(name, type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--epoch-events", type=int, default=None, help="Wire's max_events_per_epoch")
+    p.add_argument("--target-epoch-ms", type=int, default=None,
+                   help="Wire's target_epoch_duration (ms; epochs sized up to max_events_per_epoch)")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     return a
