@@ -12,6 +12,7 @@ epochs).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 
 import pandas as pd
@@ -84,27 +85,32 @@ def oracle(events: list[tuple], window: str, predicate: str) -> list[tuple]:
             start -= slide
     g = pd.DataFrame(rows, columns=["k", "start", "end", "v"]).groupby(["k", "start", "end"])["v"]
     agg = g.agg(["size", "sum", "max", "count"]).reset_index()
-    return sorted(((r["k"], int(r["start"]), int(r["end"]), int(r["size"]),
-                    None if r["count"] == 0 else float(r["sum"]), None if r["count"] == 0 else float(r["max"]),
-                    "final") for _, r in agg.iterrows()), key=repr)
+    def nullable(r, column):
+        return None if r["count"] == 0 else float(r[column])  # every value null: null, as SQL's SUM
+
+    return sorted(((r["k"], int(r["start"]), int(r["end"]), int(r["size"]), nullable(r, "sum"),
+                    nullable(r, "max"), "final") for _, r in agg.iterrows()), key=repr)
+
+
+def same_value(p, q) -> bool:
+    return (p is None and q is None) or (p is not None and q is not None and math.isclose(p, q, abs_tol=1e-9))
 
 
 def close(a: list[tuple], b: list[tuple]) -> bool:
     return len(a) == len(b) and all(
-        x[:4] == y[:4] and x[6] == y[6] and all((p is None and q is None) or (
-            p is not None and q is not None and math.isclose(p, q, abs_tol=1e-9)) for p, q in zip(x[4:6], y[4:6]))
-        for x, y in zip(a, b))
+        x[:4] == y[:4] and x[6] == y[6] and same_value(x[4], y[4]) and same_value(x[5], y[5])
+        for x, y in zip(a, b, strict=True))
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(event, min_size=1, max_size=30), cuts=st.lists(st.integers(1, 29), max_size=3),
        window=st.sampled_from(sorted(WINDOWS)), predicate=st.sampled_from(sorted(FILTERS)),
        delay=st.sampled_from([0, 40, 400]), epoch=st.integers(2, 12), bad_file=st.integers(0, 3))
-def test_fused_equals_unfused_and_pandas(spark, tmp_path_factory, events, cuts, window, predicate, delay, epoch,
-                                         bad_file):
+def test_fused_equals_unfused_and_pandas(spark, tmp_path_factory, events, cuts, window, predicate, delay,
+                                         epoch, bad_file):
     bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
     files = ["t,k,v\n" + "".join(f"{t},{k},{'' if v is None else repr(v)}\n" for t, k, v in events[lo:hi])
-             for lo, hi in zip(bounds, bounds[1:])]
+             for lo, hi in itertools.pairwise(bounds)]
     files[bad_file % len(files)] += "oops,a,1\n"  # a malformed record: a dead letter, and the flow goes on
     path = tmp_path_factory.mktemp("fused")
     settings_ = {"window": window, "predicate": predicate, "delay": delay, "epoch": epoch}

@@ -83,7 +83,8 @@ class Fusion:
 
     def pre_stage(self) -> str:
         """The source's ``ReadRequest.pre_stage``: the pickled ``SourcePreStage``, in base64."""
-        return base64.b64encode(cloudpickle.dumps(SourcePreStage(self.stage, self.key))).decode("ascii")
+        pickled: bytes = cloudpickle.dumps(SourcePreStage(self.stage, self.key))  # type: ignore[no-untyped-call]
+        return base64.b64encode(pickled).decode("ascii")
 
 
 def find_fusions(spark: SparkSession, plan: Plan, key_groups: int) -> dict[str, Fusion]:

@@ -38,7 +38,7 @@ _P5 = np.uint64(0x27D4EB2F165667C5)
 
 def supported(typ: pa.DataType) -> bool:
     """True when :func:`key_groups_of` computes Spark's key group for a column of ``typ``."""
-    return (
+    return bool(
         pa.types.is_int8(typ) or pa.types.is_int16(typ) or pa.types.is_int32(typ) or pa.types.is_int64(typ)
         or pa.types.is_boolean(typ) or pa.types.is_string(typ) or pa.types.is_large_string(typ)
     )
@@ -83,7 +83,8 @@ def _hash_strings(values: pa.Array) -> np.ndarray:
     if not len(digests):
         return np.full(len(values), SEED, np.uint64)
     indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
-    return digests[indices]
+    hashed: np.ndarray = digests[indices]
+    return hashed
 
 
 def xxhash64(values: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -33,7 +33,7 @@ def values_of(typ: pa.DataType) -> st.SearchStrategy[list]:
     elif typ == pa.bool_():
         item = st.booleans()
     else:
-        item = st.text(max_size=40)  # any code point: 1- to 4-byte UTF-8, lengths across XXH64's 32-byte stripes
+        item = st.text(max_size=40)  # any code point (1- to 4-byte UTF-8), across XXH64's 32-byte stripes
     return st.lists(st.none() | item, min_size=1, max_size=60)
 
 
