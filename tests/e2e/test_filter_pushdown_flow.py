@@ -7,7 +7,8 @@ hand transcript is the session one of ``test_pipeline_metamorphic_spark.py``: se
 filtered out, but at 130 they move the watermark while a's session is open, which must
 hold the session's output watermark at 100, or [100,120) would close before it arrives.
 The same flow with a filter that does not translate (a function call) must give the same
-rows, with every event crossing into Spark.
+rows, with every event crossing into Spark. Fused (``wire.compiler.fusion``, the default: the
+session window's pre-stage runs in the source's tasks) it must give them too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 import wire
 from wire.core.envelope import MAX_WATERMARK
+from wire.runtime.query_conf import FUSION
 from wire.testing import MemorySink
 
 pytestmark = pytest.mark.spark
@@ -58,7 +60,11 @@ def run(spark, tmp_path, predicate: str):
 
 
 def test_pushed_filter_keeps_the_watermark_the_dead_letters_and_the_counts(spark, tmp_path):
-    got, dead, summary, crossed = run(spark, tmp_path / "pushed", "v > 0")
+    spark.conf.set(FUSION, "false")  # the window's two stages: the filter runs in Spark too
+    try:
+        got, dead, summary, crossed = run(spark, tmp_path / "pushed", "v > 0")
+    finally:
+        spark.conf.unset(FUSION)
     assert got == EXPECTED
     assert len(dead) == 1 and "oops" in str(dead[0])
     assert summary.input_events == 9  # every well-formed event, the filtered ones too
@@ -69,3 +75,10 @@ def test_pushed_filter_keeps_the_watermark_the_dead_letters_and_the_counts(spark
     same, dead_too, summary_too, crossed_all = run(spark, tmp_path / "not_pushed", "abs(v) > 0")
     assert same == EXPECTED and len(dead_too) == 1 and summary_too.input_events == 9
     assert crossed_all - crossed == 4  # b's four events stayed in the source's Python tasks
+
+    # fused (wire.compiler.fusion): the session window's pre-stage runs in the source's tasks,
+    # with the filter as its exact predicate; the same rows, the same counts
+    fused, dead_fused, summary_fused, _ = run(spark, tmp_path / "fused", "v > 0")
+    assert fused == EXPECTED and len(dead_fused) == 1 and "oops" in str(dead_fused[0])
+    assert summary_fused.input_events == 9 and sum(summary_fused.epoch_events) == 9
+    assert summary_fused.watermarks()["sessions"]["output_watermark"] == MAX_WATERMARK

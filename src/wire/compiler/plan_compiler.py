@@ -132,6 +132,8 @@ def compile_plan(
     extra = (dict(seeds or {}), dict(resume or {}))
     predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once
     fusions = find_fusions(spark, plan, key_groups) if fuse else {}
+    if not prune_columns:  # every column of every source, fused ones too
+        fusions = {step: replace(f, columns=None) for step, f in fusions.items()}
     compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates, fusions)
     if not prune_columns:
         return compiled
