@@ -138,8 +138,10 @@ class PreStage(KeyedPreStage):
         st = self.stage
         events_n = late_n = 0
         pending: list[pa.Table] = []  # accepted (event, window) rows not yet pre-aggregated
+        panes: list[pa.Table] = []  # accepted events of pane_preaggregable windows, one row each
         pending_rows = 0
         hashed = st.preaggregate and P.hash_preaggregable(st.spec)
+        paned = hashed and P.pane_preaggregable(st.spec)
         kept = [*P.hash_columns(st.spec), KG] if hashed else None  # what the pre-aggregation reads
         for control, data in each_batch(batches):
             if control is not None:
@@ -154,23 +156,40 @@ class PreStage(KeyedPreStage):
                 rows = data if wm is None else data.filter(pc.equal(data.column(WM), wm))
                 watermark = NO_WATERMARK if wm is None else int(wm)
                 events = events_of(rows, st.payload).append_column(KG, rows.column(KG))
-                accepted, late, candidates = W.split_late(events, watermark, st.spec, kept)
+                split = W.split_late_panes(events, watermark, st.spec, kept) if paned else None
+                if split is not None:  # one row per event, not per (event, window)
+                    (accepted, late), candidates, into = split, events.slice(0, 0), panes
+                else:
+                    accepted, late, candidates = W.split_late(events, watermark, st.spec, kept)
+                    into = pending
                 if late.num_rows:
                     late_n += late.num_rows
                     port = PortRef(st.step, LATE).port_id()
                     yield side_batch(ENVELOPE_ARROW, port, late.drop_columns([KG]), key_group=0)
                 if accepted.num_rows:
-                    pending.append(accepted)
+                    into.append(accepted)
                     pending_rows += accepted.num_rows
                 for kg, part in split_by_group(candidates):
                     yield blob_row(CANDIDATES, kg, part)
             if pending_rows >= PREAGGREGATE_ROWS:
                 yield from self._partials(pending, hashed)
-                pending, pending_rows = [], 0
+                yield from self._pane_partials(panes)
+                pending, panes, pending_rows = [], [], 0
         yield from self._partials(pending, hashed)
+        yield from self._pane_partials(panes)
         if events_n:
             stats = {"events": events_n, "late": late_n}
             yield side_batch(ENVELOPE_ARROW, METRICS_PORT, metrics_table(st.step, stats), key_group=0)
+
+    def _pane_partials(self, panes: list[pa.Table]) -> Iterator[pa.RecordBatch]:
+        """One blob row of partial aggregates per key group for ``panes``' accepted events.
+
+        (:func:`~wire.state.preaggregation.preaggregate_panes_by`.)
+        """
+        if panes:
+            accepted = pa.concat_tables(panes) if len(panes) > 1 else panes[0]
+            for kg, partials in P.preaggregate_panes_by(accepted, self.stage.spec, KG):
+                yield blob_row(PARTIALS, kg, partials)
 
     def _partials(self, pending: list[pa.Table], hashed: bool) -> Iterator[pa.RecordBatch]:
         """One blob row of partial aggregates per key group for the ``pending`` accepted rows.

@@ -153,6 +153,9 @@ class _Hashed(Aggregator):
     def hash_partial(self, name: str) -> list[AggSpec]:
         return self._partial_aggs(name)
 
+    def hash_merge(self, name: str) -> list[AggSpec]:
+        return self._merge_aggs(name)
+
     def merge(self, name: str, partials: pa.Table, groups: Groups) -> list[pa.Array]:
         aggs = self._merge_aggs(name)
         types = [partials.schema.field(out).type for _, _, _, out in aggs]

@@ -134,6 +134,14 @@ class Aggregator(ABC):
         """
         return None
 
+    def hash_merge(self, name: str) -> list[AggSpec] | None:
+        """The Arrow hash aggregations that merge partial rows into one (:meth:`merge`), in order.
+
+        Their sources and outputs are :meth:`partial`'s columns. None (the default) when
+        :meth:`merge` is not such a fold.
+        """
+        return None
+
     def cumulative(self, name: str, partials: pa.Table, groups: Groups) -> list[pa.Array]:
         """Running merge: row ``i`` = merge of its group's rows up to and including ``i``.
 

@@ -5,18 +5,25 @@ row per (key group, key, window) present. :func:`wire.state.windows.preaggregate
 for one key group's rows, by sorting them; :func:`preaggregate_by` does it for every key
 group at once, with one Arrow hash aggregation, when the window kind and every
 aggregation allow it (:func:`hash_preaggregable`: tumbling or sliding windows, order-free
-aggregations). The results are equal (``tests/unit/state/test_preaggregation.py``).
+aggregations). Sliding windows whose size is a whole number of slides go further
+(:func:`preaggregate_panes_by`): each event is folded once into its pane (slide) and each
+pane's partial merged into its windows, instead of each event being copied into each of its
+``size / slide`` windows. The results are equal (``tests/unit/state/test_preaggregation.py``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from wire.state.aggregator import aggregate_by
+from wire.state.assigners import Sliding
 from wire.state.kernels import WINDOW_END, WINDOW_START, runs
 from wire.state.spec import WindowSpec, partial_schema
+from wire.state.windows import PANE
 
-__all__ = ["hash_columns", "hash_preaggregable", "preaggregate_by"]
+__all__ = ["hash_columns", "hash_preaggregable", "pane_preaggregable", "preaggregate_by",
+           "preaggregate_panes_by"]
 
 
 def hash_preaggregable(spec: WindowSpec) -> bool:
@@ -75,4 +82,65 @@ def preaggregate_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple
     grouped, values = aggregate_by(keys, accepted, aggs, [f.type for f in schema][3:])
     bounds = [grouped.column(i).combine_chunks() for i in (1, 2, 3)]
     table = pa.Table.from_arrays(bounds + values, schema=schema)
+    return [(group, table.slice(lo, hi - lo)) for group, lo, hi in runs(grouped.column(0).to_numpy())]
+
+
+def pane_preaggregable(spec: WindowSpec) -> bool:
+    """True when :func:`preaggregate_panes_by` applies.
+
+    That is: sliding windows whose size is a multiple of their slide (more than one slide),
+    and :func:`hash_preaggregable` aggregations whose merge is a hash aggregation too
+    (:meth:`Aggregator.hash_merge`).
+    """
+    a = spec.assigner
+    return (isinstance(a, Sliding) and a.size_ms % a.slide_ms == 0 and a.size_ms > a.slide_ms
+            and hash_preaggregable(spec)
+            and all(agg.hash_merge(name) is not None for name, agg in spec.aggregations))
+
+
+def preaggregate_panes_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple[int, pa.Table]]:
+    """:func:`preaggregate_by` of sliding windows, from one row per event.
+
+    ``accepted``: the accepted events of :func:`~wire.state.windows.split_late_panes`, plus
+    the int column ``by``.
+
+    The events are first folded per (``by``, key, pane, first open window) with
+    :meth:`Aggregator.hash_partial`; each pane's partial then goes to each of its open
+    windows, and those are merged per (``by``, key, window) with :meth:`Aggregator.hash_merge`.
+    Each event is so assigned and copied once instead of once per window. The result has
+    :func:`preaggregate_by`'s form and values (floating point sums up to the order of
+    additions; ``tests/unit/state/test_preaggregation.py``).
+
+    Raises
+    ------
+    ValueError
+        If ``spec`` is not :func:`pane_preaggregable`.
+    """
+    if not pane_preaggregable(spec):
+        raise ValueError("preaggregate_panes_by needs sliding windows of a whole number of slides "
+                         "and hash aggregations")
+    if accepted.num_rows == 0:
+        return []
+    assigner = spec.assigner
+    assert isinstance(assigner, Sliding)
+    size, slide = assigner.size_ms, assigner.slide_ms
+    input_schema = pa.schema([f for f in accepted.schema if f.name not in (WINDOW_START, PANE, by)])
+    schema = partial_schema(spec, input_schema)
+    types = [f.type for f in schema][3:]
+    aggs = [a for name, agg in spec.aggregations for a in agg.hash_partial(name) or []]
+    keys = {name: accepted.column(name) for name in (by, spec.key, PANE, WINDOW_START)}
+    panes, values = aggregate_by(keys, accepted, aggs, types)
+    pane, first = panes.column(PANE).to_numpy(), panes.column(WINDOW_START).to_numpy()
+    count = (pane - first) // slide + 1  # the pane's open windows, from its first open one to its last
+    rows = np.repeat(np.arange(len(pane)), count)
+    within = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
+    starts = np.repeat(first, count) + within * np.int64(slide)
+    take = pa.array(rows)
+    partials = pa.Table.from_arrays([v.take(take) for v in values], names=schema.names[3:])
+    merges = [m for name, agg in spec.aggregations for m in agg.hash_merge(name) or []]
+    window_keys = {by: panes.column(by).take(take), spec.key: panes.column(spec.key).take(take),
+                   WINDOW_START: starts, WINDOW_END: starts + np.int64(size)}
+    grouped, merged = aggregate_by(window_keys, partials, merges, types)
+    bounds = [grouped.column(i).combine_chunks() for i in (1, 2, 3)]
+    table = pa.Table.from_arrays(bounds + merged, schema=schema)
     return [(group, table.slice(lo, hi - lo)) for group, lo, hi in runs(grouped.column(0).to_numpy())]

@@ -203,6 +203,51 @@ def split_late(
     return accepted, late, events.slice(0, 0)
 
 
+PANE = "__pane"
+"""Column of :func:`split_late_panes`' accepted rows: the start of the event's last window."""
+
+
+def split_late_panes(
+    events: pa.Table, watermark: int, spec: WindowSpec, columns: list[str] | None = None
+) -> tuple[pa.Table, pa.Table] | None:
+    """:func:`split_late` for sliding windows whose size is a multiple of the slide, one row per event.
+
+    An event of such a window lies in exactly ``n = size / slide`` windows, those starting at
+    its *pane* (``t - t mod slide``, the start of its last window) and the ``n - 1`` slides
+    before it; the windows still open at ``watermark`` are the last ones of those (window ends
+    ascend with the start). So instead of one row per (event, window), each accepted event
+    keeps one row: ``__pane`` and, as ``__ws``, the start of its first open window
+    (:func:`wire.state.preaggregation.preaggregate_panes_by` expands a pane's partial
+    aggregate to those windows; "No pane, no gain", Li et al., SIGMOD Record 2005).
+
+    Returns ``(accepted, late)``: ``accepted`` holds the input columns (``columns`` if
+    given, plus ``__et`` and ``__seq``), ``__ws`` and ``__pane``, in input row order; ``late``
+    is :func:`split_late`'s late table, equal to it. None when the spec is not such a window
+    or an event time lies within two window sizes of the int64 range's ends (where
+    :meth:`Sliding.assign` drops unrepresentable windows): use :func:`split_late` then.
+    """
+    assigner = spec.assigner
+    if not isinstance(assigner, Sliding) or assigner.size_ms % assigner.slide_ms:
+        return None
+    events = _prepare(events)
+    et = events.column(EVENT_TIME).to_numpy()
+    size, slide = assigner.size_ms, assigner.slide_ms
+    n = size // slide
+    if len(et) and (int(et.min()) < INT64_MIN + 2 * size or int(et.max()) > INT64_MAX - 2 * size):
+        return None
+    pane = et - np.mod(et, np.int64(slide))
+    ends = pane[:, None] + (np.int64(size) - np.arange(n - 1, -1, -1, dtype=np.int64) * np.int64(slide))
+    first = closed_by(ends.ravel(), watermark, spec).reshape(-1, n).sum(axis=1)  # closed windows: a prefix
+    alive = first < n
+    kept = events if columns is None else events.select([*columns, EVENT_TIME, ARRIVAL])
+    mask = pa.array(alive)
+    accepted = kept.filter(mask).append_column(
+        WINDOW_START, pa.array((pane - (n - 1 - first) * np.int64(slide))[alive], pa.int64())
+    ).append_column(PANE, pa.array(pane[alive], pa.int64()))
+    late = _late(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
+    return accepted, late
+
+
 def resolve_candidates(
     state: pa.Table | None, candidates: pa.Table, watermark: int, spec: WindowSpec
 ) -> tuple[pa.Table, pa.Table]:

@@ -13,8 +13,21 @@ from tests.unit.state.test_windows import NO_WM, events
 
 from wire.state import aggregations as agg
 from wire.state.assigners import Session, Sliding, Tumbling
-from wire.state.preaggregation import hash_columns, hash_preaggregable, preaggregate_by
-from wire.state.windows import WINDOW_END, WINDOW_START, WindowSpec, preaggregate, split_late
+from wire.state.preaggregation import (
+    hash_columns,
+    hash_preaggregable,
+    pane_preaggregable,
+    preaggregate_by,
+    preaggregate_panes_by,
+)
+from wire.state.windows import (
+    WINDOW_END,
+    WINDOW_START,
+    WindowSpec,
+    preaggregate,
+    split_late,
+    split_late_panes,
+)
 
 HASHED = (("n", agg.count()), ("nx", agg.count("x")), ("m", agg.mean("x")), ("s", agg.sum("v")),
           ("lo", agg.min("v")), ("hi", agg.max("x")))
@@ -62,6 +75,57 @@ def test_preaggregate_by_equals_a_sorting_preaggregate_per_group(n, sliding, gro
     for (_, a), (_, b) in zip(got, want, strict=True):
         assert a.schema == b.schema
         assert _close(a, b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(0, 150),
+    window=st.sampled_from([(20, 5), (30, 10), (12, 4), (10, 5)]),
+    lateness=st.sampled_from([0, 7, 25]),
+    groups=st.integers(1, 4),
+    nulls=st.booleans(),
+    pick=st.lists(st.integers(0, len(HASHED) - 1), min_size=1, max_size=4, unique=True),
+    seed=st.integers(0, 2**31),
+)
+def test_pane_preaggregation_equals_the_per_window_one(n, window, lateness, groups, nulls, pick, seed):
+    """Sliding windows of a whole number of slides: one row per event, folded per pane and then
+    per window (split_late_panes + preaggregate_panes_by), gives split_late's late events exactly
+    and preaggregate_by's partials (floating point sums up to rounding), for any events, nulls,
+    watermark (on either side of the windows' ends, and the end of stream), allowed lateness and
+    key groups (per event, as a key's hash gives them)."""
+    rng = np.random.default_rng(seed)
+    spec = WindowSpec(Sliding(*window), lateness, "k", tuple(HASHED[i] for i in pick))
+    assert pane_preaggregable(spec)
+    x = rng.normal(size=n)
+    table = events([(str(rng.choice(["a", "b", "c"])), int(rng.integers(-30, 60)),
+                     None if nulls and rng.random() < 0.3 else float(x[i]),
+                     None if nulls and rng.random() < 0.3 else int(rng.integers(-5, 5)))
+                    for i in range(n)])
+    watermark = int(rng.choice([rng.integers(-60, 90), NO_WM, 2**63 - 1]))
+    kg = pa.array(rng.integers(0, groups, n), pa.int32())
+    columns = hash_columns(spec)
+    windows, late, _ = split_late(table.append_column("__kg", kg), watermark, spec, [*columns, "__kg"])
+    split = split_late_panes(table.append_column("__kg", kg), watermark, spec, [*columns, "__kg"])
+    assert split is not None
+    panes, pane_late = split
+    assert pane_late.equals(late)
+    want = preaggregate_by(windows, spec, "__kg")
+    got = preaggregate_panes_by(panes, spec, "__kg")
+    assert [g for g, _ in got] == [g for g, _ in want]
+    for (_, a), (_, b) in zip(got, want, strict=True):
+        assert a.schema == b.schema
+        assert _close(a, b)
+
+
+def test_panes_only_for_whole_slides_and_not_at_the_int64_ends():
+    aggs = (("n", agg.count()),)
+    assert not pane_preaggregable(WindowSpec(Sliding(10, 4), 0, "k", aggs))  # 10 is not 2.5 slides
+    assert not pane_preaggregable(WindowSpec(Sliding(10, 10), 0, "k", aggs))  # a tumbling window
+    assert not pane_preaggregable(WindowSpec(Tumbling(10), 0, "k", aggs))
+    assert not pane_preaggregable(WindowSpec(Sliding(20, 5), 0, "k", (("f", agg.first("x")),)))
+    spec = WindowSpec(Sliding(20, 5), 0, "k", aggs)
+    near_end = events([("a", -(2**63) + 10, 1.0, 1)])
+    assert split_late_panes(near_end, NO_WM, spec) is None  # Sliding.assign drops unrepresentable windows
 
 
 def _close(a: pa.Table, b: pa.Table) -> bool:
