@@ -268,7 +268,7 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
         attributes = source_attributes(node.step, df)
         if attributes is not None:
             b.opened.append(_Opened(node, payload, df.schema, attributes))
-    elif fusion is None and subset is not None:  # (fused: envelope-only rows, wire.compiler.fusion)
+    elif subset is not None:  # (never fused: a fused source is not in b.opened, so has no subset)
         assert struct is not None  # columns holds both or neither
         df = _restore_columns(df, struct, subset)
     # watermark rows travel on the source's channel
@@ -490,15 +490,15 @@ def _open_source(
             f"{type(connector).__name__} source cannot resume on a new Spark checkpoint "
             "(no 'resume' capability)", step=src.step,
         )
+    if fusion is not None:  # the fusion's exact predicate and columns
+        predicate, produced, pre_stage = fusion.predicate, fusion.columns, fusion.pre_stage()
+    else:
+        predicate = _pushed(spark, src.step, payload, pushdown) if can(connector, "predicate") else None
+        produced, pre_stage = columns if _prunable(connector) else None, None
     request = ReadRequest(
         step=src.step, schema=payload, event_time=src.event_time, key_groups=key_groups,
         watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
-        control_file=control_file, columns=columns if _prunable(connector) else None,
-        target_epoch_ms=src.target_epoch_ms, resume=resume,
-        predicate=_pushed(spark, src.step, payload, pushdown)
-        if can(connector, "predicate") and fusion is None else None,
+        control_file=control_file, columns=produced, target_epoch_ms=src.target_epoch_ms, resume=resume,
+        predicate=predicate, pre_stage=pre_stage,
     )
-    if fusion is not None:
-        request = replace(request, predicate=fusion.predicate, columns=fusion.columns,
-                          pre_stage=fusion.pre_stage())
     return connector.read_stream(spark, request), payload, connector.bounded

@@ -156,7 +156,7 @@ class PreStage(KeyedPreStage):
                 rows = data if wm is None else data.filter(pc.equal(data.column(WM), wm))
                 watermark = NO_WATERMARK if wm is None else int(wm)
                 events = events_of(rows, st.payload).append_column(KG, rows.column(KG))
-                split = W.split_late_panes(events, watermark, st.spec, kept) if paned else None
+                split = P.split_late_panes(events, watermark, st.spec, kept) if paned else None
                 if split is not None:  # one row per event, not per (event, window)
                     (accepted, late), candidates, into = split, events.slice(0, 0), panes
                 else:
@@ -299,7 +299,7 @@ def window_stage(
     with_times = pa.schema([*payload, pa.field(ET, pa.int64()), pa.field(SEQ, pa.int64())])
     try:
         W.late_schema(spec, with_times)
-        W.result_schema(spec, with_times)
+        result = W.result_schema(spec, with_times)
     except ConfigError as e:
         raise ConfigError(e.parameter, e.value, e.accepted, step=node.step) from None
     read = window_input_columns(spec, payload.names, late_read=late_read)
@@ -309,7 +309,7 @@ def window_stage(
         step=node.step,
         spec=spec,
         payload=payload,
-        out=with_envelope(W.result_schema(spec, with_times)),
+        out=with_envelope(result),
         channels=channels,
         key_groups=key_groups,
         preaggregate=from_source and len(channels) == 1 and not spec.needs_events,
@@ -409,8 +409,7 @@ class SourcePreStage:
             if self.key is None:
                 batch = batch.append_column(pa.field(NO_KEY, pa.int32(), nullable=False),
                                             pa.array(np.zeros(batch.num_rows, np.int32)))
-            kind, carried = batch.column(KIND), pc.fill_null(batch.column(KG), 0)
-            if pc.any(pc.equal(kind, KIND_DATA)).as_py():
-                computed = key_groups_of(batch.column(self.key or NO_KEY), groups)
-                carried = pc.if_else(pc.equal(kind, KIND_DATA), computed, carried)
+            data, carried = pc.equal(batch.column(KIND), KIND_DATA), pc.fill_null(batch.column(KG), 0)
+            if pc.any(data).as_py():
+                carried = pc.if_else(data, key_groups_of(batch.column(self.key or NO_KEY), groups), carried)
             yield batch.set_column(batch.schema.get_field_index(KG), KG, carried)

@@ -134,6 +134,7 @@ def fusion_enabled(conf: SessionConf) -> bool:
     value = _session_value(conf, FUSION)
     if value is None:
         return True
-    if value.strip().lower() not in ("true", "false"):
+    setting = value.strip().lower()
+    if setting not in ("true", "false"):
         raise ConfigError(FUSION, value, '"true" or "false"')
-    return value.strip().lower() == "true"
+    return setting == "true"

@@ -16,14 +16,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from wire.core.time import INT64_MAX, INT64_MIN
 from wire.state.aggregator import aggregate_by
 from wire.state.assigners import Sliding
-from wire.state.kernels import WINDOW_END, WINDOW_START, runs
+from wire.state.kernels import ARRIVAL, EVENT_TIME, WINDOW_END, WINDOW_START, runs
+from wire.state.sessions import closed_by
 from wire.state.spec import WindowSpec, partial_schema
-from wire.state.windows import PANE
+from wire.state.windows import LATE_REASON, late_events, prepare_events
 
-__all__ = ["hash_columns", "hash_preaggregable", "pane_preaggregable", "preaggregate_by",
-           "preaggregate_panes_by"]
+__all__ = ["PANE", "hash_columns", "hash_preaggregable", "pane_preaggregable", "preaggregate_by",
+           "preaggregate_panes_by", "split_late_panes"]
 
 
 def hash_preaggregable(spec: WindowSpec) -> bool:
@@ -85,6 +87,52 @@ def preaggregate_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple
     return [(group, table.slice(lo, hi - lo)) for group, lo, hi in runs(grouped.column(0).to_numpy())]
 
 
+PANE = "__pane"
+"""Column of :func:`split_late_panes`' accepted rows: the start of the event's last window."""
+
+
+def split_late_panes(
+    events: pa.Table, watermark: int, spec: WindowSpec, columns: list[str] | None = None
+) -> tuple[pa.Table, pa.Table] | None:
+    """:func:`~wire.state.windows.split_late` for sliding windows of whole slides, one row per event.
+
+    An event of such a window lies in exactly ``n = size / slide`` windows, those starting at
+    its *pane* (``t - t mod slide``, the start of its last window) and the ``n - 1`` slides
+    before it; the windows still open at ``watermark`` are the last ones of those (window ends
+    ascend with the start). So instead of one row per (event, window), each accepted event
+    keeps one row: ``__pane`` and, as ``__ws``, the start of its first open window
+    (:func:`preaggregate_panes_by` expands a pane's partial aggregate to those windows;
+    "No pane, no gain", Li et al., SIGMOD Record 2005).
+
+    Returns ``(accepted, late)``: ``accepted`` holds the input columns (``columns`` if
+    given, plus ``__et`` and ``__seq``), ``__ws`` and ``__pane``, in input row order; ``late``
+    is ``split_late``'s late table, equal to it. None when the spec is not such a window
+    or an event time lies within two window sizes of the int64 range's ends (where
+    :meth:`Sliding.assign` drops unrepresentable windows): use
+    :func:`~wire.state.windows.split_late` then.
+    """
+    assigner = spec.assigner
+    if not isinstance(assigner, Sliding) or assigner.size_ms % assigner.slide_ms:
+        return None
+    events = prepare_events(events)
+    et = events.column(EVENT_TIME).to_numpy()
+    size, slide = assigner.size_ms, assigner.slide_ms
+    n = size // slide
+    if len(et) and (int(et.min()) < INT64_MIN + 2 * size or int(et.max()) > INT64_MAX - 2 * size):
+        return None
+    pane = et - np.mod(et, np.int64(slide))
+    ends = pane[:, None] + (np.int64(size) - np.arange(n - 1, -1, -1, dtype=np.int64) * np.int64(slide))
+    first = closed_by(ends.ravel(), watermark, spec).reshape(-1, n).sum(axis=1)  # closed windows: a prefix
+    alive = first < n
+    kept = events if columns is None else events.select([*columns, EVENT_TIME, ARRIVAL])
+    mask = pa.array(alive)
+    accepted = kept.filter(mask).append_column(
+        WINDOW_START, pa.array((pane - (n - 1 - first) * np.int64(slide))[alive], pa.int64())
+    ).append_column(PANE, pa.array(pane[alive], pa.int64()))
+    late = late_events(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
+    return accepted, late
+
+
 def pane_preaggregable(spec: WindowSpec) -> bool:
     """True when :func:`preaggregate_panes_by` applies.
 
@@ -101,7 +149,7 @@ def pane_preaggregable(spec: WindowSpec) -> bool:
 def preaggregate_panes_by(accepted: pa.Table, spec: WindowSpec, by: str) -> list[tuple[int, pa.Table]]:
     """:func:`preaggregate_by` of sliding windows, from one row per event.
 
-    ``accepted``: the accepted events of :func:`~wire.state.windows.split_late_panes`, plus
+    ``accepted``: the accepted events of :func:`split_late_panes`, plus
     the int column ``by``.
 
     The events are first folded per (``by``, key, pane, first open window) with

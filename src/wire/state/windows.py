@@ -121,7 +121,7 @@ LATE_REASON = "window closed: window_end + allowed_lateness <= watermark"
 _TOUCHED = "__touched"
 
 
-def _prepare(events: pa.Table) -> pa.Table:
+def prepare_events(events: pa.Table) -> pa.Table:
     """Check ``__et`` and set ``__seq`` (int64, nulls → row number)."""
     if EVENT_TIME not in events.column_names:
         raise ValueError(f"events need an int64 {EVENT_TIME} column (event time, ms)")
@@ -133,7 +133,8 @@ def _prepare(events: pa.Table) -> pa.Table:
     return events.append_column(ARRIVAL, seq)
 
 
-def _late(events: pa.Table, watermark: int, reason: str, spec: WindowSpec) -> pa.Table:
+def late_events(events: pa.Table, watermark: int, reason: str, spec: WindowSpec) -> pa.Table:
+    """``events`` as rows of the late port (:func:`late_schema`): with ``watermark`` and ``reason``."""
     schema = late_schema(spec, events.schema)
     n = events.num_rows
     columns = [events.column(name) for name, _ in late_columns(events.schema)]
@@ -187,65 +188,20 @@ def split_late(
     ValueError
         If ``__et`` is missing or has nulls.
     """
-    events = _prepare(events)
+    events = prepare_events(events)
     et = events.column(EVENT_TIME).to_numpy()
     rows, start, end = spec.assigner.assign(et)
     open_ = ~closed_by(end, watermark, spec)
     if spec.sessions:  # one proto-session per event: a closed one may still merge into a live one
         accepted = _with_window(events.filter(pa.array(open_)), start[open_], end[open_])
-        late = _late(events.slice(0, 0), watermark, LATE_REASON, spec)
+        late = late_events(events.slice(0, 0), watermark, LATE_REASON, spec)
         return accepted, late, events.filter(pa.array(~open_))
     alive = np.zeros(events.num_rows, dtype=bool)
     alive[rows[open_]] = True
     kept = events if columns is None else events.select([*columns, EVENT_TIME, ARRIVAL])
     accepted = _with_window(kept.take(pa.array(rows[open_])), start[open_], end[open_])
-    late = _late(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
+    late = late_events(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
     return accepted, late, events.slice(0, 0)
-
-
-PANE = "__pane"
-"""Column of :func:`split_late_panes`' accepted rows: the start of the event's last window."""
-
-
-def split_late_panes(
-    events: pa.Table, watermark: int, spec: WindowSpec, columns: list[str] | None = None
-) -> tuple[pa.Table, pa.Table] | None:
-    """:func:`split_late` for sliding windows whose size is a multiple of the slide, one row per event.
-
-    An event of such a window lies in exactly ``n = size / slide`` windows, those starting at
-    its *pane* (``t - t mod slide``, the start of its last window) and the ``n - 1`` slides
-    before it; the windows still open at ``watermark`` are the last ones of those (window ends
-    ascend with the start). So instead of one row per (event, window), each accepted event
-    keeps one row: ``__pane`` and, as ``__ws``, the start of its first open window
-    (:func:`wire.state.preaggregation.preaggregate_panes_by` expands a pane's partial
-    aggregate to those windows; "No pane, no gain", Li et al., SIGMOD Record 2005).
-
-    Returns ``(accepted, late)``: ``accepted`` holds the input columns (``columns`` if
-    given, plus ``__et`` and ``__seq``), ``__ws`` and ``__pane``, in input row order; ``late``
-    is :func:`split_late`'s late table, equal to it. None when the spec is not such a window
-    or an event time lies within two window sizes of the int64 range's ends (where
-    :meth:`Sliding.assign` drops unrepresentable windows): use :func:`split_late` then.
-    """
-    assigner = spec.assigner
-    if not isinstance(assigner, Sliding) or assigner.size_ms % assigner.slide_ms:
-        return None
-    events = _prepare(events)
-    et = events.column(EVENT_TIME).to_numpy()
-    size, slide = assigner.size_ms, assigner.slide_ms
-    n = size // slide
-    if len(et) and (int(et.min()) < INT64_MIN + 2 * size or int(et.max()) > INT64_MAX - 2 * size):
-        return None
-    pane = et - np.mod(et, np.int64(slide))
-    ends = pane[:, None] + (np.int64(size) - np.arange(n - 1, -1, -1, dtype=np.int64) * np.int64(slide))
-    first = closed_by(ends.ravel(), watermark, spec).reshape(-1, n).sum(axis=1)  # closed windows: a prefix
-    alive = first < n
-    kept = events if columns is None else events.select([*columns, EVENT_TIME, ARRIVAL])
-    mask = pa.array(alive)
-    accepted = kept.filter(mask).append_column(
-        WINDOW_START, pa.array((pane - (n - 1 - first) * np.int64(slide))[alive], pa.int64())
-    ).append_column(PANE, pa.array(pane[alive], pa.int64()))
-    late = _late(events.filter(pa.array(~alive)), watermark, LATE_REASON, spec)
-    return accepted, late
 
 
 def resolve_candidates(
@@ -276,7 +232,7 @@ def resolve_candidates(
     late : pyarrow.Table
         The others, in :func:`late_schema`, reason :data:`SESSION_LATE_REASON`.
     """
-    candidates = _prepare(candidates)
+    candidates = prepare_events(candidates)
     et = candidates.column(EVENT_TIME).to_numpy()
     if spec.sessions and state is not None:
         alive = candidates_alive(state, candidates, watermark, spec)
@@ -284,7 +240,7 @@ def resolve_candidates(
     else:
         alive, end = np.zeros(candidates.num_rows, dtype=bool), et
     accepted = _with_window(candidates.filter(pa.array(alive)), et[alive], end[alive])
-    late = _late(candidates.filter(pa.array(~alive)), watermark, SESSION_LATE_REASON, spec)
+    late = late_events(candidates.filter(pa.array(~alive)), watermark, SESSION_LATE_REASON, spec)
     return accepted, late
 
 
@@ -329,7 +285,7 @@ def preaggregate(accepted: pa.Table, spec: WindowSpec) -> pa.Table:
     schema = partial_schema(spec, input_schema)
     if accepted.num_rows == 0:
         return schema.empty_table()
-    accepted = _prepare(accepted).sort_by(
+    accepted = prepare_events(accepted).sort_by(
         [(c, "ascending") for c in (spec.key, WINDOW_START, WINDOW_END, EVENT_TIME, ARRIVAL)]
     )
     groups = _windows(accepted, spec)
@@ -400,7 +356,7 @@ def advance(
     if events is not None:
         if partials is not None and partials.num_rows:
             raise ValueError("give either partials or events to advance(), not both")
-        events = _prepare(events)
+        events = prepare_events(events)
         partials = preaggregate(events, spec)
     elif spec.needs_events:
         raise ValueError("spec has callbacks: advance() needs the epoch's accepted events")

@@ -19,15 +19,9 @@ from wire.state.preaggregation import (
     pane_preaggregable,
     preaggregate_by,
     preaggregate_panes_by,
-)
-from wire.state.windows import (
-    WINDOW_END,
-    WINDOW_START,
-    WindowSpec,
-    preaggregate,
-    split_late,
     split_late_panes,
 )
+from wire.state.windows import WINDOW_END, WINDOW_START, WindowSpec, preaggregate, split_late
 
 HASHED = (("n", agg.count()), ("nx", agg.count("x")), ("m", agg.mean("x")), ("s", agg.sum("v")),
           ("lo", agg.min("v")), ("hi", agg.max("x")))
