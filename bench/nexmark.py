@@ -77,6 +77,7 @@ from pyspark.sql import DataFrame, SparkSession
 import wire
 from wire.examples import nexmark_queries
 from wire.examples.nexmark_source import SCHEMA, generate
+from wire.runtime.query_conf import FUSION
 from wire.streaming_sql import nexmark as sql_nexmark
 
 OUT = Path("out/bench_nexmark")
@@ -180,6 +181,9 @@ def run_native(spark: SparkSession, query: str, src: Path, epoch: int) -> Result
 # ---------------------------------------------------------------------------- reporting
 
 
+FUSION_ON = [True]
+"""Whether Wire's flows ran fused (``--no-fusion``: not)."""
+
 JAVA_OPTIONS = [""]
 """The ``--java-options`` of this run (reported with the machine)."""
 
@@ -190,7 +194,8 @@ def machine() -> list[str]:
     return [f"CPU: {cpu}, {os.cpu_count()} cores; RAM {ram}; load average (1 min) at the start "
             f"{LOAD_AT_START[0]:.2f}, at the end {os.getloadavg()[0]:.2f} (other work on the machine "
             "makes the figures noisier)",
-            f"Wire source tree: git {rev} (\"dirty\": uncommitted changes in the work tree)",
+            f"Wire source tree: git {rev} (\"dirty\": uncommitted changes in the work tree); "
+            f"fusion {'on' if FUSION_ON[0] else 'off (--no-fusion)'}",
             f"Java: {java}; driver JVM options: {JAVA_OPTIONS[0] or 'the defaults of a Wire session'}",
             f"PySpark {pyspark.__version__}, Python {platform.python_version()}, "
             f"Spark master {MASTER}",
@@ -376,6 +381,9 @@ def main() -> None:
     p.add_argument("--wire-source", choices=["files", "generator"], default="files",
                    help="files: Wire reads the same Parquet files as plain PySpark (default); "
                         "generator: Wire generates the events in its source tasks")
+    p.add_argument("--no-fusion", dest="fusion", action="store_false",
+                   help="compile Wire's flows unfused (spark.wire.fusion.enabled=false: no window "
+                        "pre-stage and no sink written in the source's tasks), for an A/B")
     p.add_argument("--rounds", type=int, default=2,
                    help="runs of each query per engine, alternating which engine runs first (round 0: "
                         "Wire; round 1: plain PySpark), pooled into one figure per engine (default 2; "
@@ -397,6 +405,8 @@ def main() -> None:
     spark = wire.spark(MASTER, java_conf)
     spark.sparkContext.setLogLevel("ERROR")
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(n // epoch + 100))
+    spark.conf.set(FUSION, str(args.fusion).lower())
+    FUSION_ON[0] = args.fusion
     OUT.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     src = write_input(n, epoch)

@@ -37,6 +37,7 @@ from wire.compiler.lookup_join_stage import compile_lookup_join
 from wire.compiler.process_stage import compile_process
 from wire.compiler.pruning import SourceAttributes, read_columns, source_attributes
 from wire.compiler.pushdown import source_predicate
+from wire.compiler.sink_fusion import SinkFusion, find_sink_fusion
 from wire.compiler.temporal_join_stage import compile_temporal_join
 from wire.compiler.throttle import apply_overflow
 from wire.compiler.window_stage import NO_KEY, compile_fused_window, compile_window
@@ -84,6 +85,9 @@ class CompiledFlow:
     """Per keyed stateful step (window, join, process), the key column its state rows carry."""
     state_key_types: dict[str, str] = field(default_factory=dict)
     """Per keyed stateful step, its key column's Spark SQL type (``xxhash64`` of it picks the key group)."""
+    task_writer: bool = False
+    """The source's tasks run the epoch's partition writer (:mod:`wire.compiler.sink_fusion`): the
+    DataFrame's rows are the writer's result rows, and each epoch's job must carry its writer."""
 
 
 @dataclass
@@ -106,6 +110,7 @@ def compile_plan(
     seeds: Mapping[str, str] | None = None,
     resume: Mapping[str, dict[str, Any]] | None = None,
     fuse: bool = True,
+    task_writer: pa.Schema | None = None,
 ) -> CompiledFlow:
     """Compile ``plan`` to one streaming DataFrame (nothing runs yet).
 
@@ -123,6 +128,11 @@ def compile_plan(
     its pre-stage in the source's tasks (:mod:`wire.compiler.fusion`); ``fuse=False``
     compiles every window as two Spark stages (the same results).
 
+    ``task_writer``: the schema of the rows the epoch's partition writer returns
+    (:data:`wire.runtime.dataplane.RESULT_SCHEMA`). With it and ``fuse``, a flow of filters
+    and projections runs the writer in its source's tasks (:mod:`wire.compiler.sink_fusion`):
+    the result's ``task_writer`` is then True and its DataFrame's rows are the writer's.
+
     Raises
     ------
     PlanError, ConfigError
@@ -132,6 +142,11 @@ def compile_plan(
     extra = (dict(seeds or {}), dict(resume or {}))
     predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once
     fusions = find_fusions(spark, plan, key_groups) if fuse else {}
+    sink_fusion = find_sink_fusion(spark, plan, task_writer) if fuse and task_writer is not None else None
+    if sink_fusion is not None:  # the flow is one source task: nothing to prune or push down
+        compiled, _ = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates, {},
+                               sink_fusion)
+        return compiled
     if not prune_columns:  # every column of every source, fused ones too
         fusions = {step: replace(f, columns=None) for step, f in fusions.items()}
     compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates, fusions)
@@ -185,6 +200,8 @@ class _Build:
     (:mod:`wire.compiler.pushdown`): found in the first compilation, reused by the second."""
     fusions: dict[str, Fusion] = field(default_factory=dict)
     """Per source step fused with a window, the fusion (:mod:`wire.compiler.fusion`)."""
+    sink_fusion: SinkFusion | None = None
+    """The flow's source writes its sinks (:mod:`wire.compiler.sink_fusion`)."""
     bounded: bool = True
 
     def fused(self, step: str) -> Fusion | None:
@@ -222,6 +239,7 @@ def _compile(
     resume: dict[str, dict[str, Any]],
     predicates: dict[str, Predicate | None] | None = None,
     fusions: dict[str, Fusion] | None = None,
+    sink_fusion: SinkFusion | None = None,
 ) -> tuple[CompiledFlow, list[_Opened]]:
     """Compile ``order`` (from :func:`~wire.plan.graph.chain_of`); also return the sources that can prune.
 
@@ -233,7 +251,8 @@ def _compile(
     late_read = {s.source.step for s in sinks(plan) if s.source.port == LATE and not s.kept}
     b = _Build(plan, spark, key_groups, control_file, columns, seeds, resume,
                paused_admission(plan), source_reads(plan, order), late_read,
-               predicates=predicates if predicates is not None else {}, fusions=dict(fusions or {}))
+               predicates=predicates if predicates is not None else {}, fusions=dict(fusions or {}),
+               sink_fusion=sink_fusion)
     for node in order:
         b.done[node.step] = _step(node, b)
     terminal, others = outputs_of(plan, order)
@@ -243,8 +262,10 @@ def _compile(
     sources = source_steps(plan)
     produced = {step: columns[step][0] if step in columns else None for step in sources}
     produced |= {step: f.columns for step, f in b.fusions.items()}
+    if sink_fusion is not None:
+        produced[sink_fusion.source] = sink_fusion.produced
     compiled = CompiledFlow(plan, result, terminal, sources, b.bounded, key_groups, produced, b.state_keys,
-                            b.key_types)
+                            b.key_types, task_writer=sink_fusion is not None)
     return compiled, b.opened
 
 
@@ -261,7 +282,10 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
     subset, struct = b.columns.get(node.step, (None, None))
     fusion = b.fusions.get(node.step)
     df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
-                                     b.resume.get(node.step), (b.plan, b.predicates), fusion)
+                                     b.resume.get(node.step), (b.plan, b.predicates), fusion, b.sink_fusion)
+    if b.sink_fusion is not None:  # its rows are the epoch writer's (wire.compiler.sink_fusion)
+        b.bounded = b.bounded and ends
+        return _Compiled(df, node.key, (node.step,), True)
     if node.key is not None and node.key not in payload.names:
         raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if fusion is None and subset is None and _prunable(node.connector):
@@ -319,7 +343,7 @@ def _union(node: UnionNode, b: _Build) -> _Compiled:
 @_step.register
 def _filter(node: FilterNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
-    if b.fused(node.step) is not None:  # the source applies it (wire.compiler.fusion)
+    if b.fused(node.step) is not None or b.sink_fusion is not None:  # the source applies it
         return cur
     return replace(cur, df=apply_filter(cur.df, node.predicate, node.step))
 
@@ -333,6 +357,8 @@ def _map(node: MapNode, b: _Build) -> _Compiled:
 @_step.register
 def _select(node: SelectNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    if b.sink_fusion is not None:  # the source's task projects (wire.compiler.sink_fusion)
+        return cur
     df = apply_select(cur.df, node.columns, node.step)
     return replace(cur, df=df, key=cur.key if cur.key in df.columns else None)
 
@@ -454,6 +480,7 @@ def _open_source(
     resume: dict[str, Any] | None = None,
     pushdown: tuple[Plan, dict[str, Predicate | None]] | None = None,
     fusion: Fusion | None = None,
+    sink_fusion: SinkFusion | None = None,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
@@ -465,7 +492,8 @@ def _open_source(
     source step; a source with the ``"predicate"`` capability gets the flow's filters on it
     (:mod:`wire.compiler.pushdown`, found once per step); None: none. ``fusion``: the
     source runs a window's pre-stage (:mod:`wire.compiler.fusion`), with the fusion's exact
-    predicate and columns.
+    predicate and columns. ``sink_fusion``: the source runs the epoch's writer
+    (:mod:`wire.compiler.sink_fusion`), with its exact predicate and columns.
     """
     connector = src.connector
     if not isinstance(connector, Source):
@@ -490,7 +518,11 @@ def _open_source(
             f"{type(connector).__name__} source cannot resume on a new Spark checkpoint "
             "(no 'resume' capability)", step=src.step,
         )
-    if fusion is not None:  # the fusion's exact predicate and columns
+    pre_stage_schema = None
+    if sink_fusion is not None:
+        predicate, produced, pre_stage = sink_fusion.predicate, sink_fusion.produced, sink_fusion.pre_stage()
+        pre_stage_schema = sink_fusion.pre_stage_schema()
+    elif fusion is not None:  # the fusion's exact predicate and columns
         predicate, produced, pre_stage = fusion.predicate, fusion.columns, fusion.pre_stage()
     else:
         predicate = _pushed(spark, src.step, payload, pushdown) if can(connector, "predicate") else None
@@ -499,6 +531,6 @@ def _open_source(
         step=src.step, schema=payload, event_time=src.event_time, key_groups=key_groups,
         watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
         control_file=control_file, columns=produced, target_epoch_ms=src.target_epoch_ms, resume=resume,
-        predicate=predicate, pre_stage=pre_stage,
+        predicate=predicate, pre_stage=pre_stage, pre_stage_schema=pre_stage_schema,
     )
     return connector.read_stream(spark, request), payload, connector.bounded

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from wire.compiler.branches import source_scans
 from wire.compiler.plan_compiler import CompiledFlow
+from wire.compiler.sink_fusion import TASK_WRITER, epoch_writer_text
 from wire.core.envelope import ET, KG, SEQ, WM, metrics_table
 from wire.delivery.sink import ExecutorSink
 from wire.plan.nodes import OUT, PortRef, SinkNode
@@ -52,6 +53,7 @@ class EpochDispatcher:
         progress: ProgressReporter | None,
     ) -> None:
         self.main_port = PortRef(compiled.terminal_step, OUT).port_id()
+        self.task_writer = compiled.task_writer
         self.sinks = sinks
         self.summary = summary
         self.max_epochs = max_epochs
@@ -84,8 +86,7 @@ class EpochDispatcher:
         ]
         writer = PartitionWriter(epoch, self.main_port, routes)
         try:
-            used = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
-            result = EpochResult.from_table(used.mapInArrow(writer, RESULT_TYPE).toArrow())
+            result = EpochResult.from_table(self.run_writer(batch, writer))
         except Exception as e:
             self.last_error = f"epoch {epoch}: {_staging_cause(e)}"
             raise
@@ -129,6 +130,23 @@ class EpochDispatcher:
         if self.progress is not None:
             self.progress.epoch(self.summary, epoch, sum(result.emitted.values()),
                                 self.summary_late(result.metrics))
+
+    def run_writer(self, batch: DataFrame, writer: PartitionWriter) -> pa.Table:
+        """Run the epoch's job: ``writer`` over the epoch's rows; its result rows (:data:`RESULT_SCHEMA`).
+
+        When the source's tasks run the writer (sink fusion, :mod:`wire.compiler.sink_fusion`),
+        the epoch's rows already are its result: the job carries the writer to them as a Spark
+        local property of this thread, set for this job only.
+        """
+        if not self.task_writer:
+            used = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
+            return used.mapInArrow(writer, RESULT_TYPE).toArrow()
+        context = batch.sparkSession.sparkContext
+        context.setLocalProperty(TASK_WRITER, epoch_writer_text(writer))
+        try:
+            return batch.toArrow()
+        finally:
+            context.setLocalProperty(TASK_WRITER, None)  # type: ignore[arg-type]
 
     def epoch_duration(self, batch_id: int, now: float) -> float:
         """Seconds from when Spark planned batch ``batch_id`` (its offset file) to ``now``.

@@ -53,6 +53,7 @@ from wire.runtime.checkpoint import (
     read_spark_log,
     spark_checkpoint,
 )
+from wire.runtime.dataplane import RESULT_SCHEMA
 from wire.runtime.dispatcher import EpochDispatcher, StopRequested
 from wire.runtime.epoch_log import EpochLog
 from wire.runtime.kept_ports import keep_unsunk_ports
@@ -431,7 +432,7 @@ def start_plan(
         spark = session()
         warm_up_workers(spark)  # the Python workers start while the flow compiles
         compiled = compile_plan(plan, spark, meta.key_groups, control, seeds=meta.seeds, resume=meta.resume,
-                                fuse=fusion_enabled(spark.conf))
+                                fuse=fusion_enabled(spark.conf), task_writer=RESULT_SCHEMA)
     except BaseException:
         if start_over is not None:  # no sink was touched: the old checkpoint comes back
             start_over.undo()

@@ -176,6 +176,11 @@ class ReadRequest:
     Set only with an exact ``predicate`` (or none): the source applies it to every read and
     the flow's filters do not run in Spark. None: the source's rows are its events.
     Capability ``"pre_stage"``."""
+    pre_stage_schema: str | None = None
+    """The Arrow schema of the :attr:`pre_stage`'s rows (base64 IPC, :func:`schema_to_b64`);
+    None: the envelope only (:data:`wire.core.envelope.ENVELOPE_ARROW`). A pre-stage that
+    writes the flow's sinks in the source's tasks (sink fusion, :mod:`wire.compiler.sink_fusion`)
+    yields its write receipts instead."""
 
     def settings(self) -> dict[str, Any]:
         """Every field but ``schema``, by name (a connector's binding takes them as they are)."""
@@ -276,6 +281,8 @@ class Binding:
     """Pushed-down filter (:attr:`ReadRequest.predicate`): data rows it is not true on are dropped."""
     pre_stage: str | None = None
     """A keyed operator's pre-stage run in the source's tasks (:attr:`ReadRequest.pre_stage`)."""
+    pre_stage_schema: str | None = None
+    """The Arrow schema of the pre-stage's rows (:attr:`ReadRequest.pre_stage_schema`)."""
     local: bool = False
     """The Spark master is local: the planner and the executors share one machine, so a
     planner may hand what it decoded to the executors (:mod:`wire.sources.base.handoff`)
@@ -310,9 +317,12 @@ class Binding:
     def dataframe_schema(self) -> StructType:
         """The Spark schema of the source's DataFrame.
 
-        Payload + envelope columns; envelope only with a :attr:`pre_stage`.
+        Payload + envelope columns; with a :attr:`pre_stage`, the envelope only, or its
+        :attr:`pre_stage_schema`.
         """
         if self.pre_stage is not None:
+            if self.pre_stage_schema is not None:
+                return spark_schema(schema_from_b64(self.pre_stage_schema))
             return spark_schema(ENVELOPE_ARROW)
         return spark_struct(self.output_schema)
 
