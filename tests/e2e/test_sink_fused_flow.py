@@ -1,7 +1,8 @@
 """Stateless flows whose source's tasks write the sinks (``wire.compiler.sink_fusion``).
 
 For random events (values with nulls, a timestamp column), a malformed record, random file
-and epoch splits (``max_events_per_epoch``), filters and projections, the same flow runs
+and epoch splits (``max_events_per_epoch``), filters, maps (integer and floating point
+arithmetic) and projections, the same flow runs
 twice: fused, and with ``spark.wire.fusion.enabled=false`` (the source's rows go through the
 JVM to the epoch's ``mapInArrow`` writer). The Parquet sink's files (rows, Arrow schema,
 ``epoch`` column), a driver sink's rows and the dead letters must be equal; the rows must also
@@ -37,6 +38,10 @@ FILTERS = {  # the flow's filter, and the same rule for pandas
     "k IN ('a', 'c') OR n < 2": lambda d: d[d.k.isin(["a", "c"]) | (d.n < 2)],
 }
 PROJECTIONS = [None, ("k", "v"), ("at", "n", "k", "t")]
+MAPS = {  # a map after the filter, and the same for pandas (t >= 0: div truncates as floor)
+    "s = n * 3 - t, q = t div 7": lambda d: d.assign(s=d.n * 3 - d.t, q=d.t // 7),
+    "n = -n, w = v * 2": lambda d: d.assign(n=-d.n, w=d.v * 2),
+}
 EPOCH0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 event = st.tuples(st.integers(0, 300), st.sampled_from("abc"), st.none() | st.floats(-2, 2, allow_nan=False),
@@ -59,7 +64,8 @@ def csv_files(events: list[tuple], cuts: list[int]) -> list[str]:
         for t, k, v, n in events[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
 
 
-def run(spark, path: Path, files: list[str], *, predicate: str | None, projection, epoch: int):
+def run(spark, path: Path, files: list[str], *, predicate: str | None, mapping: str | None, projection,
+        epoch: int):
     data = path / "in"
     data.mkdir(parents=True)
     for i, text in enumerate(files):
@@ -70,6 +76,8 @@ def run(spark, path: Path, files: list[str], *, predicate: str | None, projectio
                          name="events")
     if predicate is not None:
         stream = stream.filter(predicate, name="kept")
+    if mapping is not None:
+        stream = stream.map(**dict(part.split(" = ") for part in mapping.split(", ")), name="mapped")
     if projection is not None:
         stream = stream.select(*projection, name="projected")
     memory = MemorySink()
@@ -95,19 +103,21 @@ def read_parquet(directory: Path) -> tuple[pa.Schema | None, list[tuple]]:
     return tables[0].schema, sorted((tuple(r.items()) for t in tables for r in t.to_pylist()), key=repr)
 
 
-def oracle(events: list[tuple], predicate: str | None, projection) -> list[tuple]:
+def oracle(events: list[tuple], predicate: str | None, mapping: str | None, projection) -> list[tuple]:
     d = pd.DataFrame(events, columns=["t", "k", "v", "n"])
     d["at"] = [EPOCH0 + dt.timedelta(milliseconds=int(t)) for t in d.t]
     if predicate is not None:
         d = FILTERS[predicate](d)
-    d = d[list(projection or SCHEMA.names)]
+    if mapping is not None:
+        d = MAPS[mapping](d)
+    d = d[list(projection or d.columns)]
     rows = []
     for r in d.itertuples(index=False):
         row = []
         for name, value in zip(d.columns, r, strict=True):
-            if name == "v":
+            if name in ("v", "w"):
                 value = None if pd.isna(value) else float(value)
-            elif name in ("t", "n"):
+            elif name in ("t", "n", "s", "q"):
                 value = int(value)
             elif name == "at":
                 value = pd.Timestamp(value).to_pydatetime()
@@ -130,24 +140,27 @@ def without_epoch(rows: list[tuple]) -> list[tuple]:
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(event, min_size=1, max_size=30), cuts=st.lists(st.integers(1, 29), max_size=3),
-       predicate=st.none() | st.sampled_from(sorted(FILTERS)), projection=st.sampled_from(PROJECTIONS),
+       predicate=st.none() | st.sampled_from(sorted(FILTERS)),
+       mapping=st.none() | st.sampled_from(sorted(MAPS)), projection=st.sampled_from(PROJECTIONS),
        epoch=st.integers(2, 12), bad_file=st.integers(0, 3))
-def test_sink_fused_equals_unfused_and_pandas(spark, tmp_path_factory, events, cuts, predicate, projection,
-                                              epoch, bad_file):
+def test_sink_fused_equals_unfused_and_pandas(spark, tmp_path_factory, events, cuts, predicate, mapping,
+                                              projection, epoch, bad_file):
     files = csv_files(events, cuts)
     files[bad_file % len(files)] += "oops,a,1,0,x\n"  # a malformed record: a dead letter, the flow goes on
     path = tmp_path_factory.mktemp("sink_fused")
     with fusion(spark, True):
-        fused = run(spark, path / "fused", files, predicate=predicate, projection=projection, epoch=epoch)
+        fused = run(spark, path / "fused", files, predicate=predicate, mapping=mapping, projection=projection,
+                    epoch=epoch)
     with fusion(spark, False):
-        plain = run(spark, path / "plain", files, predicate=predicate, projection=projection, epoch=epoch)
+        plain = run(spark, path / "plain", files, predicate=predicate, mapping=mapping, projection=projection,
+                    epoch=epoch)
     assert (fused["task_writer"], plain["task_writer"]) == (True, False)
     assert fused["parquet"] == plain["parquet"]  # Arrow schema, rows and their epochs
     assert fused["memory"] == plain["memory"]
     assert same_dead_letters(fused["dead"], plain["dead"])
     assert fused["input_events"] == plain["input_events"] == len(events)
     assert [dict(r)["record"] for r in fused["dead"][1]] == ["oops,a,1,0,x"]
-    want = oracle(events, predicate, projection)
+    want = oracle(events, predicate, mapping, projection)
     assert without_epoch(fused["parquet"][1]) == want
     assert without_epoch(fused["memory"]) == want
 

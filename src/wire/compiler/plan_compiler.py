@@ -351,6 +351,8 @@ def _filter(node: FilterNode, b: _Build) -> _Compiled:
 @_step.register
 def _map(node: MapNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    if b.sink_fusion is not None:  # the source's task computes it (wire.compiler.sink_fusion)
+        return cur
     return replace(cur, df=apply_map(cur.df, node.columns, node.step))
 
 

@@ -45,18 +45,22 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import cloudpickle
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
-from wire.compiler.pushdown import filters_predicate
-from wire.core.envelope import BLOB, KIND, PORT
-from wire.core.predicate import NotEvaluable, Predicate, columns_of, keep
+from wire.compiler.exprs import apply_map, apply_select, to_column
+from wire.compiler.pushdown import empty_frame, filters_predicate, translate_value
+from wire.core.envelope import BLOB, ENVELOPE_COLUMNS, KIND, KIND_DATA, PORT
+from wire.core.predicate import NotEvaluable, Predicate, columns_of, keep, value
 from wire.errors import WireError
 from wire.plan.graph import port_readers
-from wire.plan.nodes import OUT, DropNode, FilterNode, Node, Plan, SelectNode, SinkNode, SourceNode
+from wire.plan.nodes import OUT, DropNode, FilterNode, MapNode, Node, Plan, SelectNode, SinkNode, SourceNode
 from wire.sources.base.source import Source, can, schema_to_b64, spark_row_schema, spark_struct, unpickle_b64
 
 TASK_WRITER = "wire.epoch.task_writer"
@@ -64,6 +68,14 @@ TASK_WRITER = "wire.epoch.task_writer"
 
 WRITER_ENVELOPE = (KIND, PORT, BLOB)
 """The envelope columns the partition writer reads (:func:`wire.runtime.ports.split_ports`)."""
+
+
+Computed: TypeAlias = tuple[tuple[str, Predicate | None, pa.DataType], ...]
+"""The columns of a ``map`` or ``select``: (name, value expression or None for a column kept as it
+is, Arrow type of the result as Spark types it)."""
+Operation: TypeAlias = tuple[str, Computed]
+"""One step the task runs after the predicate: ``("map", columns)`` adds or replaces columns,
+``("select", columns)`` keeps exactly these (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +98,12 @@ class SinkFusion:
     ``mapInArrow`` would hand them over (session time zone, large string types or not)."""
     result: pa.Schema
     """The writer's result rows (``task_writer`` of ``compile_plan``)."""
+    operations: tuple[Operation, ...] = ()
+    """The maps and projections the task runs after the predicate, in order."""
 
     def pre_stage(self) -> str:
         """The source's ``ReadRequest.pre_stage``: the pickled :class:`SourceTaskWriter`, in base64."""
-        pickled: bytes = cloudpickle.dumps(SourceTaskWriter(self.writer_input))  # type: ignore[no-untyped-call]
+        pickled: bytes = cloudpickle.dumps(SourceTaskWriter(self.writer_input, self.operations))  # type: ignore[no-untyped-call]
         return base64.b64encode(pickled).decode("ascii")
 
     def pre_stage_schema(self) -> str:
@@ -139,25 +153,56 @@ class SourceTaskWriter:
     """The epoch's partition writer run in a source's own task (sink fusion, module docstring).
 
     A callable on one task's source rows (payload + envelope batches, the source's exact
-    predicate applied): it keeps the writer's columns, casts them to ``writer_input`` (the
-    types Spark's ``mapInArrow`` gives the writer) and yields what the epoch's writer
-    (:func:`epoch_writer`) yields for them.
+    predicate applied): it runs the flow's maps and projections on the data rows
+    (``operations``, value expressions of :mod:`wire.core.predicate`), keeps the writer's
+    columns, casts them to ``writer_input`` (the types Spark's ``mapInArrow`` gives the writer)
+    and yields what the epoch's writer (:func:`epoch_writer`) yields for them.
+
+    Raises
+    ------
+    pyarrow.ArrowInvalid
+        When a map's checked arithmetic overflows or divides by zero: the task fails, as
+        Spark's ANSI mode fails it.
     """
 
-    def __init__(self, writer_input: pa.Schema) -> None:
+    def __init__(self, writer_input: pa.Schema, operations: tuple[Operation, ...] = ()) -> None:
         self.writer_input = writer_input
+        self.operations = operations
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One task's writer result rows."""
-        names = self.writer_input.names
-        rows = [b.select(names) for b in batches]
-        if not rows:
+        tables = [pa.Table.from_batches([b]) for b in batches]
+        if not tables:
             return iter(())
-        table = pa.Table.from_batches(rows).cast(self.writer_input)
+        table = pa.concat_tables(tables)
+        if self.operations:
+            table = self._computed(table)
+        table = table.select(self.writer_input.names).cast(self.writer_input)
         writer = epoch_writer()
         assert callable(writer)
         out: Iterator[pa.RecordBatch] = writer(iter(table.to_batches()))
         return out
+
+    def _computed(self, table: pa.Table) -> pa.Table:
+        """The operations on the data rows; other rows keep :data:`WRITER_ENVELOPE` only (nulls elsewhere).
+
+        Spark computes a step's columns on data rows only (:mod:`wire.compiler.exprs`).
+        """
+        is_data = pc.equal(table.column(KIND), KIND_DATA)
+        data, other = table.filter(is_data), table.filter(pc.invert(is_data))
+        for kind, columns in self.operations:
+            values = {name: (data.column(name) if expression is None else value(data, expression)).cast(type_)
+                      for name, expression, type_ in columns}
+            if kind == "select":
+                envelope = [c for c in data.column_names if c in ENVELOPE_COLUMNS]
+                data = pa.table({**values, **{c: data.column(c) for c in envelope}})
+            else:
+                for name, array in values.items():
+                    i = data.schema.get_field_index(name)
+                    data = data.append_column(name, array) if i < 0 else data.set_column(i, name, array)
+        nulls = {f.name: pa.nulls(other.num_rows, f.type) for f in data.schema}
+        other = pa.table({**nulls, **{c: other.column(c) for c in WRITER_ENVELOPE}}).select(data.column_names)
+        return pa.concat_tables([data, other.cast(data.schema)])
 
 
 def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusion | None:
@@ -169,27 +214,35 @@ def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusi
     if not isinstance(connector, Source) or not can(connector, "pre_stage"):
         return None
     payload = connector.resolve_schema()
-    columns = tuple(payload.names)
+    struct = spark_struct(payload)
+    frame = empty_frame(spark, struct)  # each step's columns, resolved by Spark (nothing runs)
     chain: list[Node] = []
+    filters: list[FilterNode] = []
+    operations: list[Operation] = []
+    read: set[str] = set()
     step: str = source.step
     while (node := _next(plan, step)) is not None:
-        if isinstance(node, SelectNode):
-            names = [c for c in node.columns if isinstance(c, str) and c in columns]
-            if len(names) != len(node.columns) or len(set(names)) != len(names):
+        if isinstance(node, FilterNode):
+            if any(kind == "map" or any(e is not None for _, e, _ in cols) for kind, cols in operations):
+                return None  # a filter after a computed column: not the source's predicate
+            filters.append(node)
+        elif isinstance(node, MapNode | SelectNode):
+            found = _operation(frame, node)
+            if found is None:
                 return None
-            columns = tuple(names)
-        elif not isinstance(node, FilterNode):
+            frame, operation = found
+            operations.append(operation)
+            read |= {c for _, e, _ in operation[1] for c in columns_of(e or [])}
+            read |= {n for n, e, _ in operation[1] if e is None}
+        else:
             return None
         chain.append(node)
         step = node.step
     if any(r.source.port == OUT and r.source.step != step for r in port_readers(plan)):
         return None  # a sink reads a step before the chain's end
-    operators = [n for n in plan.nodes if not isinstance(n, SourceNode | SinkNode | DropNode)]
-    if len(operators) != len(chain):
+    if len([n for n in plan.nodes if not isinstance(n, SourceNode | SinkNode | DropNode)]) != len(chain):
         return None  # another operator, not on the chain (a branch)
-    filters = [n for n in chain if isinstance(n, FilterNode)]
     predicate = None
-    struct = spark_struct(payload)
     if filters:
         if not can(connector, "predicate"):
             return None
@@ -200,18 +253,55 @@ def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusi
             keep(spark_row_schema(payload).empty_table(), predicate)  # evaluable on the source's rows
         except NotEvaluable:
             return None
-    needed = set(columns) | {source.event_time} | columns_of(predicate or [])
+    columns = tuple(c for c in frame.columns if c not in ENVELOPE_COLUMNS)
+    needed = {source.event_time} | columns_of(predicate or []) | read
+    if not any(kind == "select" for kind, _ in operations):
+        needed |= set(columns)
     if source.key is not None:
         needed.add(source.key)
     produced = None
-    if can(connector, "columns") and len(needed) < len(payload):
+    if can(connector, "columns") and len(needed & set(payload.names)) < len(payload):
         produced = tuple(n for n in payload.names if n in needed)
+    writer_input = pa.schema([_arrow(spark, frame.schema).field(c) for c in (*columns, *WRITER_ENVELOPE)])
+    return SinkFusion(source.step, tuple(n.step for n in chain), step, predicate, columns, produced,
+                      writer_input, result, tuple(operations))
+
+
+def _operation(frame: DataFrame, node: MapNode | SelectNode) -> tuple[DataFrame, Operation] | None:
+    """The step applied to an empty frame (its columns resolved by Spark), and as a task's operation.
+
+    None when a column is not a plain name or a value expression (:func:`translate_value`).
+    """
+    pairs: list[tuple[str, Any]] = []
+    for c in node.columns:
+        if isinstance(node, SelectNode) and isinstance(c, str) and c in frame.columns:
+            pairs.append((c, None))
+        elif isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], str) and c[0] not in ENVELOPE_COLUMNS:
+            pairs.append(c)
+        else:
+            return None
+    computed: list[tuple[str, Predicate | None]] = []
+    for name, expr in pairs:
+        tree = None
+        if expr is not None:
+            column = to_column(expr, parameter=name, step=node.step).alias(name)
+            analyzed = frame.select(column)._jdf.queryExecution().analyzed().projectList().apply(0)
+            tree = translate_value(analyzed)
+            if tree is None:
+                return None
+        computed.append((name, tree))
+    after = (apply_select(frame, node.columns, node.step) if isinstance(node, SelectNode)
+             else apply_map(frame, node.columns, node.step))
+    types = _arrow(frame.sparkSession, after.schema)
+    typed = tuple((name, tree, types.field(name).type) for name, tree in computed)
+    return after, ("select" if isinstance(node, SelectNode) else "map", typed)
+
+
+def _arrow(spark: SparkSession, struct: StructType) -> pa.Schema:
+    """``struct`` as Spark hands it to a Python worker (session time zone, large string types or not)."""
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     zone = spark.conf.get("spark.sql.session.timeZone")
-    sent = to_arrow_schema(struct, timezone=zone, prefers_large_types=large)
-    writer_input = pa.schema([sent.field(c) for c in (*columns, *WRITER_ENVELOPE)])
-    return SinkFusion(source.step, tuple(n.step for n in chain), step, predicate, columns, produced,
-                      writer_input, result)
+    return to_arrow_schema(struct, timezone=zone, prefers_large_types=large)
 
 
 def _next(plan: Plan, step: str) -> Node | None:

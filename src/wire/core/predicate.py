@@ -18,6 +18,20 @@ The tree is JSON (it travels in a source's binding to the executors)::
     ["isnull", a] / ["isnotnull", a]
     ["and", a, b] / ["or", a, b] / ["not", a]
 
+Value expressions, the columns a stateless flow's ``map`` or ``select`` computes when its
+source's tasks write its sinks (:mod:`wire.compiler.sink_fusion`; :func:`value`)::
+
+    ["lit", 908, "int32"]                  a literal of an Arrow type
+    ["cast", a, "int64"]                   a lossless widening (integer to a wider integer or
+                                           to floating point, float to double)
+    ["arith", op, a, b, checked]           + - * on operands of one type; "div", Spark's
+                                           integral division of bigints (truncated toward 0)
+    ["neg", a, checked]                    unary minus
+
+``checked`` (Spark's ANSI mode, its default): an integer overflow raises, as Spark's does;
+unchecked (legacy mode): it wraps around, as Java's arithmetic does. A ``div`` by zero always
+raises (Spark's ANSI mode; the translator refuses legacy mode, where Spark gives null).
+
 :func:`mask` evaluates it with three-valued (Kleene) logic, as SQL does: a comparison
 with null is null, ``NOT null`` is null, ``false AND null`` is false, ``true OR null`` is
 true, and ``x IN (...)`` is null when ``x`` is null or when nothing matches and the list
@@ -70,6 +84,30 @@ def mask(table: pa.Table, predicate: Predicate) -> pa.ChunkedArray | pa.Array:
     return value
 
 
+ARITHMETIC = {("+", True): pc.add_checked, ("+", False): pc.add, ("-", True): pc.subtract_checked,
+              ("-", False): pc.subtract, ("*", True): pc.multiply_checked, ("*", False): pc.multiply,
+              ("div", True): pc.divide_checked, ("div", False): pc.divide}
+"""The operators of an ``["arith", op, a, b, checked]`` node and their Arrow kernels (``div`` on
+integers truncates toward zero in both, as Java's ``/`` and Spark's ``div`` do)."""
+
+
+def value(table: pa.Table, expression: Predicate) -> pa.ChunkedArray | pa.Array:
+    """A value expression (module docstring) on every row of ``table``, one value per row.
+
+    Raises
+    ------
+    NotEvaluable
+        When a column is missing or a node is unknown.
+    pyarrow.ArrowInvalid
+        When checked arithmetic overflows or a ``div`` divides by zero (Spark's ANSI mode fails
+        the same row).
+    """
+    result = _eval(table, expression)
+    if isinstance(result, pa.Scalar):  # literals only
+        return pa.array([result.as_py()] * table.num_rows, result.type)
+    return result
+
+
 def keep(table: pa.Table, predicate: Predicate) -> pa.Array:
     """Where the predicate is true (false and null: dropped), as one boolean array without nulls."""
     value = mask(table, predicate)
@@ -86,7 +124,7 @@ def columns_of(predicate: Predicate) -> set[str]:
         return {predicate[1]}
     if predicate[0] == "lit":
         return set()
-    if predicate[0] == "in":  # ["in", operand, [literal values]]: the values are not nodes
+    if predicate[0] in ("in", "cast"):  # ["in", operand, [literal values]], ["cast", operand, type]
         return columns_of(predicate[1])
     found: set[str] = set()
     for part in predicate[1:]:
@@ -102,7 +140,13 @@ def _eval(table: pa.Table, node: Predicate) -> Any:
             raise NotEvaluable(f"no column {node[1]!r}")
         return table.column(node[1])
     if op == "lit":
-        return pa.scalar(node[1])
+        return pa.scalar(node[1]) if len(node) < 3 else pa.scalar(node[1], pa.type_for_alias(node[2]))
+    if op == "cast":
+        return pc.cast(_eval(table, node[1]), pa.type_for_alias(node[2]))
+    if op == "arith":
+        return ARITHMETIC[(node[1], bool(node[4]))](_eval(table, node[2]), _eval(table, node[3]))
+    if op == "neg":
+        return (pc.negate_checked if node[2] else pc.negate)(_eval(table, node[1]))
     if op == "cmp":
         return _compare(node[1], _eval(table, node[2]), _eval(table, node[3]), table.num_rows)
     if op == "and":

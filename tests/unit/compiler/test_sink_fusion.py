@@ -75,8 +75,11 @@ def test_the_writer_gets_the_types_spark_would_give_it(spark, tmp_path):
 
 
 @pytest.mark.parametrize("branch", [
-    "a map",
-    "a select with an expression",
+    "a map calling a function",
+    "a map of a decimal",
+    "a division",
+    "a filter after a map",
+    "a narrowing cast",
     "a filter that does not translate",
     "a sink on a step before the end",
     "a second reader of the source",
@@ -85,10 +88,16 @@ def test_the_writer_gets_the_types_spark_would_give_it(spark, tmp_path):
 ])
 def test_what_stops_a_sink_fusion(spark, tmp_path, branch):
     flow, events = _flow(tmp_path)
-    if branch == "a map":
-        events.map(v2="v * 2").sink(MemorySink())
-    elif branch == "a select with an expression":
-        events.select("k", ("v2", "v * 2")).sink(MemorySink())
+    if branch == "a map calling a function":
+        events.map(k2="upper(k)").sink(MemorySink())
+    elif branch == "a map of a decimal":
+        events.map(v2="v * 2.5BD").sink(MemorySink())
+    elif branch == "a division":
+        events.select("k", ("v2", "v / 2")).sink(MemorySink())
+    elif branch == "a filter after a map":
+        events.map(n="n + 1").filter("n > 2").sink(MemorySink())
+    elif branch == "a narrowing cast":
+        events.map(m="cast(t AS int)").sink(MemorySink())
     elif branch == "a filter that does not translate":
         events.filter("upper(k) = 'A'").sink(MemorySink())
     elif branch == "a sink on a step before the end":
@@ -105,6 +114,55 @@ def test_what_stops_a_sink_fusion(spark, tmp_path, branch):
                             event_time="t", key="k", name="other")
         events.union(other).sink(MemorySink())
     assert find_sink_fusion(spark, flow.plan(), RESULT_SCHEMA) is None
+
+
+def test_maps_and_computed_projections_are_value_expressions_typed_as_spark_types_them(spark, tmp_path):
+    """Spark's analysis makes every implicit conversion a cast; the task computes on data rows."""
+    flow, events = _flow(tmp_path)
+    events.filter("v > 0").map(p="(t * 908) div 1000", m="-n + 1").select("k", ("w", "m * 2"), "p") \
+        .sink(MemorySink())
+    fusion = find_sink_fusion(spark, flow.plan(), RESULT_SCHEMA)
+    assert fusion is not None and fusion.columns == ("k", "w", "p")
+    times = ["arith", "*", ["col", "t"], ["cast", ["lit", 908, "int32"], "int64"], True]
+    assert fusion.operations == (
+        ("map", (("p", ["arith", "div", times, ["cast", ["lit", 1000, "int32"], "int64"], True], pa.int64()),
+                 ("m", ["arith", "+", ["neg", ["col", "n"], True], ["lit", 1, "int32"], True], pa.int32()))),
+        ("select", (("k", None, pa.string()), ("w", ["arith", "*", ["col", "m"], ["lit", 2, "int32"], True],
+                                                  pa.int32()), ("p", None, pa.int64()))))
+    assert fusion.produced == ("t", "k", "n", "v")  # read by the maps, the projection, the filter
+    assert [f.type for f in fusion.writer_input][:3] == [pa.string(), pa.int32(), pa.int64()]
+
+
+def test_the_task_computes_on_data_rows_with_sparks_ansi_arithmetic(monkeypatch):
+    """Hand-derived: ``div`` truncates toward zero; control rows get nulls, never an error; an
+    overflow on a data row fails the task, as Spark's ANSI mode fails it."""
+    import wire.compiler.sink_fusion as sink_fusion
+
+    got: list[pa.Table] = []
+
+    def writer(batches):
+        got.append(pa.Table.from_batches(list(batches)))
+        return iter(())
+
+    monkeypatch.setattr(sink_fusion, "epoch_writer", lambda: writer)
+    div = ["arith", "div", ["col", "t"], ["cast", ["lit", 1000, "int32"], "int64"], True]
+    target = pa.schema([("p", pa.int64()), (KIND, pa.int32()), (PORT, pa.string()), (BLOB, pa.binary())])
+    operations = (("map", (("p", div, pa.int64()),)), ("select", (("p", None, pa.int64()),)))
+    task = SourceTaskWriter(target, operations)
+    rows = pa.RecordBatch.from_pydict({
+        "t": pa.array([1999, -1999, None, 7], pa.int64()),
+        KIND: pa.array([KIND_DATA, KIND_DATA, KIND_WATERMARK, KIND_DATA], pa.int32()),
+        PORT: [None, None, "events", None], BLOB: pa.array([None] * 4, pa.binary())})
+    list(task(iter([rows])))
+    assert got[0].column("p").to_pylist() == [1, -1, 7 // 1000, None]  # data rows first, then control rows
+    assert got[0].column(KIND).to_pylist() == [KIND_DATA] * 3 + [KIND_WATERMARK]
+    big = ["arith", "*", ["col", "t"], ["lit", 2**62, "int64"], True]
+    overflow = SourceTaskWriter(target, (("select", (("p", big, pa.int64()),)),))
+    with pytest.raises(pa.ArrowInvalid, match="overflow"):
+        list(overflow(iter([rows])))
+    wrapping = ["arith", "*", ["col", "t"], ["lit", 2**62, "int64"], False]  # legacy mode: Java's wrap-around
+    list(SourceTaskWriter(target, (("select", (("p", wrapping, pa.int64()),)),))(iter([rows])))
+    assert got[-1].column("p").to_pylist()[0] == (1999 * 2**62 + 2**63) % 2**64 - 2**63
 
 
 def test_a_source_without_the_capability_is_not_fused(spark):
