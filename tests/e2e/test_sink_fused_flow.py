@@ -11,7 +11,6 @@ equal pandas' filter and projection of the events (an oracle that knows nothing 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import itertools
 from pathlib import Path
@@ -22,10 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.e2e.test_fused_window_flow import fusion
 
 import wire
 from wire.delivery.sink import EpochStager, ExecutorSink, StagedPart
-from wire.runtime.query_conf import FUSION
 from wire.testing import MemorySink
 
 pytestmark = pytest.mark.spark
@@ -36,6 +35,7 @@ FILTERS = {  # the flow's filter, and the same rule for pandas
     "v > 0": lambda d: d[d.v > 0],
     "v IS NOT NULL AND k != 'b'": lambda d: d[d.v.notna() & (d.k != "b")],
     "k IN ('a', 'c') OR n < 2": lambda d: d[d.k.isin(["a", "c"]) | (d.n < 2)],
+    "t % 3 = 1 AND n * 2 > 1": lambda d: d[(d.t % 3 == 1) & (d.n * 2 > 1)],  # t >= 0: % as Java's
 }
 PROJECTIONS = [None, ("k", "v"), ("at", "n", "k", "t")]
 MAPS = {  # a map after the filter, and the same for pandas (t >= 0: div truncates as floor)
@@ -46,15 +46,6 @@ EPOCH0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 event = st.tuples(st.integers(0, 300), st.sampled_from("abc"), st.none() | st.floats(-2, 2, allow_nan=False),
                   st.integers(0, 3))
-
-
-@contextlib.contextmanager
-def fusion(spark, enabled: bool):
-    spark.conf.set(FUSION, str(enabled).lower())
-    try:
-        yield
-    finally:
-        spark.conf.unset(FUSION)
 
 
 def csv_files(events: list[tuple], cuts: list[int]) -> list[str]:

@@ -36,11 +36,9 @@ inputs; the state is the same (same key groups), so a checkpoint runs on fused o
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
 from wire.compiler.pushdown import filters_predicate
@@ -60,7 +58,7 @@ from wire.plan.nodes import (
     SourceNode,
     WindowAggregateNode,
 )
-from wire.sources.base.source import Source, can, spark_row_schema, spark_struct
+from wire.sources.base.source import Source, can, pickle_b64, spark_row_schema, spark_struct
 
 
 @dataclass(frozen=True)
@@ -83,8 +81,7 @@ class Fusion:
 
     def pre_stage(self) -> str:
         """The source's ``ReadRequest.pre_stage``: the pickled ``SourcePreStage``, in base64."""
-        pickled: bytes = cloudpickle.dumps(SourcePreStage(self.stage, self.key))  # type: ignore[no-untyped-call]
-        return base64.b64encode(pickled).decode("ascii")
+        return pickle_b64(SourcePreStage(self.stage, self.key))
 
 
 def find_fusions(spark: SparkSession, plan: Plan, key_groups: int) -> dict[str, Fusion]:

@@ -18,7 +18,8 @@ columns and literals of integer, floating point, string or boolean type; a cast 
 an integer (``int`` column against a ``bigint`` literal), turns a number into ``double``
 (Spark's rule for comparing with floating point, which Arrow's kernels follow: an ``int``
 column against ``1.5``, a ``double`` column against ``0``; a decimal literal becomes the
-nearest double, as Spark's cast makes it) or types a null literal. Anything else is not
+nearest double, as Spark's cast makes it) or types a null literal; an operand may be integer or
+floating point arithmetic (:func:`translate_value`, e.g. ``auction_id % 123 = 0``). Anything else is not
 translated: a timestamp or decimal column, a function call, a cast from string. An ``AND`` with one side
 untranslated keeps the other side, a weaker predicate (it drops fewer rows), which is
 still correct; an ``OR`` or a ``NOT`` needs all of its operands. The predicates of several
@@ -133,9 +134,12 @@ def _named(predicate: Predicate, names: list[str]) -> Predicate | None:
     if predicate[0] == "in":  # ["in", operand, [literal values]]
         value = _named(predicate[1], names)
         return None if value is None else ["in", value, predicate[2]]
-    if predicate[0] == "cmp":  # ["cmp", op, a, b]
+    if predicate[0] in ("cmp", "arith"):  # ["cmp", op, a, b], ["arith", op, a, b, checked]
         a, b = _named(predicate[2], names), _named(predicate[3], names)
-        return None if a is None or b is None else ["cmp", predicate[1], a, b]
+        return None if a is None or b is None else [*predicate[:2], a, b, *predicate[4:]]
+    if predicate[0] in ("cast", "neg"):  # ["cast", a, type], ["neg", a, checked]
+        inner = _named(predicate[1], names)
+        return None if inner is None else [predicate[0], inner, predicate[2]]
     parts = [_named(part, names) for part in predicate[1:]]  # and, or, not, isnull, isnotnull
     return None if any(p is None for p in parts) else [predicate[0], *parts]
 
@@ -209,6 +213,8 @@ def _operand(expr: JavaObject) -> list[Any] | None:
     kind_type = _type(expr)
     if kind_type not in NUMBERS and kind_type not in ("string", "boolean", "void"):
         return None
+    if kind in ARITHMETIC_NODES or kind == "UnaryMinus":
+        return translate_value(expr)
     if kind == "AttributeReference":
         return None if kind_type == "void" else ["col", str(expr.name())]
     if kind == "Literal":
@@ -228,19 +234,19 @@ def _operand(expr: JavaObject) -> list[Any] | None:
 ARROW_NUMBERS = {"tinyint": "int8", "smallint": "int16", "int": "int32", "bigint": "int64",
                  "float": "float", "double": "double"}
 """Spark's number types and the Arrow types Spark hands them to Python as."""
-ARITHMETIC_NODES = {"Add": "+", "Subtract": "-", "Multiply": "*", "IntegralDivide": "div"}
+ARITHMETIC_NODES = {"Add": "+", "Subtract": "-", "Multiply": "*", "IntegralDivide": "div", "Remainder": "%"}
 """Catalyst arithmetic classes and their ``["arith", op, ...]`` operator (:mod:`wire.core.predicate`)."""
 
 
 def translate_value(expr: JavaObject) -> list[Any] | None:
     """A resolved Catalyst number expression as a value expression (:func:`wire.core.predicate.value`).
 
-    Columns and literals of Spark's integer and floating point types, ``+ - *`` and ``div``
-    (``IntegralDivide``), unary minus, and the lossless casts Spark's type coercion inserts
-    (a wider integer, integer or float to floating point). Arithmetic in Spark's ANSI mode
-    (its default) is checked, as Spark's raises; legacy ``+ - *`` wrap around as Spark's do;
-    ``div`` and ``TRY`` arithmetic only in ANSI mode. None when anything else appears (a
-    function, a decimal, ``/``, ``%``, a string): the step is not translated.
+    Columns and literals of Spark's integer and floating point types, ``+ - *``, ``div``
+    (``IntegralDivide``) and ``%`` of integers (``Remainder``), unary minus, and the lossless
+    casts Spark's type coercion inserts (a wider integer, integer or float to floating point).
+    Arithmetic in Spark's ANSI mode (its default) is checked, as Spark's raises; legacy ``+ - *``
+    wrap around as Spark's do; ``div`` and ``%`` only in ANSI mode, no ``TRY`` arithmetic. None
+    when anything else appears (a function, a decimal, ``/``, a string): not translated.
     """
     kind, of = _kind(expr), _type(expr)
     if of not in ARROW_NUMBERS:
@@ -263,8 +269,10 @@ def translate_value(expr: JavaObject) -> list[Any] | None:
         return None if operand is None else ["cast", operand, ARROW_NUMBERS[of]]
     if kind in ARITHMETIC_NODES:
         mode = str(expr.evalMode().toString())
-        if mode not in ("ANSI", "LEGACY") or (kind == "IntegralDivide" and mode != "ANSI"):
+        if mode not in ("ANSI", "LEGACY") or (kind in ("IntegralDivide", "Remainder") and mode != "ANSI"):
             return None
+        if kind == "Remainder" and of not in INTEGERS:
+            return None  # a floating point remainder by zero raises in Spark, not in Arrow
         left, right = translate_value(children[0]), translate_value(children[1])
         if left is None or right is None or _type(children[0]) != _type(children[1]):
             return None

@@ -42,14 +42,12 @@ rows, of the same Arrow types.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -61,7 +59,15 @@ from wire.core.predicate import NotEvaluable, Predicate, columns_of, keep, value
 from wire.errors import WireError
 from wire.plan.graph import port_readers
 from wire.plan.nodes import OUT, DropNode, FilterNode, MapNode, Node, Plan, SelectNode, SinkNode, SourceNode
-from wire.sources.base.source import Source, can, schema_to_b64, spark_row_schema, spark_struct, unpickle_b64
+from wire.sources.base.source import (
+    Source,
+    can,
+    pickle_b64,
+    schema_to_b64,
+    spark_row_schema,
+    spark_struct,
+    unpickle_b64,
+)
 
 TASK_WRITER = "wire.epoch.task_writer"
 """The Spark local property that carries an epoch's partition writer to its source's tasks."""
@@ -103,8 +109,7 @@ class SinkFusion:
 
     def pre_stage(self) -> str:
         """The source's ``ReadRequest.pre_stage``: the pickled :class:`SourceTaskWriter`, in base64."""
-        pickled: bytes = cloudpickle.dumps(SourceTaskWriter(self.writer_input, self.operations))  # type: ignore[no-untyped-call]
-        return base64.b64encode(pickled).decode("ascii")
+        return pickle_b64(SourceTaskWriter(self.writer_input, self.operations))
 
     def pre_stage_schema(self) -> str:
         """The source's ``ReadRequest.pre_stage_schema``: the writer's result rows."""
@@ -125,8 +130,7 @@ def find_sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> Sink
 
 def epoch_writer_text(writer: object) -> str:
     """The value of :data:`TASK_WRITER` for an epoch's ``writer`` (a picklable callable)."""
-    pickled: bytes = cloudpickle.dumps(writer)  # type: ignore[no-untyped-call]
-    return base64.b64encode(pickled).decode("ascii")
+    return pickle_b64(writer)
 
 
 def epoch_writer() -> object:

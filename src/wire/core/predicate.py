@@ -25,12 +25,14 @@ source's tasks write its sinks (:mod:`wire.compiler.sink_fusion`; :func:`value`)
     ["cast", a, "int64"]                   a lossless widening (integer to a wider integer or
                                            to floating point, float to double)
     ["arith", op, a, b, checked]           + - * on operands of one type; "div", Spark's
-                                           integral division of bigints (truncated toward 0)
+                                           integral division of bigints (truncated toward 0);
+                                           "%", the remainder of integers (the dividend's sign)
     ["neg", a, checked]                    unary minus
 
 ``checked`` (Spark's ANSI mode, its default): an integer overflow raises, as Spark's does;
-unchecked (legacy mode): it wraps around, as Java's arithmetic does. A ``div`` by zero always
-raises (Spark's ANSI mode; the translator refuses legacy mode, where Spark gives null).
+unchecked (legacy mode): it wraps around, as Java's arithmetic does. A ``div`` or ``%`` by zero
+always raises (Spark's ANSI mode; the translator refuses legacy mode, where Spark gives null).
+Value expressions may also be the operands of a comparison (e.g. ``auction_id % 123 = 0``).
 
 :func:`mask` evaluates it with three-valued (Kleene) logic, as SQL does: a comparison
 with null is null, ``NOT null`` is null, ``false AND null`` is false, ``true OR null`` is
@@ -86,9 +88,11 @@ def mask(table: pa.Table, predicate: Predicate) -> pa.ChunkedArray | pa.Array:
 
 ARITHMETIC = {("+", True): pc.add_checked, ("+", False): pc.add, ("-", True): pc.subtract_checked,
               ("-", False): pc.subtract, ("*", True): pc.multiply_checked, ("*", False): pc.multiply,
-              ("div", True): pc.divide_checked, ("div", False): pc.divide}
+              ("div", True): pc.divide_checked, ("div", False): pc.divide,
+              ("%", True): pc.remainder, ("%", False): pc.remainder}
 """The operators of an ``["arith", op, a, b, checked]`` node and their Arrow kernels (``div`` on
-integers truncates toward zero in both, as Java's ``/`` and Spark's ``div`` do)."""
+integers truncates toward zero in both, as Java's ``/`` and Spark's ``div`` do; ``remainder``
+takes the dividend's sign and gives 0 for ``MIN % -1``, as Java's ``%``, and raises on zero)."""
 
 
 def value(table: pa.Table, expression: Predicate) -> pa.ChunkedArray | pa.Array:

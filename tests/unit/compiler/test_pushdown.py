@@ -11,6 +11,8 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -24,8 +26,8 @@ from pyspark.sql.types import (
 )
 
 import wire
-from wire.compiler.pushdown import source_predicate, translate
-from wire.core.predicate import keep
+from wire.compiler.pushdown import source_predicate, translate, translate_value
+from wire.core.predicate import keep, value
 from wire.examples.nexmark_source import nexmark
 from wire.sources.base.rows import spark_struct
 from wire.testing import MemorySink
@@ -66,6 +68,9 @@ def condition(spark, predicate):
     ("ts IS NOT NULL", ["isnotnull", ["col", "ts"]]),  # any type: a null is a null
     # an AND keeps its translatable side
     ("kind = 'bid' AND upper(state) = 'CA'", ["cmp", "=", ["col", "kind"], ["lit", "bid"]]),
+    # arithmetic operands (Nexmark q2), in Spark's ANSI mode: checked
+    ("category % 123 = 0", ["cmp", "=", ["arith", "%", ["col", "category"],
+                                         ["cast", ["lit", 123, "int32"], "int64"], True], ["lit", 0]]),
 ])
 def test_what_translates(spark, predicate, expected):
     assert translate(condition(spark, predicate)) == expected
@@ -89,6 +94,7 @@ PREDICATES = [
     "category IS NOT NULL AND NOT (category = 10 AND kind = 'person')", "kind = 'auction' OR kind = 'person'",
     "d = 0", "NOT (d < 1.5)", "d > 1E308", "d != d", "x < 2.5 OR d IN (0.5, 2.0)", "d IS NOT NULL",
     "kind = 'bid' AND upper(state) = 'CA'",
+    "category % 3 = 1", "x * 2 > 3 OR -x > 2", "category div 2 = 5 AND x % -3 != 0", "d * 2 > x + 1",
 ]
 
 
@@ -111,6 +117,39 @@ def test_the_pushed_predicate_keeps_every_row_sparks_filter_keeps(spark, predica
     assert not theirs - ours  # never drops a row Spark keeps
     if "upper" not in predicate:  # an exact translation keeps exactly Spark's rows
         assert ours == theirs
+
+
+EXPRESSIONS = ["(a * 908) div 1000", "a % 7", "a % -3", "a div -7", "-b + a", "b * 3 - a", "d * 2 + b",
+               "-(a - b) * 2", "b + 1"]
+"""Value expressions (a sink fusion's maps) over a bigint ``a``, an int ``b`` and a double ``d``."""
+
+numbers = st.tuples(st.none() | st.integers(-10**9, 10**9), st.none() | st.integers(-10**6, 10**6),
+                    st.none() | st.floats(-1e6, 1e6, allow_nan=False))
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.lists(numbers, min_size=1, max_size=20))
+def test_value_expressions_equal_sparks(spark, rows):
+    """Spark's own evaluation is the oracle: the same values, of the same types, nulls included."""
+    schema = StructType([StructField("a", LongType()), StructField("b", IntegerType()),
+                         StructField("d", DoubleType())])
+    df = spark.createDataFrame(rows, schema)
+    theirs = df.select(*[F.expr(e).alias(f"e{i}") for i, e in enumerate(EXPRESSIONS)]).collect()
+    arrow = pa.schema([("a", pa.int64()), ("b", pa.int32()), ("d", pa.float64())])
+    table = pa.Table.from_pylist([dict(zip("abd", r, strict=True)) for r in rows], schema=arrow)
+    for i, e in enumerate(EXPRESSIONS):
+        analyzed = df.select(F.expr(e))._jdf.queryExecution().analyzed().projectList().apply(0)
+        tree = translate_value(analyzed)
+        assert tree is not None, e
+        ours = value(table, tree).to_pylist()
+        assert ours == [r[i] for r in theirs], e
+
+
+def test_what_values_do_not_translate(spark):
+    df = spark.createDataFrame([], StructType([StructField("a", LongType()), StructField("d", DoubleType())]))
+    for e in ["a / 2", "d % 2", "cast(a AS int)", "abs(a)", "try_add(a, 1)", "a * 1.5BD"]:
+        analyzed = df.select(F.expr(e))._jdf.queryExecution().analyzed().projectList().apply(0)
+        assert translate_value(analyzed) is None, e
 
 
 def _flow():
@@ -190,3 +229,7 @@ def test_names_are_the_schemas_and_literal_values_are_left_alone():
     assert _named(["isnull", ["col", "k"]], ["K", "k"]) == ["isnull", ["col", "k"]]  # exact name first
     assert _named(["isnull", ["col", "x"]], ["X1", "y"]) is None  # no such column
     assert _named(["isnull", ["col", "a"]], ["A", "a_"]) == ["isnull", ["col", "A"]]
+    three = ["cast", ["lit", 3, "int32"], "int64"]
+    arithmetic = ["cmp", "=", ["arith", "%", ["neg", ["col", "ID"], True], three, True], ["lit", 0]]
+    assert _named(arithmetic, ["id"]) == [
+        "cmp", "=", ["arith", "%", ["neg", ["col", "id"], True], three, True], ["lit", 0]]

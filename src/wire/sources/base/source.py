@@ -81,6 +81,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
 import pyarrow as pa
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadLimit
@@ -115,7 +116,7 @@ __all__ = [
     "BindingSource", "Capability", "ConfigDataSource", "Decoded", "Offset", "ReadRequest",
     "SchemaDataclassDict", "Source", "can", "check_admission", "check_columns",
     "check_event_time_column", "convert_legacy_watermark", "future_mask", "open_stream",
-    "resumable", "resume_options", "schema_from_b64", "schema_to_b64", "select_columns",
+    "pickle_b64", "resumable", "resume_options", "schema_from_b64", "schema_to_b64", "select_columns",
     "spark_row_schema", "spark_struct", "warn_legacy_watermark", "with_connector_settings",
 ]
 """The source base's names; a read's rows (:mod:`wire.sources.base.rows`) and a connector's
@@ -347,6 +348,12 @@ class Binding:
         if d.get("columns") is not None:
             d["columns"] = tuple(d["columns"])
         return cls(**d)
+
+
+def pickle_b64(obj: object) -> str:
+    """``obj`` pickled (cloudpickle: lambdas and local classes travel by value), as base64 text."""
+    pickled: bytes = cloudpickle.dumps(obj)  # type: ignore[no-untyped-call]
+    return base64.b64encode(pickled).decode("ascii")
 
 
 @functools.lru_cache(maxsize=16)
