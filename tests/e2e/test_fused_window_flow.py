@@ -128,11 +128,13 @@ def test_fused_equals_unfused_and_pandas(spark, tmp_path_factory, events, cuts, 
             assert close(rows, oracle(events, window, predicate))
 
 
-@pytest.mark.parametrize("key", [None, "n"])
+@pytest.mark.parametrize("key", [None, "n", "key_by n"])
 def test_unkeyed_and_integer_keyed_windows_fused(spark, tmp_path, key):
     """The key groups of an integer key (Spark's hashInt/hashLong in numpy) and of an unkeyed
     stream (the constant key 0) put every key's windows in one state: fused equals unfused,
-    and both equal pandas."""
+    and both equal pandas; also when the key comes from a ``key_by`` after the filter."""
+    key_by = key is not None and key.startswith("key_by ")
+    key = key.removeprefix("key_by ") if key else None
     text = "t,n,v\n" + "".join(f"{t},{n},{v}\n" for t, n, v in [
         (5, 1, 1.0), (12, 2, 2.0), (7, 1, 3.0), (31, 3, 4.0), (25, 2, 0.5), (44, 1, 1.5), (18, 3, 2.5)])
     schema = pa.schema([("t", pa.int64()), ("n", pa.int64()), ("v", pa.float64())])
@@ -142,10 +144,11 @@ def test_unkeyed_and_integer_keyed_windows_fused(spark, tmp_path, key):
         (path / "in" / "a.csv").write_text(text + "x,1,1\n")
         flow = wire.Flow("fused-keys")
         events = flow.source(wire.sources.files(str(path / "in" / "*.csv"), format="csv", schema=schema),
-                             event_time="t", key=key, watermark=wire.BoundedOutOfOrderness(400),
-                             max_events_per_epoch=3, name="events")
+                             event_time="t", key=None if key_by else key,
+                             watermark=wire.BoundedOutOfOrderness(400), max_events_per_epoch=3, name="events")
         out = MemorySink()
-        win = events.filter("v > 0.7").window(wire.Tumbling(20))
+        kept = events.filter("v > 0.7")
+        win = (kept.key_by(key) if key_by else kept).window(wire.Tumbling(20))
         win.aggregate(name="win", c=wire.count(), s=wire.sum("v")).sink(out, name="out")
         flow.run(checkpoint=str(path / "ck"), spark=spark, key_groups=4, progress=False)
         return sorted((r.get("n"), ms(r["window_start"]), r["c"], r["s"]) for r in out.rows())

@@ -20,7 +20,8 @@ A source step is fused with a window (:func:`find_fusions`) when all of these ho
 * the source has the ``"pre_stage"`` capability (the file, Kafka, Redis Streams and HTTP
   ingest sources), and ``"predicate"`` when there are filters;
 * the source's ``out`` port is read by exactly one step and no sink, and so is each
-  filter's, down to a window step: ``source → filter* → window``;
+  filter's and ``key_by``'s, down to a window step: ``source → (filter | key_by)* → window``
+  (the window's key is the last ``key_by``'s column, else the source's key);
 * each filter translates **exactly** into a predicate (:func:`~wire.compiler.pushdown.filters_predicate`:
   comparisons, ``IN``, ``IS NULL``, ``AND`` / ``OR`` / ``NOT`` over integer, floating point,
   string and boolean columns) that Arrow evaluates on the source's columns;
@@ -52,6 +53,7 @@ from wire.plan.nodes import (
     OUT,
     DropNode,
     FilterNode,
+    KeyByNode,
     Node,
     Plan,
     SinkNode,
@@ -78,6 +80,8 @@ class Fusion:
     """The key column's Spark SQL type (``"int"`` when unkeyed, as the compiler records it)."""
     columns: tuple[str, ...] | None
     """The payload columns the source produces (None: all)."""
+    key_bys: tuple[str, ...] = ()
+    """The ``key_by`` steps between them (the last one's column is the window's key)."""
 
     def pre_stage(self) -> str:
         """The source's ``ReadRequest.pre_stage``: the pickled ``SourcePreStage``, in base64."""
@@ -122,16 +126,20 @@ def _fusion(
     if not isinstance(connector, Source) or not can(connector, "pre_stage"):
         return None
     filters: list[FilterNode] = []
+    key_bys: list[KeyByNode] = []
     node = _only_reader(plan, source.step)
-    while isinstance(node, FilterNode):
-        filters.append(node)
+    while isinstance(node, FilterNode | KeyByNode):
+        if isinstance(node, FilterNode):
+            filters.append(node)
+        else:
+            key_bys.append(node)
         node = _only_reader(plan, node.step)
     if not isinstance(node, WindowAggregateNode):
         return None
     window = node
     payload = connector.resolve_schema()
     columns = pa.schema([f for f in spark_row_schema(payload) if f.name not in ENVELOPE_COLUMNS])
-    key = source.key
+    key = key_bys[-1].key if key_bys else source.key
     if key is None:
         key_type = "int"
         stage_payload = columns.append(pa.field(NO_KEY, pa.int32(), nullable=False))
@@ -160,4 +168,4 @@ def _fusion(
     if can(connector, "columns") and len(needed) < len(columns):
         produced = tuple(n for n in columns.names if n in needed)
     return Fusion(source.step, tuple(f.step for f in filters), window.step, predicate, stage, key, key_type,
-                  produced)
+                  produced, tuple(k.step for k in key_bys))

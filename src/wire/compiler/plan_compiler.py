@@ -207,7 +207,7 @@ class _Build:
     def fused(self, step: str) -> Fusion | None:
         """The fusion a filter or window step belongs to (None: not fused)."""
         for f in self.fusions.values():
-            if step == f.window or step in f.filters:
+            if step == f.window or step in f.filters or step in f.key_bys:
                 return f
         return None
 
@@ -380,6 +380,8 @@ def _throttle(node: ThrottleNode, b: _Build) -> _Compiled:
 @_step.register
 def _key_by(node: KeyByNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
+    if b.fused(node.step) is not None:  # the source's task keys its events (wire.compiler.fusion)
+        return replace(cur, key=node.key)
     if node.key not in cur.df.columns:
         raise ConfigError("key", node.key, f"a column: {cur.df.columns}", step=node.step)
     return replace(cur, key=node.key)

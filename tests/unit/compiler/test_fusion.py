@@ -96,6 +96,21 @@ def test_an_unkeyed_window_and_an_integer_key_are_fused(spark, tmp_path):
     assert find_fusions(spark, flow.plan(), 4)["events"].key_type == "int"
 
 
+def test_key_by_steps_are_followed_and_the_last_ones_column_is_the_key(spark, tmp_path):
+    """``filter → key_by → filter → key_by → window``: one fusion, keyed by the last key_by."""
+    flow, events = _flow(tmp_path, key=None)
+    _window(events.filter("v > 0", name="f1").key_by("n", name="kb1").filter("k = 'a'", name="f2")
+            .key_by("k", name="kb2")).sink(MemorySink())
+    fusion = find_fusions(spark, flow.plan(), 4)["events"]
+    assert (fusion.filters, fusion.key_bys) == (("f1", "f2"), ("kb1", "kb2"))
+    assert (fusion.key, fusion.key_type) == ("k", "string")
+    compiled = compile_plan(flow.plan(), spark, 4)
+    assert compiled.state_keys == {"win": "k"} and compiled.state_key_types == {"win": "string"}
+    flow, events = _flow(tmp_path, key=None)  # a key_by on a floating point column: not fused
+    _window(events.key_by("v")).sink(MemorySink())
+    assert find_fusions(spark, flow.plan(), 4) == {}
+
+
 def test_a_source_without_the_capability_is_not_fused(spark):
     flow = wire.Flow("fusion")
     events = flow.source(nexmark(events=100), event_time="date_time", key="kind", name="events")
