@@ -17,8 +17,8 @@ to the shuffle and the state stage.
 
 A source step is fused with a window (:func:`find_fusions`) when all of these hold:
 
-* the source has the ``"pre_stage"`` capability (the file, Kafka, Redis Streams and HTTP
-  ingest sources), and ``"predicate"`` when there are filters;
+* the source has the ``"pre_stage"`` capability (the file, Kafka, Redis Streams, HTTP ingest
+  and Nexmark generator sources), and ``"predicate"`` when there are filters;
 * the source's ``out`` port is read by exactly one step and no sink, and so is each
   filter's and ``key_by``'s, down to a window step: ``source → (filter | key_by)* → window``
   (the window's key is the last ``key_by``'s column, else the source's key);

@@ -27,10 +27,12 @@ replayed epoch stages again under the same epoch id.
 
 A flow is fused when all of these hold:
 
-* it has one source, with the ``"pre_stage"`` capability (the file, Kafka, Redis Streams and
-  HTTP ingest sources), and ``"predicate"`` when there are filters;
-* its operators are filters and selects of plain column names, one chain: each step's ``out``
-  port is read by the next step only, and by sinks only at the chain's end;
+* it has one source, with the ``"pre_stage"`` capability (the file, Kafka, Redis Streams, HTTP
+  ingest and Nexmark generator sources), and ``"predicate"`` when there are filters;
+* its operators are filters, maps and selects, one chain: each step's ``out`` port is read by
+  the next step only, and by sinks only at the chain's end; a map's or select's columns are
+  plain names or integer and floating point arithmetic Spark's analysis resolves
+  (:func:`~wire.compiler.pushdown.translate_value`), and no filter follows a computed column;
 * every filter translates **exactly** into a predicate on the source's columns
   (:func:`~wire.compiler.pushdown.filters_predicate`), as in window fusion
   (:mod:`wire.compiler.fusion`).

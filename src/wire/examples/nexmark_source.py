@@ -58,9 +58,13 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from wire.core import envelope
+from wire.core.arrow_types import spark_schema
 from wire.core.control_file import is_paused
+from wire.core.envelope import ENVELOPE_ARROW
+from wire.core.predicate import keep
 from wire.core.time import NO_WATERMARK
 from wire.errors import ConfigError
 from wire.sources.base.epoch_sizing import EpochSizer
@@ -72,8 +76,11 @@ from wire.sources.base.source import (
     check_columns,
     open_stream,
     resume_options,
+    schema_from_b64,
     select_columns,
     spark_row_schema,
+    spark_struct,
+    unpickle_b64,
 )
 
 DATA_SOURCE_NAME = "wire_nexmark"
@@ -341,7 +348,7 @@ class NexmarkSource:
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {"columns", "target_epoch_ms", "resume", "replay"})
+        {"columns", "target_epoch_ms", "resume", "replay", "predicate", "pre_stage"})
 
     events: int
     first_event_rate: int = 10_000
@@ -405,6 +412,7 @@ class NexmarkSource:
             max_delay_ms=r.watermark.max_delay_ms, max_events_per_epoch=r.max_events_per_epoch,
             control_file=None if r.control_file is None else str(r.control_file),
             columns=check_columns(r.step, SCHEMA, r.columns), target_epoch_ms=r.target_epoch_ms,
+            predicate=r.predicate, pre_stage=r.pre_stage, pre_stage_schema=r.pre_stage_schema,
         )
         return open_stream(spark, NexmarkDataSource, config=config, **resume_options(r.resume))
 
@@ -453,6 +461,18 @@ class _Config:
         self.output_schema = select_columns(SCHEMA, self.columns)
         """The payload columns produced."""
         self.row_schema = spark_row_schema(self.output_schema)
+        self.predicate: list[Any] | None = d.get("predicate")
+        """Events the tasks drop (``ReadRequest.predicate``): those it is not true on."""
+        self.pre_stage: str | None = d.get("pre_stage")
+        """The pickled stage the tasks run on their rows (``ReadRequest.pre_stage``, fusion)."""
+        self.pre_stage_schema: str | None = d.get("pre_stage_schema")
+
+    def dataframe_schema(self) -> StructType:
+        """The source's rows in Spark: payload + envelope, or the pre-stage's rows (as :class:`Binding`)."""
+        if self.pre_stage is None:
+            return spark_struct(self.output_schema)
+        rows = ENVELOPE_ARROW if self.pre_stage_schema is None else schema_from_b64(self.pre_stage_schema)
+        return spark_schema(rows)
 
 
 class _Range(InputPartition):
@@ -536,12 +556,24 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to acknowledge: the input is generated."""
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The range's events as envelope data rows; the first task adds the control rows."""
+        """The range's events as envelope data rows; the first task adds the control rows.
+
+        With a predicate, only the events it is true on (the ``events`` metric counts them
+        all); with a pre-stage (fusion), the stage's rows of all these.
+        """
         assert isinstance(partition, _Range)
-        c, p, schema = self.c, partition, self.c.row_schema
+        rows = self._rows(partition)
+        return rows if self.c.pre_stage is None else unpickle_b64(self.c.pre_stage)(rows)
+
+    def _rows(self, p: _Range) -> Iterator[pa.RecordBatch]:
+        c, schema = self.c, self.c.row_schema
         if p.hi > p.lo:
             wanted = None if c.columns is None else tuple({*c.columns, c.event_time})
             events = c.source.generate(p.lo, p.hi, wanted)
+            seq = pa.array(np.arange(p.lo, p.hi, dtype=np.int64))
+            if c.predicate is not None:  # the flow's filters, pushed down (wire.compiler.pushdown)
+                kept = keep(events, c.predicate)
+                events, seq = events.filter(kept), seq.filter(kept)
             n = events.num_rows
             cols: dict[str, pa.Array] = {
                 f.name: events.column(f.name).combine_chunks().cast(schema.field(f.name).type)
@@ -550,7 +582,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cols[envelope.KIND] = pa.array(np.zeros(n, np.int32))
             cols[envelope.ET] = events.column(c.event_time).combine_chunks().cast(pa.int64())
             cols[envelope.WM] = pa.array(np.full(n, p.w0, np.int64))
-            cols[envelope.SEQ] = pa.array(np.arange(p.lo, p.hi, dtype=np.int64))
+            cols[envelope.SEQ] = seq
             batch = envelope.envelope_batch(schema, cols, n)
             step = 65_536
             for off in range(0, n, step):

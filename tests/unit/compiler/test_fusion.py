@@ -14,11 +14,17 @@ import pytest
 import wire
 from wire.compiler.fusion import find_fusions
 from wire.compiler.plan_compiler import compile_plan
-from wire.examples.nexmark_source import nexmark
+from wire.examples.nexmark_source import NexmarkSource
 from wire.runtime.rescale import explain, parse_operator_ids
 from wire.testing import MemorySink
 
 pytestmark = pytest.mark.spark
+
+
+class _Uncapable(NexmarkSource):
+    """The Nexmark generator without the ``pre_stage`` capability (as a connector that lacks it)."""
+
+    capabilities = frozenset({"columns", "predicate"})
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("n", pa.int32()), ("v", pa.float64()),
                     ("w", pa.float64()), ("note", pa.string())])
@@ -113,7 +119,7 @@ def test_key_by_steps_are_followed_and_the_last_ones_column_is_the_key(spark, tm
 
 def test_a_source_without_the_capability_is_not_fused(spark):
     flow = wire.Flow("fusion")
-    events = flow.source(nexmark(events=100), event_time="date_time", key="kind", name="events")
+    events = flow.source(_Uncapable(events=100), event_time="date_time", key="kind", name="events")
     events.window(wire.Tumbling(10)).aggregate(name="win", c=wire.count()).sink(MemorySink())
     assert find_fusions(spark, flow.plan(), 4) == {}
 

@@ -15,11 +15,17 @@ import wire
 from wire.compiler.plan_compiler import compile_plan
 from wire.compiler.sink_fusion import SourceTaskWriter, find_sink_fusion
 from wire.core.envelope import BLOB, KIND, KIND_DATA, KIND_WATERMARK, PORT
-from wire.examples.nexmark_source import nexmark
+from wire.examples.nexmark_source import NexmarkSource
 from wire.runtime.dataplane import RESULT_SCHEMA, RESULT_TYPE
 from wire.testing import MemorySink
 
 pytestmark = pytest.mark.spark
+
+
+class _Uncapable(NexmarkSource):
+    """The Nexmark generator without the ``pre_stage`` capability (as a connector that lacks it)."""
+
+    capabilities = frozenset({"columns", "predicate"})
 
 SCHEMA = pa.schema([("t", pa.int64()), ("k", pa.string()), ("n", pa.int32()), ("v", pa.float64()),
                     ("at", pa.timestamp("us", tz="UTC")), ("note", pa.string())])
@@ -167,7 +173,7 @@ def test_the_task_computes_on_data_rows_with_sparks_ansi_arithmetic(monkeypatch)
 
 def test_a_source_without_the_capability_is_not_fused(spark):
     flow = wire.Flow("sink-fusion")
-    flow.source(nexmark(events=100), event_time="date_time", key="kind", name="events").sink(MemorySink())
+    flow.source(_Uncapable(events=100), event_time="date_time", key="kind", name="events").sink(MemorySink())
     assert find_sink_fusion(spark, flow.plan(), RESULT_SCHEMA) is None
 
 

@@ -459,11 +459,13 @@ class ConfigDataSource(DataSource):
     def schema(self) -> StructType:
         """Return the row schema: the produced payload columns, then the envelope columns.
 
-        A :class:`Binding` with a pre-stage gives envelope columns only (:meth:`Binding.dataframe_schema`).
+        A :class:`Binding` with a pre-stage gives envelope columns only (:meth:`Binding.dataframe_schema`),
+        as does any configuration with a ``dataframe_schema`` method.
         """
         config = self.config()
-        if isinstance(config, Binding):
-            return config.dataframe_schema()
+        if isinstance(config, Binding) or hasattr(config, "dataframe_schema"):
+            schema: StructType = config.dataframe_schema()
+            return schema
         return spark_struct(config.output_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
