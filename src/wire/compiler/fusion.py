@@ -20,8 +20,11 @@ A source step is fused with a window (:func:`find_fusions`) when all of these ho
 * the source has the ``"pre_stage"`` capability (the file, Kafka, Redis Streams, HTTP ingest
   and Nexmark generator sources), and ``"predicate"`` when there are filters;
 * the source's ``out`` port is read by exactly one step and no sink, and so is each
-  filter's and ``key_by``'s, down to a window step: ``source → (filter | key_by)* → window``
-  (the window's key is the last ``key_by``'s column, else the source's key);
+  filter's, ``key_by``'s and ``map``'s, down to a window step: ``source → (filter | key_by |
+  map)* → window`` (the window's key is the last ``key_by``'s column, else the source's key);
+  no filter follows a map, and each map's columns are integer or floating point arithmetic
+  Spark's analysis resolves (:func:`wire.compiler.sink_fusion.operation_of`), computed on the
+  data rows in the source's task;
 * each filter translates **exactly** into a predicate (:func:`~wire.compiler.pushdown.filters_predicate`:
   comparisons, ``IN``, ``IS NULL``, ``AND`` / ``OR`` / ``NOT`` over integer, floating point,
   string and boolean columns) that Arrow evaluates on the source's columns;
@@ -42,7 +45,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from wire.compiler.pushdown import filters_predicate
+from wire.compiler.pushdown import empty_frame, filters_predicate
+from wire.compiler.sink_fusion import Operation, operation_of
 from wire.compiler.window_stage import NO_KEY, SourcePreStage, WindowStage, window_stage
 from wire.core.envelope import ENVELOPE_COLUMNS
 from wire.core.key_groups import supported
@@ -54,6 +58,7 @@ from wire.plan.nodes import (
     DropNode,
     FilterNode,
     KeyByNode,
+    MapNode,
     Node,
     Plan,
     SinkNode,
@@ -82,10 +87,14 @@ class Fusion:
     """The payload columns the source produces (None: all)."""
     key_bys: tuple[str, ...] = ()
     """The ``key_by`` steps between them (the last one's column is the window's key)."""
+    maps: tuple[str, ...] = ()
+    """The ``map`` steps between them, which the source's task computes (``operations``)."""
+    operations: tuple[Operation, ...] = ()
+    """The maps as value expressions (:func:`wire.compiler.sink_fusion.operation_of`)."""
 
     def pre_stage(self) -> str:
         """The source's ``ReadRequest.pre_stage``: the pickled ``SourcePreStage``, in base64."""
-        return pickle_b64(SourcePreStage(self.stage, self.key))
+        return pickle_b64(SourcePreStage(self.stage, self.key, self.operations))
 
 
 def find_fusions(spark: SparkSession, plan: Plan, key_groups: int) -> dict[str, Fusion]:
@@ -125,20 +134,39 @@ def _fusion(
     connector = source.connector
     if not isinstance(connector, Source) or not can(connector, "pre_stage"):
         return None
+    payload = connector.resolve_schema()
     filters: list[FilterNode] = []
     key_bys: list[KeyByNode] = []
+    maps: list[MapNode] = []
+    operations: list[Operation] = []
+    frame = None
     node = _only_reader(plan, source.step)
-    while isinstance(node, FilterNode | KeyByNode):
+    while isinstance(node, FilterNode | KeyByNode | MapNode):
         if isinstance(node, FilterNode):
+            if maps:
+                return None  # a filter after a computed column: not the source's predicate
             filters.append(node)
-        else:
+        elif isinstance(node, KeyByNode):
             key_bys.append(node)
+        else:
+            found = operation_of(empty_frame(spark, spark_struct(payload)) if frame is None else frame, node)
+            if found is None:
+                return None
+            frame, operation = found
+            operations.append(operation)
+            maps.append(node)
         node = _only_reader(plan, node.step)
     if not isinstance(node, WindowAggregateNode):
         return None
     window = node
-    payload = connector.resolve_schema()
     columns = pa.schema([f for f in spark_row_schema(payload) if f.name not in ENVELOPE_COLUMNS])
+    read: set[str] = set()
+    for _, mapped in operations:  # the maps' columns, typed as Spark types them
+        for name, expression, type_ in mapped:
+            read |= columns_of(expression or [])
+            i = columns.get_field_index(name)
+            field = pa.field(name, type_)
+            columns = columns.append(field) if i < 0 else columns.set(i, field)
     key = key_bys[-1].key if key_bys else source.key
     if key is None:
         key_type = "int"
@@ -146,7 +174,8 @@ def _fusion(
     else:
         if key not in columns.names or not supported(columns.field(key).type):
             return None
-        key_type = spark_struct(payload)[key].dataType.simpleString()
+        struct = frame.schema if frame is not None else spark_struct(payload)
+        key_type = struct[key].dataType.simpleString()
         stage_payload = columns
     stage = window_stage(window, key or NO_KEY, stage_payload, key_groups=key_groups,
                          channels=(source.step,), from_source=True, late_read=window.step in late_read)
@@ -163,9 +192,11 @@ def _fusion(
             keep(columns.empty_table(), predicate)  # evaluable on the source's columns
         except NotEvaluable:
             return None
-    needed = (set(stage.payload.names) - {NO_KEY}) | {source.event_time} | columns_of(predicate or [])
+    computed = {name for _, cols in operations for name, _, _ in cols}
+    needed = (set(stage.payload.names) - {NO_KEY} - computed) | {source.event_time} | read
+    needed |= columns_of(predicate or [])
     produced = None
-    if can(connector, "columns") and len(needed) < len(columns):
-        produced = tuple(n for n in columns.names if n in needed)
+    if can(connector, "columns") and len(needed & set(payload.names)) < len(payload.names):
+        produced = tuple(n for n in payload.names if n in needed)
     return Fusion(source.step, tuple(f.step for f in filters), window.step, predicate, stage, key, key_type,
-                  produced, tuple(k.step for k in key_bys))
+                  produced, tuple(k.step for k in key_bys), tuple(m.step for m in maps), tuple(operations))

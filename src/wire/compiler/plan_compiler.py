@@ -207,7 +207,7 @@ class _Build:
     def fused(self, step: str) -> Fusion | None:
         """The fusion a filter or window step belongs to (None: not fused)."""
         for f in self.fusions.values():
-            if step == f.window or step in f.filters or step in f.key_bys:
+            if step == f.window or step in f.filters or step in f.key_bys or step in f.maps:
                 return f
         return None
 
@@ -351,7 +351,7 @@ def _filter(node: FilterNode, b: _Build) -> _Compiled:
 @_step.register
 def _map(node: MapNode, b: _Build) -> _Compiled:
     cur = b.take(node.upstream)
-    if b.sink_fusion is not None:  # the source's task computes it (wire.compiler.sink_fusion)
+    if b.sink_fusion is not None or b.fused(node.step) is not None:  # the source's task computes it
         return cur
     return replace(cur, df=apply_map(cur.df, node.columns, node.step))
 

@@ -180,35 +180,44 @@ class SourceTaskWriter:
         tables = [pa.Table.from_batches([b]) for b in batches]
         if not tables:
             return iter(())
-        table = pa.concat_tables(tables)
-        if self.operations:
-            table = self._computed(table)
+        table = apply_operations(pa.concat_tables(tables), self.operations)
         table = table.select(self.writer_input.names).cast(self.writer_input)
         writer = epoch_writer()
         assert callable(writer)
         out: Iterator[pa.RecordBatch] = writer(iter(table.to_batches()))
         return out
 
-    def _computed(self, table: pa.Table) -> pa.Table:
-        """The operations on the data rows; other rows keep :data:`WRITER_ENVELOPE` only (nulls elsewhere).
 
-        Spark computes a step's columns on data rows only (:mod:`wire.compiler.exprs`).
-        """
-        is_data = pc.equal(table.column(KIND), KIND_DATA)
-        data, other = table.filter(is_data), table.filter(pc.invert(is_data))
-        for kind, columns in self.operations:
-            values = {name: (data.column(name) if expression is None else value(data, expression)).cast(type_)
-                      for name, expression, type_ in columns}
-            if kind == "select":
-                envelope = [c for c in data.column_names if c in ENVELOPE_COLUMNS]
-                data = pa.table({**values, **{c: data.column(c) for c in envelope}})
-            else:
-                for name, array in values.items():
-                    i = data.schema.get_field_index(name)
-                    data = data.append_column(name, array) if i < 0 else data.set_column(i, name, array)
-        nulls = {f.name: pa.nulls(other.num_rows, f.type) for f in data.schema}
-        other = pa.table({**nulls, **{c: other.column(c) for c in WRITER_ENVELOPE}}).select(data.column_names)
-        return pa.concat_tables([data, other.cast(data.schema)])
+def apply_operations(table: pa.Table, operations: tuple[Operation, ...]) -> pa.Table:
+    """A task's maps and projections (``operations``) on its data rows (payload + envelope columns).
+
+    Spark computes a step's columns on data rows only (:mod:`wire.compiler.exprs`): the other rows
+    (watermarks, side rows) keep their envelope columns and get nulls in the payload's. The data
+    rows come first, then the others, each in their order.
+
+    Raises
+    ------
+    pyarrow.ArrowInvalid
+        When checked arithmetic overflows or divides by zero on a data row (Spark's ANSI mode).
+    """
+    if not operations:
+        return table
+    is_data = pc.equal(table.column(KIND), KIND_DATA)
+    data, other = table.filter(is_data), table.filter(pc.invert(is_data))
+    for kind, columns in operations:
+        values = {name: (data.column(name) if expression is None else value(data, expression)).cast(type_)
+                  for name, expression, type_ in columns}
+        if kind == "select":
+            envelope = [c for c in data.column_names if c in ENVELOPE_COLUMNS]
+            data = pa.table({**values, **{c: data.column(c) for c in envelope}})
+        else:
+            for name, array in values.items():
+                i = data.schema.get_field_index(name)
+                data = data.append_column(name, array) if i < 0 else data.set_column(i, name, array)
+    nulls = {f.name: pa.nulls(other.num_rows, f.type) for f in data.schema}
+    kept = {c: other.column(c) for c in data.column_names if c in ENVELOPE_COLUMNS}
+    other = pa.table({**nulls, **kept}).select(data.column_names)
+    return pa.concat_tables([data, other.cast(data.schema)])
 
 
 def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusion | None:
@@ -233,7 +242,7 @@ def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusi
                 return None  # a filter after a computed column: not the source's predicate
             filters.append(node)
         elif isinstance(node, MapNode | SelectNode):
-            found = _operation(frame, node)
+            found = operation_of(frame, node)
             if found is None:
                 return None
             frame, operation = found
@@ -273,7 +282,7 @@ def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusi
                       writer_input, result, tuple(operations))
 
 
-def _operation(frame: DataFrame, node: MapNode | SelectNode) -> tuple[DataFrame, Operation] | None:
+def operation_of(frame: DataFrame, node: MapNode | SelectNode) -> tuple[DataFrame, Operation] | None:
     """The step applied to an empty frame (its columns resolved by Spark), and as a task's operation.
 
     None when a column is not a plain name or a value expression (:func:`translate_value`).

@@ -62,6 +62,7 @@ from wire.compiler.keyed import (
     stage_name,
     stateful_stage,
 )
+from wire.compiler.sink_fusion import Operation, apply_operations
 from wire.core.arrow_types import arrow_payload_schema
 from wire.core.envelope import (
     BLOB,
@@ -393,11 +394,12 @@ class SourcePreStage:
     envelope-only rows (:data:`~wire.core.envelope.ENVELOPE_ARROW`) the source yields. So the
     events never cross into the JVM: only the partial aggregates, late events and control
     rows do. ``key``: the window's key column; None: unkeyed (the constant key ``NO_KEY`` = 0,
-    as :func:`compile_window` adds it).
+    as :func:`compile_window` adds it). ``operations``: the flow's maps between the source and
+    the window, computed on the data rows first (:func:`wire.compiler.sink_fusion.apply_operations`).
     """
 
-    def __init__(self, stage: WindowStage, key: str | None) -> None:
-        self.stage, self.key = stage, key
+    def __init__(self, stage: WindowStage, key: str | None, operations: tuple[Operation, ...] = ()) -> None:
+        self.stage, self.key, self.operations = stage, key, operations
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One task's envelope-only rows."""
@@ -406,6 +408,11 @@ class SourcePreStage:
     def _keyed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         groups = self.stage.key_groups
         for batch in batches:
+            if self.operations:
+                if not batch.num_rows:
+                    continue  # nothing to compute, nothing to key
+                table = apply_operations(pa.Table.from_batches([batch]), self.operations)
+                batch = table.combine_chunks().to_batches()[0]
             if self.key is None:
                 batch = batch.append_column(pa.field(NO_KEY, pa.int32(), nullable=False),
                                             pa.array(np.zeros(batch.num_rows, np.int32)))

@@ -117,6 +117,25 @@ def test_key_by_steps_are_followed_and_the_last_ones_column_is_the_key(spark, tm
     assert find_fusions(spark, flow.plan(), 4) == {}
 
 
+def test_maps_before_the_window_are_computed_in_the_source_task(spark, tmp_path):
+    """``filter → map → key_by → window``: the map's column is the key (Nexmark q7's shape)."""
+    flow, events = _flow(tmp_path, key=None)
+    _window(events.filter("v > 0", name="f").map(all="0", w2="w * 2", name="m").key_by("all", name="kb")) \
+        .sink(MemorySink())
+    fusion = find_fusions(spark, flow.plan(), 4)["events"]
+    assert (fusion.filters, fusion.maps, fusion.key_bys, fusion.key, fusion.key_type) == (
+        ("f",), ("m",), ("kb",), "all", "int")
+    twice = ["arith", "*", ["col", "w"], ["cast", ["lit", 2, "int32"], "double"], True]
+    zero = ("all", ["lit", 0, "int32"], pa.int32())
+    assert fusion.operations == (("map", (zero, ("w2", twice, pa.float64()))),)
+    assert fusion.columns == ("t", "v", "w")  # the window's, the filter's and what the map reads
+    for stop in ("v > 1", None):
+        flow, events = _flow(tmp_path, key=None)
+        mapped = events.map(all="0" if stop else "upper(k)", name="m")
+        _window((mapped.filter(stop) if stop else mapped).key_by("all")).sink(MemorySink())
+        assert find_fusions(spark, flow.plan(), 4) == {}  # a filter after a map; a function
+
+
 def test_a_source_without_the_capability_is_not_fused(spark):
     flow = wire.Flow("fusion")
     events = flow.source(_Uncapable(events=100), event_time="date_time", key="kind", name="events")
