@@ -12,17 +12,15 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from wire.core import envelope
 from wire.errors import ConfigError
-from wire.examples.nexmark_source import (
+from wire.examples.nexmark_events import (
     BASE_TIME_MS,
     FIRST_AUCTION_ID,
     FIRST_PERSON_ID,
     SCHEMA,
-    NexmarkStreamReader,
-    _Config,
     event_times,
     generate,
-    nexmark,
 )
+from wire.examples.nexmark_source import NexmarkStreamReader, _Config, nexmark
 
 N = 50_000
 
