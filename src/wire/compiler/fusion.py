@@ -51,17 +51,13 @@ from wire.compiler.window_stage import NO_KEY, SourcePreStage, WindowStage, wind
 from wire.core.envelope import ENVELOPE_COLUMNS
 from wire.core.key_groups import supported
 from wire.core.predicate import NotEvaluable, Predicate, columns_of, keep
-from wire.plan.graph import sinks
+from wire.plan.graph import only_reader, sinks
 from wire.plan.nodes import (
     LATE,
-    OUT,
-    DropNode,
     FilterNode,
     KeyByNode,
     MapNode,
-    Node,
     Plan,
-    SinkNode,
     SourceNode,
     WindowAggregateNode,
 )
@@ -116,18 +112,6 @@ def find_fusions(spark: SparkSession, plan: Plan, key_groups: int) -> dict[str, 
     return found
 
 
-def _only_reader(plan: Plan, step: str) -> Node | None:
-    """The one step reading ``step``'s ``out`` port, if exactly one step and no sink or drop does."""
-    readers = []
-    for node in plan.nodes:
-        if isinstance(node, SinkNode | DropNode):
-            if node.source.step == step and node.source.port == OUT:
-                return None
-        elif step in node.inputs():
-            readers.append(node)
-    return readers[0] if len(readers) == 1 else None
-
-
 def _fusion(
     spark: SparkSession, plan: Plan, source: SourceNode, key_groups: int, late_read: set[str]
 ) -> Fusion | None:
@@ -140,7 +124,7 @@ def _fusion(
     maps: list[MapNode] = []
     operations: list[Operation] = []
     frame = None
-    node = _only_reader(plan, source.step)
+    node = only_reader(plan, source.step)
     while isinstance(node, FilterNode | KeyByNode | MapNode):
         if isinstance(node, FilterNode):
             if maps:
@@ -155,7 +139,7 @@ def _fusion(
             frame, operation = found
             operations.append(operation)
             maps.append(node)
-        node = _only_reader(plan, node.step)
+        node = only_reader(plan, node.step)
     if not isinstance(node, WindowAggregateNode):
         return None
     window = node

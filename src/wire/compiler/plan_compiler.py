@@ -141,12 +141,12 @@ def compile_plan(
     order = chain_of(plan)
     extra = (dict(seeds or {}), dict(resume or {}))
     predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once
-    fusions = find_fusions(spark, plan, key_groups) if fuse else {}
     sink_fusion = find_sink_fusion(spark, plan, task_writer) if fuse and task_writer is not None else None
     if sink_fusion is not None:  # the flow is one source task: nothing to prune or push down
         compiled, _ = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates, {},
                                sink_fusion)
         return compiled
+    fusions = find_fusions(spark, plan, key_groups) if fuse else {}
     if not prune_columns:  # every column of every source, fused ones too
         fusions = {step: replace(f, columns=None) for step, f in fusions.items()}
     compiled, opened = _compile(plan, order, spark, key_groups, control_file, {}, *extra, predicates, fusions)
@@ -283,11 +283,11 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
     fusion = b.fusions.get(node.step)
     df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
                                      b.resume.get(node.step), (b.plan, b.predicates), fusion, b.sink_fusion)
+    if node.key is not None and node.key not in payload.names:
+        raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if b.sink_fusion is not None:  # its rows are the epoch writer's (wire.compiler.sink_fusion)
         b.bounded = b.bounded and ends
         return _Compiled(df, node.key, (node.step,), True)
-    if node.key is not None and node.key not in payload.names:
-        raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if fusion is None and subset is None and _prunable(node.connector):
         attributes = source_attributes(node.step, df)
         if attributes is not None:

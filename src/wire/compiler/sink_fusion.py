@@ -59,8 +59,8 @@ from wire.compiler.pushdown import empty_frame, filters_predicate, translate_val
 from wire.core.envelope import BLOB, ENVELOPE_COLUMNS, KIND, KIND_DATA, PORT
 from wire.core.predicate import NotEvaluable, Predicate, columns_of, keep, value
 from wire.errors import WireError
-from wire.plan.graph import port_readers
-from wire.plan.nodes import OUT, DropNode, FilterNode, MapNode, Node, Plan, SelectNode, SinkNode, SourceNode
+from wire.plan.graph import only_reader, operators
+from wire.plan.nodes import FilterNode, MapNode, Node, Plan, SelectNode, SourceNode
 from wire.sources.base.source import (
     Source,
     can,
@@ -177,10 +177,10 @@ class SourceTaskWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One task's writer result rows."""
-        tables = [pa.Table.from_batches([b]) for b in batches]
-        if not tables:
+        rows = list(batches)
+        if not rows:
             return iter(())
-        table = apply_operations(pa.concat_tables(tables), self.operations)
+        table = apply_operations(pa.Table.from_batches(rows), self.operations)
         table = table.select(self.writer_input.names).cast(self.writer_input)
         writer = epoch_writer()
         assert callable(writer)
@@ -236,7 +236,7 @@ def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusi
     operations: list[Operation] = []
     read: set[str] = set()
     step: str = source.step
-    while (node := _next(plan, step)) is not None:
+    while (node := only_reader(plan, step)) is not None:
         if isinstance(node, FilterNode):
             if any(kind == "map" or any(e is not None for _, e, _ in cols) for kind, cols in operations):
                 return None  # a filter after a computed column: not the source's predicate
@@ -253,10 +253,8 @@ def _sink_fusion(spark: SparkSession, plan: Plan, result: pa.Schema) -> SinkFusi
             return None
         chain.append(node)
         step = node.step
-    if any(r.source.port == OUT and r.source.step != step for r in port_readers(plan)):
-        return None  # a sink reads a step before the chain's end
-    if len([n for n in plan.nodes if not isinstance(n, SourceNode | SinkNode | DropNode)]) != len(chain):
-        return None  # another operator, not on the chain (a branch)
+    if len(operators(plan)) != len(chain) + 1:
+        return None  # an operator off the chain: a branch, or the chain read by a sink before its end
     predicate = None
     if filters:
         if not can(connector, "predicate"):
@@ -317,9 +315,3 @@ def _arrow(spark: SparkSession, struct: StructType) -> pa.Schema:
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     zone = spark.conf.get("spark.sql.session.timeZone")
     return to_arrow_schema(struct, timezone=zone, prefers_large_types=large)
-
-
-def _next(plan: Plan, step: str) -> Node | None:
-    """The one operator reading ``step`` (None: none, or several)."""
-    readers = [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode) and step in n.inputs()]
-    return readers[0] if len(readers) == 1 else None

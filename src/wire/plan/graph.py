@@ -66,6 +66,18 @@ def operators(plan: Plan) -> list[Node]:
     return [n for n in plan.nodes if not isinstance(n, SinkNode | DropNode)]
 
 
+def only_reader(plan: Plan, step: str) -> Node | None:
+    """The one operator reading ``step``'s ``out`` port, a link of a chain a fusion may follow.
+
+    None when a sink or drop reads that port, or when not exactly one operator does
+    (:mod:`wire.compiler.fusion`, :mod:`wire.compiler.sink_fusion`).
+    """
+    if any(r.source.step == step and r.source.port == OUT for r in port_readers(plan)):
+        return None
+    readers = [n for n in operators(plan) if step in n.inputs()]
+    return readers[0] if len(readers) == 1 else None
+
+
 def source_steps(plan: Plan) -> tuple[str, ...]:
     """The source steps, in plan order."""
     return tuple(n.step for n in plan.nodes if isinstance(n, SourceNode))
