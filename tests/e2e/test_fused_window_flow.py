@@ -128,13 +128,17 @@ def test_fused_equals_unfused_and_pandas(spark, tmp_path_factory, events, cuts, 
             assert close(rows, oracle(events, window, predicate))
 
 
-@pytest.mark.parametrize("key", [None, "n", "key_by n", "map n2"])
+MAPPED = {"n2": "n * 2 - 1", "n3": "CASE WHEN n = 1 THEN 10 ELSE n END"}
+"""The computed keys (``map n2`` / ``map n3``), each computed in the source's task when fused."""
+
+
+@pytest.mark.parametrize("key", [None, "n", "key_by n", "map n2", "map n3"])
 def test_unkeyed_and_integer_keyed_windows_fused(spark, tmp_path, key):
     """The key groups of an integer key (Spark's hashInt/hashLong in numpy) and of an unkeyed
     stream (the constant key 0) put every key's windows in one state: fused equals unfused,
     and both equal pandas; also when the key comes from a ``key_by`` after the filter."""
     key_by = key is not None and key.startswith(("key_by ", "map "))
-    mapped = key == "map n2"  # a computed key: n2 = n * 2 - 1, in the source's task
+    mapped = key is not None and key.startswith("map ")  # a computed key (MAPPED), in the source's task
     key = key.split(" ")[-1] if key else None
     text = "t,n,v\n" + "".join(f"{t},{n},{v}\n" for t, n, v in [
         (5, 1, 1.0), (12, 2, 2.0), (7, 1, 3.0), (31, 3, 4.0), (25, 2, 0.5), (44, 1, 1.5), (18, 3, 2.5)])
@@ -149,7 +153,7 @@ def test_unkeyed_and_integer_keyed_windows_fused(spark, tmp_path, key):
                              watermark=wire.BoundedOutOfOrderness(400), max_events_per_epoch=3, name="events")
         out = MemorySink()
         kept = events.filter("v > 0.7")
-        kept = kept.map(n2="n * 2 - 1") if mapped else kept
+        kept = kept.map(**{key: MAPPED[key]}) if mapped and key else kept
         win = (kept.key_by(key) if key_by else kept).window(wire.Tumbling(20))
         win.aggregate(name="win", c=wire.count(), s=wire.sum("v")).sink(out, name="out")
         flow.run(checkpoint=str(path / "ck"), spark=spark, key_groups=4, progress=False)
@@ -161,7 +165,8 @@ def test_unkeyed_and_integer_keyed_windows_fused(spark, tmp_path, key):
         plain = run_once(tmp_path / "plain")
     assert fused == plain
     d = pd.read_csv(io.StringIO(text))
-    d = d[d.v > 0.7].assign(start=lambda x: x.t - x.t % 20, n2=lambda x: x.n * 2 - 1)
+    d = d[d.v > 0.7].assign(start=lambda x: x.t - x.t % 20, n2=lambda x: x.n * 2 - 1,
+                            n3=lambda x: x.n.where(x.n != 1, 10))
     by = [key, "start"] if key else ["start"]
     want = sorted((int(r[key]) if key else None, int(r["start"]), int(r["c"]), float(r["s"]))
                   for _, r in d.groupby(by).v.agg(c="size", s="sum").reset_index().iterrows())

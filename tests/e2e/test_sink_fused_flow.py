@@ -41,6 +41,8 @@ PROJECTIONS = [None, ("k", "v"), ("at", "n", "k", "t")]
 MAPS = {  # a map after the filter, and the same for pandas (t >= 0: div truncates as floor)
     "s = n * 3 - t, q = t div 7": lambda d: d.assign(s=d.n * 3 - d.t, q=d.t // 7),
     "n = -n, w = v * 2": lambda d: d.assign(n=-d.n, w=d.v * 2),
+    # a null v is not > 0: the ELSE (pandas: NaN > 0 is False)
+    "c = CASE WHEN v > 0 THEN n ELSE t END": lambda d: d.assign(c=d.n.where(d.v > 0, d.t)),
 }
 EPOCH0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -22,8 +22,9 @@ A source step is fused with a window (:func:`find_fusions`) when all of these ho
 * the source's ``out`` port is read by exactly one step and no sink, and so is each
   filter's, ``key_by``'s and ``map``'s, down to a window step: ``source → (filter | key_by |
   map)* → window`` (the window's key is the last ``key_by``'s column, else the source's key);
-  no filter follows a map, and each map's columns are integer or floating point arithmetic
-  Spark's analysis resolves (:func:`wire.compiler.sink_fusion.operation_of`), computed on the
+  no filter follows a map, and each map's columns are integer or floating point arithmetic,
+  or ``CASE WHEN`` / ``IF`` of it, that Spark's analysis resolves
+  (:func:`wire.compiler.sink_fusion.operation_of`), computed on the
   data rows in the source's task;
 * each filter translates **exactly** into a predicate (:func:`~wire.compiler.pushdown.filters_predicate`:
   comparisons, ``IN``, ``IS NULL``, ``AND`` / ``OR`` / ``NOT`` over integer, floating point,

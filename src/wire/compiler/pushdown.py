@@ -137,6 +137,12 @@ def _named(predicate: Predicate, names: list[str]) -> Predicate | None:
     if predicate[0] in ("cmp", "arith"):  # ["cmp", op, a, b], ["arith", op, a, b, checked]
         a, b = _named(predicate[2], names), _named(predicate[3], names)
         return None if a is None or b is None else [*predicate[:2], a, b, *predicate[4:]]
+    if predicate[0] == "case":  # ["case", [[condition, value], ...], else or None, type]
+        pairs = [[_named(c, names), _named(v, names)] for c, v in predicate[1]]
+        otherwise = None if predicate[2] is None else _named(predicate[2], names)
+        if any(p is None for pair in pairs for p in pair) or (predicate[2] is not None and otherwise is None):
+            return None
+        return ["case", pairs, otherwise, predicate[3]]
     if predicate[0] in ("cast", "neg"):  # ["cast", a, type], ["neg", a, checked]
         inner = _named(predicate[1], names)
         return None if inner is None else [predicate[0], inner, predicate[2]]
@@ -242,8 +248,10 @@ def translate_value(expr: JavaObject) -> list[Any] | None:
     """A resolved Catalyst number expression as a value expression (:func:`wire.core.predicate.value`).
 
     Columns and literals of Spark's integer and floating point types, ``+ - *``, ``div``
-    (``IntegralDivide``) and ``%`` of integers (``Remainder``), unary minus, and the lossless
-    casts Spark's type coercion inserts (a wider integer, integer or float to floating point).
+    (``IntegralDivide``) and ``%`` of integers (``Remainder``), unary minus, the lossless
+    casts Spark's type coercion inserts (a wider integer, integer or float to floating point),
+    and ``CASE WHEN`` / ``IF`` of such values under conditions that translate exactly, when no
+    part of it can raise (:func:`_case`).
     Arithmetic in Spark's ANSI mode (its default) is checked, as Spark's raises; legacy ``+ - *``
     wrap around as Spark's do; ``div`` and ``%`` only in ANSI mode, no ``TRY`` arithmetic. None
     when anything else appears (a function, a decimal, ``/``, a string): not translated.
@@ -280,7 +288,55 @@ def translate_value(expr: JavaObject) -> list[Any] | None:
     if kind == "UnaryMinus":
         inner_value = translate_value(children[0])
         return None if inner_value is None else ["neg", inner_value, bool(expr.failOnError())]
+    if kind in ("CaseWhen", "If"):
+        return _case(expr, kind, children, of)
     return None
+
+
+def _case(expr: JavaObject, kind: str, children: list[JavaObject], of: str) -> list[Any] | None:
+    """``CASE WHEN c1 THEN v1 ... [ELSE e] END`` or ``IF(c, v, e)`` as ``["case", [[c1, v1], ...], e, type]``.
+
+    Each condition must translate exactly (:func:`_exact`), each value with
+    :func:`translate_value`. Spark evaluates a branch's condition only where no earlier one
+    was true, and its value only where it is chosen; the task evaluates every part on every
+    row, so nothing that can raise may appear anywhere in it (checked arithmetic, ``div``,
+    ``%``, checked unary minus): such a CASE is not translated.
+    """
+    if kind == "If":
+        pairs, otherwise = [(children[0], children[1])], children[2]
+    else:
+        branches = expr.branches()
+        pairs = [(branches.apply(i)._1(), branches.apply(i)._2()) for i in range(branches.size())]
+        default = expr.elseValue()
+        otherwise = default.get() if default.isDefined() else None
+    translated = []
+    for condition, result in pairs:
+        when, then = _exact(condition), translate_value(result)
+        if when is None or then is None:
+            return None
+        translated.append([when, then])
+    fallback = None if otherwise is None else translate_value(otherwise)
+    if otherwise is not None and fallback is None:
+        return None
+    tree = ["case", translated, fallback, ARROW_NUMBERS[of]]
+    return None if _may_raise(tree) else tree
+
+
+def _may_raise(tree: Any) -> bool:
+    """Whether a translated tree holds a node whose evaluation can raise (:mod:`wire.core.predicate`)."""
+    if not isinstance(tree, list) or not tree:
+        return False
+    if not isinstance(tree[0], str):  # a case's list of [condition, value] pairs, or one pair
+        return any(_may_raise(part) for part in tree)
+    if tree[0] in ("lit", "col"):
+        return False
+    if tree[0] == "in":  # ["in", operand, [literal values]]: the values are data, not nodes
+        return _may_raise(tree[1])
+    if tree[0] == "arith" and (tree[4] or tree[1] in ("div", "%")):
+        return True
+    if tree[0] == "neg" and tree[2]:
+        return True
+    return any(_may_raise(part) for part in tree[1:] if isinstance(part, list))
 
 
 def _decimal(expr: JavaObject) -> list[Any] | None:

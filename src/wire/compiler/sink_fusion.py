@@ -31,8 +31,9 @@ A flow is fused when all of these hold:
   ingest and Nexmark generator sources), and ``"predicate"`` when there are filters;
 * its operators are filters, maps and selects, one chain: each step's ``out`` port is read by
   the next step only, and by sinks only at the chain's end; a map's or select's columns are
-  plain names or integer and floating point arithmetic Spark's analysis resolves
-  (:func:`~wire.compiler.pushdown.translate_value`), and no filter follows a computed column;
+  plain names or integer and floating point arithmetic Spark's analysis resolves, also under
+  ``CASE WHEN`` / ``IF`` (:func:`~wire.compiler.pushdown.translate_value`), and no filter
+  follows a computed column;
 * every filter translates **exactly** into a predicate on the source's columns
   (:func:`~wire.compiler.pushdown.filters_predicate`), as in window fusion
   (:mod:`wire.compiler.fusion`).

@@ -28,11 +28,17 @@ source's tasks write its sinks (:mod:`wire.compiler.sink_fusion`; :func:`value`)
                                            integral division of bigints (truncated toward 0);
                                            "%", the remainder of integers (the dividend's sign)
     ["neg", a, checked]                    unary minus
+    ["case", [[p, a], ...], b, type]       CASE WHEN p THEN a ... ELSE b END (b null: no ELSE):
+                                           the value of the first branch whose predicate p is
+                                           true (false and null are not), else b, else null;
+                                           every value cast to the Arrow ``type``
 
 ``checked`` (Spark's ANSI mode, its default): an integer overflow raises, as Spark's does;
 unchecked (legacy mode): it wraps around, as Java's arithmetic does. A ``div`` or ``%`` by zero
 always raises (Spark's ANSI mode; the translator refuses legacy mode, where Spark gives null).
 Value expressions may also be the operands of a comparison (e.g. ``auction_id % 123 = 0``).
+Every part of a ``case`` is evaluated on every row (Spark evaluates a branch only where it is
+taken), so the translator puts nothing that can raise in one.
 
 :func:`mask` evaluates it with three-valued (Kleene) logic, as SQL does: a comparison
 with null is null, ``NOT null`` is null, ``false AND null`` is false, ``true OR null`` is
@@ -130,6 +136,9 @@ def columns_of(predicate: Predicate) -> set[str]:
         return set()
     if predicate[0] in ("in", "cast"):  # ["in", operand, [literal values]], ["cast", operand, type]
         return columns_of(predicate[1])
+    if predicate[0] == "case":  # ["case", [[predicate, value], ...], else or None, type]
+        parts = [part for pair in predicate[1] for part in pair]
+        return set().union(*(columns_of(part) for part in parts), columns_of(predicate[2]))
     found: set[str] = set()
     for part in predicate[1:]:
         if isinstance(part, list):
@@ -151,6 +160,8 @@ def _eval(table: pa.Table, node: Predicate) -> Any:
         return ARITHMETIC[(node[1], bool(node[4]))](_eval(table, node[2]), _eval(table, node[3]))
     if op == "neg":
         return (pc.negate_checked if node[2] else pc.negate)(_eval(table, node[1]))
+    if op == "case":
+        return _case(table, node)
     if op == "cmp":
         return _compare(node[1], _eval(table, node[2]), _eval(table, node[3]), table.num_rows)
     if op == "and":
@@ -172,6 +183,22 @@ def _eval(table: pa.Table, node: Predicate) -> Any:
             raise NotEvaluable("IN with no items")
         return result
     raise NotEvaluable(f"unknown predicate node {op!r}")
+
+
+def _case(table: pa.Table, node: Predicate) -> pa.Array:
+    """``["case", [[p, a], ...], b, type]``: per row, the first value whose ``p`` is true, else ``b``."""
+    rows, typ = table.num_rows, pa.type_for_alias(node[3])
+
+    def array(part: Any, of: pa.DataType) -> pa.Array:
+        if isinstance(part, pa.Scalar):
+            return pa.array([part.as_py()] * rows, of) if part.is_valid else pa.nulls(rows, of)
+        return part.combine_chunks() if isinstance(part, pa.ChunkedArray) else part
+
+    conditions = [pc.fill_null(array(_eval(table, p), pa.bool_()), False) for p, _ in node[1]]
+    values = [pc.cast(_eval(table, v), typ) for _, v in node[1]]
+    otherwise = pa.scalar(None, typ) if node[2] is None else pc.cast(_eval(table, node[2]), typ)
+    chosen = pa.StructArray.from_arrays(conditions, names=[str(i) for i in range(len(conditions))])
+    return pc.case_when(chosen, *[array(v, typ) for v in values], array(otherwise, typ))
 
 
 def _compare(op: str, a: Any, b: Any, rows: int) -> Any:

@@ -136,6 +136,21 @@ def test_maps_before_the_window_are_computed_in_the_source_task(spark, tmp_path)
         assert find_fusions(spark, flow.plan(), 4) == {}  # a filter after a map; a function
 
 
+def test_a_case_when_map_is_computed_in_the_source_task(spark, tmp_path):
+    """Nexmark q8's shape: ``filter → map(CASE WHEN ...) → key_by → window``; a CASE whose value
+    could raise (checked ``+``) is not computed in the task, so the window is not fused."""
+    flow, events = _flow(tmp_path, key=None)
+    _window(events.filter("v > 0", name="f").map(c="CASE WHEN k = 'a' THEN w ELSE v END", name="m")
+            .key_by("k", name="kb")).sink(MemorySink())
+    fusion = find_fusions(spark, flow.plan(), 4)["events"]
+    assert (fusion.maps, fusion.key) == (("m",), "k")
+    case = ["case", [[["cmp", "=", ["col", "k"], ["lit", "a"]], ["col", "w"]]], ["col", "v"], "double"]
+    assert fusion.operations == (("map", (("c", case, pa.float64()),)),)
+    flow, events = _flow(tmp_path, key=None)
+    _window(events.map(c="CASE WHEN k = 'a' THEN n + 1 ELSE 0 END", name="m").key_by("k")).sink(MemorySink())
+    assert find_fusions(spark, flow.plan(), 4) == {}
+
+
 def test_a_source_without_the_capability_is_not_fused(spark):
     flow = wire.Flow("fusion")
     events = flow.source(_Uncapable(events=100), event_time="date_time", key="kind", name="events")

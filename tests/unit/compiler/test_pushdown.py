@@ -120,7 +120,13 @@ def test_the_pushed_predicate_keeps_every_row_sparks_filter_keeps(spark, predica
 
 
 EXPRESSIONS = ["(a * 908) div 1000", "a % 7", "a % -3", "a div -7", "-b + a", "b * 3 - a", "d * 2 + b",
-               "-(a - b) * 2", "b + 1"]
+               "-(a - b) * 2", "b + 1",
+               # CASE WHEN and IF: a null condition is not true; no ELSE gives null
+               "CASE WHEN a > b THEN a ELSE b END", "CASE WHEN d > 0 THEN 1 WHEN a IS NULL THEN 2 END",
+               "IF(b > 0, d, a)", "CASE WHEN a = 1 OR d < 0 THEN b ELSE -1 END",
+               "CASE WHEN b IN (1, 2, NULL) THEN 1 ELSE 0 END", "CASE WHEN NOT (a < 0) THEN a END"]
+STRING_CASES = ["CASE WHEN s IN ('arith', 'neg') THEN 1 ELSE 0 END", "IF(s = 'div', a, 0)"]
+"""CASE over a string ``s`` whose literals spell tree nodes' names (data, never read as nodes)."""
 """Value expressions (a sink fusion's maps) over a bigint ``a``, an int ``b`` and a double ``d``."""
 
 numbers = st.tuples(st.none() | st.integers(-10**9, 10**9), st.none() | st.integers(-10**6, 10**6),
@@ -132,12 +138,14 @@ numbers = st.tuples(st.none() | st.integers(-10**9, 10**9), st.none() | st.integ
 def test_value_expressions_equal_sparks(spark, rows):
     """Spark's own evaluation is the oracle: the same values, of the same types, nulls included."""
     schema = StructType([StructField("a", LongType()), StructField("b", IntegerType()),
-                         StructField("d", DoubleType())])
+                         StructField("d", DoubleType()), StructField("s", StringType())])
+    rows = [(*r, ["arith", "div", None, "x"][i % 4]) for i, r in enumerate(rows)]
     df = spark.createDataFrame(rows, schema)
-    theirs = df.select(*[F.expr(e).alias(f"e{i}") for i, e in enumerate(EXPRESSIONS)]).collect()
-    arrow = pa.schema([("a", pa.int64()), ("b", pa.int32()), ("d", pa.float64())])
-    table = pa.Table.from_pylist([dict(zip("abd", r, strict=True)) for r in rows], schema=arrow)
-    for i, e in enumerate(EXPRESSIONS):
+    expressions = EXPRESSIONS + STRING_CASES
+    theirs = df.select(*[F.expr(e).alias(f"e{i}") for i, e in enumerate(expressions)]).collect()
+    arrow = pa.schema([("a", pa.int64()), ("b", pa.int32()), ("d", pa.float64()), ("s", pa.string())])
+    table = pa.Table.from_pylist([dict(zip("abds", r, strict=True)) for r in rows], schema=arrow)
+    for i, e in enumerate(expressions):
         analyzed = df.select(F.expr(e))._jdf.queryExecution().analyzed().projectList().apply(0)
         tree = translate_value(analyzed)
         assert tree is not None, e
@@ -147,9 +155,28 @@ def test_value_expressions_equal_sparks(spark, rows):
 
 def test_what_values_do_not_translate(spark):
     df = spark.createDataFrame([], StructType([StructField("a", LongType()), StructField("d", DoubleType())]))
-    for e in ["a / 2", "d % 2", "cast(a AS int)", "abs(a)", "try_add(a, 1)", "a * 1.5BD"]:
+    for e in ["a / 2", "d % 2", "cast(a AS int)", "abs(a)", "try_add(a, 1)", "a * 1.5BD",
+              # a CASE holding what can raise (every part is evaluated on every row), or a function
+              "CASE WHEN a > 0 THEN a + 1 ELSE 0 END", "IF(a div 2 = 1, 1, 2)", "CASE WHEN a > 0 THEN -a END",
+              "CASE WHEN abs(a) > 1 THEN 1 ELSE 0 END", "CASE WHEN a > 0 THEN 'x' ELSE 'y' END"]:
         analyzed = df.select(F.expr(e))._jdf.queryExecution().analyzed().projectList().apply(0)
         assert translate_value(analyzed) is None, e
+
+
+def test_nexmark_q8s_case_when_translates_to_its_hand_derived_tree(spark):
+    schema = StructType([StructField("kind", StringType()), StructField("person_id", LongType()),
+                         StructField("seller", LongType())])
+    df = spark.createDataFrame([], schema)
+    trees = [translate_value(df.select(F.expr(e))._jdf.queryExecution().analyzed().projectList().apply(0))
+             for e in ("CASE WHEN kind = 'person' THEN person_id ELSE seller END",
+                       "CASE WHEN kind = 'person' THEN 1 ELSE 0 END")]
+    is_person = ["cmp", "=", ["col", "kind"], ["lit", "person"]]
+    assert trees == [["case", [[is_person, ["col", "person_id"]]], ["col", "seller"], "int64"],
+                     ["case", [[is_person, ["lit", 1, "int32"]]], ["lit", 0, "int32"], "int32"]]
+    table = pa.table({"kind": ["person", "auction", None], "person_id": pa.array([1, None, 3], pa.int64()),
+                      "seller": pa.array([None, 20, 30], pa.int64())})
+    assert value(table, trees[0]).to_pylist() == [1, 20, 30]  # a null kind is not 'person': ELSE
+    assert value(table, trees[1]).to_pylist() == [1, 0, 0]
 
 
 def _flow():
