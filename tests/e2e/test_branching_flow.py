@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import wire
+from wire.compiler.plan_compiler import compile_plan
 from wire.plan.graph import chain_of, outputs_of
 from wire.runtime.checkpoint import list_epochs, source_count
 from wire.sources.base.source import ALL_CAPABILITIES, Capability
@@ -85,6 +86,19 @@ def test_outputs_of_names_the_branches(tmp_path):
     main, others = outputs_of(flow.plan(), chain_of(flow.plan()))
     assert main == "big_windows"
     assert others == [("events", True), ("big", True), ("windows", True)]
+
+
+@pytest.mark.parametrize("replay", [True, False])
+def test_the_source_is_told_how_many_scans_read_it(spark, tmp_path, monkeypatch, replay):
+    """Four branches: four scans of a source that can replay (each splits its ranges over fewer
+    tasks, ``PartitionedReader._pieces``), one shared scan of one that cannot."""
+    glob, _ = write_input(tmp_path)
+    requests = []
+    real = FileSource.read_stream
+    monkeypatch.setattr(FileSource, "read_stream", lambda self, spark, request: (
+        requests.append(request), real(self, spark, request))[1])
+    compile_plan(build(glob, tmp_path / "out", replay=replay).plan(), spark, 2)
+    assert {r.scans for r in requests} == {4 if replay else 1}
 
 
 @pytest.mark.parametrize("replay", [True, False])

@@ -281,8 +281,10 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
         node = replace(node, max_events_per_epoch=min(node.max_events_per_epoch, b.admission[node.step]))
     subset, struct = b.columns.get(node.step, (None, None))
     fusion = b.fusions.get(node.step)
+    scans = b.reads[node.step] if can(node.connector, "replay") else 1  # else read once (below)
     df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
-                                     b.resume.get(node.step), (b.plan, b.predicates), fusion, b.sink_fusion)
+                                     b.resume.get(node.step), (b.plan, b.predicates), fusion, b.sink_fusion,
+                                     scans)
     if node.key is not None and node.key not in payload.names:
         raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if b.sink_fusion is not None:  # its rows are the epoch writer's (wire.compiler.sink_fusion)
@@ -485,6 +487,7 @@ def _open_source(
     pushdown: tuple[Plan, dict[str, Predicate | None]] | None = None,
     fusion: Fusion | None = None,
     sink_fusion: SinkFusion | None = None,
+    scans: int = 1,
 ) -> tuple[DataFrame, pa.Schema, bool]:
     """The source's envelope DataFrame, its payload schema and whether it ends.
 
@@ -497,7 +500,8 @@ def _open_source(
     (:mod:`wire.compiler.pushdown`, found once per step); None: none. ``fusion``: the
     source runs a window's pre-stage (:mod:`wire.compiler.fusion`), with the fusion's exact
     predicate and columns. ``sink_fusion``: the source runs the epoch's writer
-    (:mod:`wire.compiler.sink_fusion`), with its exact predicate and columns.
+    (:mod:`wire.compiler.sink_fusion`), with its exact predicate and columns. ``scans``: the
+    scans of the source in the plan (:attr:`~wire.sources.base.ReadRequest.scans`).
     """
     connector = src.connector
     if not isinstance(connector, Source):
@@ -535,6 +539,6 @@ def _open_source(
         step=src.step, schema=payload, event_time=src.event_time, key_groups=key_groups,
         watermark=src.watermark, max_events_per_epoch=src.max_events_per_epoch,
         control_file=control_file, columns=produced, target_epoch_ms=src.target_epoch_ms, resume=resume,
-        predicate=predicate, pre_stage=pre_stage, pre_stage_schema=pre_stage_schema,
+        predicate=predicate, pre_stage=pre_stage, pre_stage_schema=pre_stage_schema, scans=scans,
     )
     return connector.read_stream(spark, request), payload, connector.bounded

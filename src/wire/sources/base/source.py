@@ -182,6 +182,12 @@ class ReadRequest:
     None: the envelope only (:data:`wire.core.envelope.ENVELOPE_ARROW`). A pre-stage that
     writes the flow's sinks in the source's tasks (sink fusion, :mod:`wire.compiler.sink_fusion`)
     yields its write receipts instead."""
+    scans: int = 1
+    """How many scans of the source the flow's Spark plan holds: a source that can replay its
+    epochs and is read by several branches is scanned once per branch (:mod:`wire.compiler.branches`).
+    A reader that splits a planned range over tasks (:meth:`~wire.sources.base.partitioned.
+    PartitionedReader.split_range`) gives each scan ``cores // scans`` tasks at most, so that the
+    epoch's first stage has about one task per core. Every connector may ignore it."""
 
     def settings(self) -> dict[str, Any]:
         """Every field but ``schema``, by name (a connector's binding takes them as they are)."""
@@ -284,6 +290,8 @@ class Binding:
     """A keyed operator's pre-stage run in the source's tasks (:attr:`ReadRequest.pre_stage`)."""
     pre_stage_schema: str | None = None
     """The Arrow schema of the pre-stage's rows (:attr:`ReadRequest.pre_stage_schema`)."""
+    scans: int = 1
+    """The scans of the source in the flow's plan (:attr:`ReadRequest.scans`)."""
     local: bool = False
     """The Spark master is local: the planner and the executors share one machine, so a
     planner may hand what it decoded to the executors (:mod:`wire.sources.base.handoff`)

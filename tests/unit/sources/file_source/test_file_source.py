@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import re
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -468,6 +469,24 @@ def test_split_ranges_read_what_one_task_reads(tmp_path_factory, sizes, per_epoc
         if taken:
             assert counters(one) == counters(many)
             assert gauges(one) == gauges(many)
+
+
+@pytest.mark.parametrize(("cores", "scans", "tasks"), [(2, 1, 2), (2, 2, 1), (4, 2, 2), (2, 3, 1), (8, 3, 2)])
+def test_a_source_scanned_by_several_branches_splits_its_ranges_over_fewer_tasks(
+        tmp_path, monkeypatch, cores, scans, tasks):
+    """Each scan of a branching flow gets ``cores // scans`` tasks (at least one) of a range long
+    enough to split, and the same records as one task."""
+    write(tmp_path / "f.csv", csv_rows([(i, 1000 * i, 1.5) for i in range(40)]))
+    src = files(str(tmp_path / "*.csv"), format="csv", schema=SCHEMA)
+    monkeypatch.setattr(partitioned, "SPLIT_RECORDS", 5)
+    monkeypatch.setattr(partitioned, "read_tasks", lambda: cores)
+    reader = WireFileStreamReader(replace(binding(src, per_epoch=40), scans=scans))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(40))
+    parts = reader.partitions(start, end)
+    assert len(parts) == tasks
+    rows = sorted(r["id"] for p in parts for r in decode(list(reader.read(p)))["data"])
+    assert rows == list(range(40))
 
 
 def counters(out):
