@@ -29,7 +29,8 @@ import zipfile
 PRELOAD = (
     "pandas", "pyarrow", "pyarrow.compute", "pyarrow.csv", "pyarrow.json", "pyarrow.parquet",
     "pyspark.worker", "pyspark.sql.pandas.serializers", "pyspark.sql.streaming.stateful_processor",
-    "pyspark.sql.streaming.stateful_processor_api_client",
+    "pyspark.sql.streaming.stateful_processor_api_client", "pyspark.sql.streaming.proto.StateMessage_pb2",
+    "pyspark.sql.worker.plan_data_source_read",
     "wire.compiler.branches", "wire.compiler.join_stage", "wire.compiler.keyed",
     "wire.compiler.process_stage", "wire.compiler.throttle", "wire.compiler.window_stage",
     "wire.runtime.dataplane", "wire.sources.file_source.source", "wire.sources.file_source.reader",
@@ -40,7 +41,10 @@ PRELOAD = (
 
 The stages (window, join and process stages, throttle, branches), the epoch's partition
 writer, the file and generator sources and the file sinks, with pyarrow, pandas and
-pyspark's worker modules. Not the connectors of pip extras (Kafka, Redis, HTTP ingest,
+pyspark's worker modules (also those PySpark imports inside functions: the state server's
+protobuf messages, which every ``transformWithStateInPandas`` worker imported after its fork,
+13-45 ms each, and the data source planning worker's module; ``python -X importtime`` across
+a Nexmark q3 run, 2026-12-02). Not the connectors of pip extras (Kafka, Redis, HTTP ingest,
 PostgreSQL, Delta, the self-correcting sink): a flow that uses one imports it in the
 workers that run it, and a flow that does not never pays for it (psycopg, deltalake and
 confluent-kafka took about 0.6 s of the daemon's start, on the critical path of the

@@ -14,9 +14,12 @@ WATCHED = [*EXTRA_MODULES, "starlette", "wire.sources.file_source.source", "wire
            "wire.sources.http_source.server", "wire.sources.redis_source.source", "wire.sinks.redis_sink",
            "wire.control",
            "wire.sources.kafka_source.source", "wire.runtime.dataplane", "wire.compiler.window_stage",
+           "pyspark.sql.streaming.proto.StateMessage_pb2", "pyspark.sql.worker.plan_data_source_read",
            "wire.runtime.runner", "wire.api.flow"]
 CORE = ["wire.sources.file_source.source", "wire.sinks.file_sinks", "wire.runtime.dataplane",
-        "wire.compiler.window_stage"]
+        "wire.compiler.window_stage",
+        # imported by PySpark inside functions, so by each forked worker unless preloaded
+        "pyspark.sql.streaming.proto.StateMessage_pb2", "pyspark.sql.worker.plan_data_source_read"]
 
 
 def preloaded(run_python, missing: tuple[str, ...] = ()) -> list[str]:
