@@ -85,6 +85,9 @@ class CompiledFlow:
     """Per keyed stateful step (window, join, process), the key column its state rows carry."""
     state_key_types: dict[str, str] = field(default_factory=dict)
     """Per keyed stateful step, its key column's Spark SQL type (``xxhash64`` of it picks the key group)."""
+    source_requests: dict[str, tuple[Source, ReadRequest]] = field(default_factory=dict)
+    """Per source step, its connector and the request this compilation read it with (for the
+    runner's warm-up, :meth:`wire.sources.base.source.BindingSource.warm_up`)."""
     task_writer: bool = False
     """The source's tasks run the epoch's partition writer (:mod:`wire.compiler.sink_fusion`): the
     DataFrame's rows are the writer's result rows, and each epoch's job must carry its writer."""
@@ -202,6 +205,8 @@ class _Build:
     """Per source step fused with a window, the fusion (:mod:`wire.compiler.fusion`)."""
     sink_fusion: SinkFusion | None = None
     """The flow's source writes its sinks (:mod:`wire.compiler.sink_fusion`)."""
+    requests: dict[str, tuple[Source, ReadRequest]] = field(default_factory=dict)
+    """Per source step, its connector and read request (:attr:`CompiledFlow.source_requests`)."""
     bounded: bool = True
 
     def fused(self, step: str) -> Fusion | None:
@@ -265,7 +270,7 @@ def _compile(
     if sink_fusion is not None:
         produced[sink_fusion.source] = sink_fusion.produced
     compiled = CompiledFlow(plan, result, terminal, sources, b.bounded, key_groups, produced, b.state_keys,
-                            b.key_types, task_writer=sink_fusion is not None)
+                            b.key_types, b.requests, task_writer=sink_fusion is not None)
     return compiled, b.opened
 
 
@@ -282,9 +287,10 @@ def _source(node: SourceNode, b: _Build) -> _Compiled:
     subset, struct = b.columns.get(node.step, (None, None))
     fusion = b.fusions.get(node.step)
     scans = b.reads[node.step] if can(node.connector, "replay") else 1  # else read once (below)
-    df, payload, ends = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
-                                     b.resume.get(node.step), (b.plan, b.predicates), fusion, b.sink_fusion,
-                                     scans)
+    df, payload, ends, request = _open_source(b.spark, node, b.key_groups, b.control_file, subset,
+                                              b.resume.get(node.step), (b.plan, b.predicates), fusion,
+                                              b.sink_fusion, scans)
+    b.requests[node.step] = (node.connector, request)
     if node.key is not None and node.key not in payload.names:
         raise ConfigError("key", node.key, f"a column of the source: {payload.names}", step=node.step)
     if b.sink_fusion is not None:  # its rows are the epoch writer's (wire.compiler.sink_fusion)
@@ -488,8 +494,8 @@ def _open_source(
     fusion: Fusion | None = None,
     sink_fusion: SinkFusion | None = None,
     scans: int = 1,
-) -> tuple[DataFrame, pa.Schema, bool]:
-    """The source's envelope DataFrame, its payload schema and whether it ends.
+) -> tuple[DataFrame, pa.Schema, bool, ReadRequest]:
+    """The source's envelope DataFrame, its payload schema, whether it ends, and the request it was read with.
 
     Every source gets one :class:`~wire.sources.base.ReadRequest`. ``columns``: the payload
     columns the source produces (None: all); set only for a source that can prune
@@ -541,4 +547,4 @@ def _open_source(
         control_file=control_file, columns=produced, target_epoch_ms=src.target_epoch_ms, resume=resume,
         predicate=predicate, pre_stage=pre_stage, pre_stage_schema=pre_stage_schema, scans=scans,
     )
-    return connector.read_stream(spark, request), payload, connector.bounded
+    return connector.read_stream(spark, request), payload, connector.bounded, request

@@ -36,7 +36,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from wire.compiler.plan_compiler import compile_plan
+from wire.compiler.plan_compiler import CompiledFlow, compile_plan
 from wire.core.control_file import control_path, set_breaker, set_stopping, write_control
 from wire.delivery.sink import Sink
 from wire.errors import CheckpointError, ConfigError, FlowFailed
@@ -64,6 +64,7 @@ from wire.runtime.session import SPARK_LOG, spark_session, warm_up_workers
 from wire.runtime.state_layout import record_layout
 from wire.runtime.summary import RunSummary
 from wire.sources.base.handoff import remove_orphans
+from wire.sources.base.source import WarmUp
 
 __all__ = [
     "AWAIT_POLL_S", "END_POLL_S", "EpochDispatcher", "Interrupts", "RunSummary", "RunningFlow",
@@ -164,6 +165,8 @@ class RunningFlow:
         """The session the query runs in (reads of its state use it: :meth:`state`)."""
         self.layout: threading.Thread | None = None
         """Writes ``state_layout.json`` (:func:`wire.runtime.state_layout.record_layout`)."""
+        self.warm_ups: list[tuple[WarmUp, threading.Thread]] = []
+        """The sources' warm-ups (:func:`_warm_up`): joined and closed when the run ends."""
         self.input_consumed = False
         """True once a bounded flow's run ended because its input was consumed."""
         self._end_watch: threading.Thread | None = None
@@ -372,6 +375,7 @@ class RunningFlow:
                 self._dispatcher.progress.stop()
             self.summary.elapsed_s = time.perf_counter() - self._started
             self._dispatcher.count_scans()
+            _end_warm_ups(self.warm_ups)
             remove_orphans()  # the hand-over files of planners (ended planners only)
         return self.summary
 
@@ -444,6 +448,7 @@ def start_plan(
     dispatcher.spark_dir = Path(spark_checkpoint(checkpoint))
     dispatcher.epoch_log = EpochLog(checkpoint)
     dispatcher.epoch_log.write_graph(plan)
+    warm_ups = _warm_up(spark, compiled, fresh=not any((dispatcher.spark_dir / "offsets").glob("*")))
     started = time.perf_counter()
     opened: list[Sink] = []
     try:
@@ -477,9 +482,11 @@ def start_plan(
             sink.close()
         if own_progress and progress is not None:
             progress.stop()
+        _end_warm_ups(warm_ups)
         raise
     running = RunningFlow(plan, query, dispatcher, opened, started, checkpoint, own_progress=own_progress,
                           bounded=compiled.bounded)
+    running.warm_ups = warm_ups
     running.spark = spark
     # where each keyed step's state is (wire.read_state): from the plan the first epoch executes
     # (explained in milliseconds); state() and the run's end wait for it
@@ -488,6 +495,35 @@ def start_plan(
     running.layout.start()
     running.watch_breakers(sinks)
     return running
+
+
+def _warm_up(
+    spark: SparkSession, compiled: CompiledFlow, *, fresh: bool
+) -> list[tuple[WarmUp, threading.Thread]]:
+    """Start each source's warm-up (:meth:`wire.sources.base.source.BindingSource.warm_up`) in a thread.
+
+    Only for a query that starts fresh (no offsets in its Spark checkpoint): a restarted one
+    goes on from offsets the warm-up does not know. Started before the sinks open and the query
+    starts, so that it runs while Spark starts the query and the sources' planners.
+    """
+    if not fresh:
+        return []
+    started = []
+    for step, (connector, request) in compiled.source_requests.items():
+        hook = getattr(connector, "warm_up", None)
+        warm = hook(spark, request) if hook is not None else None
+        if warm is not None:
+            thread = threading.Thread(target=warm.run, name=f"wire-warm-up-{step}", daemon=True)
+            thread.start()
+            started.append((warm, thread))
+    return started
+
+
+def _end_warm_ups(warm_ups: list[tuple[WarmUp, threading.Thread]]) -> None:
+    """Wait for the warm-ups (at most a minute each) and remove what they left."""
+    for warm, thread in warm_ups:
+        thread.join(timeout=60)
+        warm.close()
 
 
 def run_plan(plan: Plan, **kwargs: Any) -> RunSummary:

@@ -66,9 +66,12 @@ class HandoffDir:
     deletes.
     """
 
-    def __init__(self, max_bytes: int = MAX_HANDOFF_BYTES) -> None:
+    def __init__(self, max_bytes: int = MAX_HANDOFF_BYTES, path: str | None = None) -> None:
         self.max_bytes = max_bytes
-        self.path: str | None = None
+        self.path: str | None = path
+        """The directory (None: made at the first write). A given path may be written before
+        this object exists, by another process that knows it (the driver warming up the file
+        planner's first parses, :meth:`WireFileStreamReader.warm_up`); it is made when missing."""
         self._lock = threading.Lock()
         self._files: dict[str, tuple[Hashable, int]] = {}  # file name -> (owner, bytes)
         self._bytes = 0
@@ -92,8 +95,9 @@ class HandoffDir:
                 remove_orphans()
                 self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
             path = os.path.join(self.path, name)
-        tmp = f"{path}.{threading.get_ident()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             data = table()
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, data.schema) as writer:
                 writer.write_table(data)
@@ -107,6 +111,18 @@ class HandoffDir:
             self._files[name] = (owner, size)
             self._bytes += size
         return True
+
+    def adopt(self, name: str, owner: Hashable) -> None:
+        """Count hand-over file ``name``, written into this directory by another process, as ``owner``'s."""
+        with self._lock:
+            if name in self._files or self.path is None:
+                return
+            try:
+                size = os.path.getsize(os.path.join(self.path, name))
+            except OSError:
+                return
+            self._files[name] = (owner, size)
+            self._bytes += size
 
     def release(self, done: Callable[[Hashable], bool]) -> None:
         """Delete the files whose owner is ``done`` (their epochs committed)."""

@@ -112,12 +112,37 @@ from wire.sources.base.watermark_settings import (
 )
 
 __all__ = [
-    "ALL_CAPABILITIES", "LEGACY_WATERMARK", "RESUME_OPTION", "Binding", "BindingDataSource",
-    "BindingSource", "Capability", "ConfigDataSource", "Decoded", "Offset", "ReadRequest",
-    "SchemaDataclassDict", "Source", "can", "check_admission", "check_columns",
-    "check_event_time_column", "convert_legacy_watermark", "future_mask", "open_stream",
-    "pickle_b64", "resumable", "resume_options", "schema_from_b64", "schema_to_b64", "select_columns",
-    "spark_row_schema", "spark_struct", "warn_legacy_watermark", "with_connector_settings",
+    "ALL_CAPABILITIES",
+    "LEGACY_WATERMARK",
+    "RESUME_OPTION",
+    "Binding",
+    "BindingDataSource",
+    "BindingSource",
+    "Capability",
+    "ConfigDataSource",
+    "Decoded",
+    "Offset",
+    "ReadRequest",
+    "SchemaDataclassDict",
+    "Source",
+    "WarmUp",
+    "can",
+    "check_admission",
+    "check_columns",
+    "check_event_time_column",
+    "convert_legacy_watermark",
+    "future_mask",
+    "open_stream",
+    "pickle_b64",
+    "resumable",
+    "resume_options",
+    "schema_from_b64",
+    "schema_to_b64",
+    "select_columns",
+    "spark_row_schema",
+    "spark_struct",
+    "warn_legacy_watermark",
+    "with_connector_settings",
 ]
 """The source base's names; a read's rows (:mod:`wire.sources.base.rows`) and a connector's
 deprecated watermark settings (:mod:`wire.sources.base.watermark_settings`) live in their own
@@ -396,9 +421,31 @@ class BindingSource:
             When the event-time column is not a column of the source or has an unsupported
             type, or a setting of the request is invalid (:class:`Binding`).
         """
-        ds = self.data_source()
-        binding = replace(ds.binding_class.of(self, request), local=is_local(spark))
-        return open_stream(spark, ds, binding=binding.to_json())
+        return open_stream(spark, self.data_source(), binding=self.bind(spark, request).to_json())
+
+    def bind(self, spark: SparkSession, request: ReadRequest) -> Binding:
+        """The binding :meth:`read_stream` gives the data source (the same for the same request)."""
+        return replace(self.data_source().binding_class.of(self, request), local=is_local(spark))
+
+    def warm_up(self, spark: SparkSession, request: ReadRequest) -> WarmUp | None:
+        """Work the driver may do for the source's first epoch while the query starts (None: none).
+
+        The runner calls its ``run`` in a thread of the driver, after the flow's last
+        compilation and before the query's first epoch, for a query that starts fresh, and its
+        ``close`` when the run ends. ``run`` must be harmless to skip, to run late, and to run
+        while the query reads. Default: none.
+        """
+        return None
+
+
+class WarmUp(Protocol):
+    """A source's warm-up (:meth:`BindingSource.warm_up`)."""
+
+    def run(self) -> None:
+        """Do the work (a thread of the driver; never raises)."""
+
+    def close(self) -> None:
+        """Remove what :meth:`run` left (the run ended)."""
 
 
 def is_local(spark: SparkSession) -> bool:

@@ -173,6 +173,11 @@ class SourceBinding(Binding):
     """
 
     source: FileConfig
+    spill_dir: str | None = None
+    """Local master: the planner's directory of spilled parses (:mod:`.parsed_spill`), named by the
+    driver so that it can spill the first files' parses there before the planner starts
+    (:meth:`~wire.sources.file_source.reader.WireFileStreamReader.warm_up`); None: the planner
+    makes its own."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

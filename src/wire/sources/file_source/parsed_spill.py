@@ -87,6 +87,13 @@ class SpillDir(HandoffDir):
         """Write ``parsed`` as the spill of ``stamp`` (file ``rel`` of ``partition``); best effort."""
         self.write(spill_name(stamp, spec), (partition, rel), lambda: _encode(parsed))
 
+    def read_parse(self, partition: str, rel: str, stamp: FileStamp, spec: ParseSpec) -> ParsedFile | None:
+        """The spill of ``stamp`` another process wrote here (None: none), now ``(partition, rel)``'s."""
+        parsed = read_spill(self.path, stamp, spec)
+        if parsed is not None:
+            self.adopt(spill_name(stamp, spec), (partition, rel))
+        return parsed
+
     def release_files(self, partition: str, done: set[str]) -> None:
         """Delete ``partition``'s spills of the files ``done`` (read to their end, committed)."""
         self.release(lambda owner: owner[0] == partition and owner[1] in done)  # type: ignore[index]

@@ -117,7 +117,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """Held while the index cache is read or a file indexed (the read-ahead thread too)."""
         self._read_ahead: threading.Thread | None = None
         self._snapshot: dict[str, list[str]] | None = None
-        self._spills = SpillDir() if binding.local else None
+        self._spills = SpillDir(path=getattr(binding, "spill_dir", None)) if binding.local else None
         """Planner, local master: its parses handed to the executors (:mod:`~.parsed_spill`)."""
 
     def __getstate__(self) -> dict[str, Any]:
@@ -355,12 +355,39 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
     def _index(self, stamp: FileStamp, name: str | None = None, rel: str = "") -> ParsedFile:
         """The file's index (parsed on a miss; the parse spilled for the executors of partition ``name``)."""
         spills, spec = self._spills, self._spec
-        keep = None
+        keep = load = None
         if spills is not None and name is not None:
             def keep(parsed: ParsedFile) -> None:
                 spills.write_parse(name, rel, stamp, spec, parsed)
+
+            def load() -> ParsedFile | None:  # the driver's warm-up may have parsed it (warm_up)
+                return spills.read_parse(name, rel, stamp, spec)
         with self._index_lock:
-            return self._index_cache.get(stamp, spec, index_only=True, on_parse=keep)
+            return self._index_cache.get(stamp, spec, index_only=True, load=load, on_parse=keep)
+
+    def warm_up(self) -> None:
+        """Parse the first file of each partition, in reading order, into the spill directory (driver).
+
+        At most until the files parsed hold the first epoch's admission (``max_events_per_epoch``
+        records). Called by the runner in a thread of the driver before the query's first epoch
+        (:meth:`~wire.sources.file_source.source.FileSource.warm_up`): the planner's first
+        :meth:`latestOffset` then memory-maps these parses (:meth:`_index`) instead of parsing.
+        A spill is named by the file's stamp and the parse spec, so a file that changed since,
+        or another spec, is parsed again as before. Never raises (the planner parses then).
+        """
+        if self._spills is None:
+            return
+        try:
+            records = 0
+            for name in self.list_partitions():
+                if records >= self._binding.max_events_per_epoch:  # more than the first epoch reads
+                    return
+                self.refresh(name, self.start_position(name))
+                order = self._order.get(name, [])
+                if order and order[0] in self._listed.get(name, {}):
+                    records += self._index(self._listed[name][order[0]], name, order[0]).records
+        except Exception:  # a cache: whatever fails, the planner parses
+            return
 
     def handoff(self) -> str | None:
         """The directory of this planner's spilled parses (None: not a local master, or none yet)."""

@@ -28,16 +28,26 @@ The stream reader itself is in :mod:`wire.sources.file_source.reader`.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import replace
 from typing import ClassVar
 
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from wire.core.time import NO_WATERMARK, Duration
+from wire.sources.base.handoff import PREFIX
 from wire.sources.base.source import (
     ALL_CAPABILITIES,
+    Binding,
     BindingDataSource,
     BindingSource,
     Capability,
+    ReadRequest,
+    WarmUp,
     spark_row_schema,
     spark_struct,
     warn_legacy_watermark,
@@ -73,6 +83,49 @@ class FileSource(FileConfig, BindingSource):
     def data_source(self) -> type[BindingDataSource]:
         """The Spark data source that reads this source (:class:`WireFileDataSource`)."""
         return WireFileDataSource
+
+    def bind(self, spark: SparkSession, request: ReadRequest) -> Binding:
+        """The step's binding; on a local master with a run's control file, naming the spill directory.
+
+        The directory is ``$TMPDIR/wire-handoff-<driver pid>-<digest of the control file and
+        step>``: the same for both of a compilation's calls and for :meth:`warm_up`, and one
+        per source step and run.
+        """
+        binding = super().bind(spark, request)
+        if not binding.local or request.control_file is None:
+            return binding
+        assert isinstance(binding, SourceBinding)
+        key = f"{os.path.abspath(request.control_file)}\0{request.step}".encode()
+        name = f"{PREFIX}{os.getpid()}-{hashlib.sha256(key).hexdigest()[:16]}"
+        return replace(binding, spill_dir=os.path.join(tempfile.gettempdir(), name))
+
+    def warm_up(self, spark: SparkSession, request: ReadRequest) -> WarmUp | None:
+        """Parse each partition's first file into the planner's spill directory (local master only).
+
+        The planner's first ``latestOffset`` then reads the parse instead of making it (it
+        parsed the first file, 0.17-0.30 s for 500,000 Nexmark events, and imported pandas
+        on the way, 0.23 s, while the first epoch waited). Nothing is written elsewhere.
+        """
+        binding = self.bind(spark, request)
+        if not isinstance(binding, SourceBinding) or binding.spill_dir is None:
+            return None
+        return _FirstParses(binding)
+
+
+class _FirstParses:
+    """:meth:`FileSource.warm_up`: the first files' parses, spilled; their directory removed at the end."""
+
+    def __init__(self, binding: SourceBinding) -> None:
+        self.binding = binding
+
+    def run(self) -> None:
+        """Parse and spill (:meth:`WireFileStreamReader.warm_up`)."""
+        WireFileStreamReader(self.binding).warm_up()
+
+    def close(self) -> None:
+        """Remove the planner's spill directory (the planner may have ended without removing it)."""
+        if self.binding.spill_dir is not None:
+            shutil.rmtree(self.binding.spill_dir, ignore_errors=True)
 
 
 def files(

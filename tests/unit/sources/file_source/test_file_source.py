@@ -515,3 +515,43 @@ def test_planner_indexes_the_next_file_ahead_once_and_pickles(tmp_path, monkeypa
     for _ in range(4):
         end = reader.latestOffset(end, ReadMaxRows(3))
     assert end["admitted"] == 10 and calls == ["a.csv", "b.csv"]
+
+
+# ------------------------------------------------------------------------------ the driver's warm-up
+
+
+def test_the_planner_reads_the_parses_the_driver_warmed_up_and_parses_what_changed(tmp_path, monkeypatch):
+    """``warm_up`` (driver) parses each partition's first file into the binding's spill directory;
+    a planner with that binding then parses neither it again, and its epochs are those of a planner
+    without a warm-up (rows, watermarks, dead letters). A file rewritten after the warm-up has
+    another stamp: the planner parses it."""
+    (tmp_path / "in").mkdir()
+    write(tmp_path / "in" / "a.csv", csv_rows([(1, 1000, 1.5), (2, 2000, "x")]))
+    write(tmp_path / "in" / "b.csv", csv_rows([(3, 3000, 2.5)]))
+    src = files(str(tmp_path / "in" / "*.csv"), format="csv", schema=SCHEMA)
+    warmed = replace(binding(src, per_epoch=2), local=True, spill_dir=str(tmp_path / "spills"))
+    parsed: list[str] = []
+    real = file_readers.parse_file
+    monkeypatch.setattr(file_readers, "parse_file", lambda path, spec: (parsed.append(os.path.basename(path)),
+                                                                          real(path, spec))[1])
+    WireFileStreamReader(warmed).warm_up()
+    first = parsed[:]
+    assert len(first) == 1 and (tmp_path / "spills").is_dir()
+    parsed.clear()
+    with_warm_up = run(WireFileStreamReader(warmed))
+    assert first[0] not in parsed  # the planner read the driver's parse
+    monkeypatch.setattr(file_stream, "_EXECUTOR_CACHE", file_readers.ParseCache(4))
+    without = run(WireFileStreamReader(replace(binding(src, per_epoch=2), local=True,
+                                               spill_dir=str(tmp_path / "other"))))
+    def seen(epochs):  # what the offsets admitted (not their processing times), rows, dead letters
+        return [((end["admitted"], end["watermark"], end["partitions"]["all"]["next"]), out["data"],
+                 out["marks"], sorted(map(str, out["sides"].get("src.dead_letter", []))))
+                for _, end, out in epochs]
+
+    assert seen(with_warm_up) == seen(without)
+    assert sum(len(e[3]) for e in seen(without)) == 1  # "x" is one dead letter
+    assert sum(len(e[1]) for e in seen(without)) == 2  # and two rows
+    write(tmp_path / "in" / first[0], csv_rows([(7, 7000, 7.5)]))  # changed after the warm-up
+    parsed.clear()
+    WireFileStreamReader(warmed)._index(file_stream._stamp(str(tmp_path / "in" / first[0])), "", first[0])
+    assert parsed == [first[0]]
