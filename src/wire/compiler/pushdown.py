@@ -289,12 +289,14 @@ def translate_value(expr: JavaObject) -> list[Any] | None:
         inner_value = translate_value(children[0])
         return None if inner_value is None else ["neg", inner_value, bool(expr.failOnError())]
     if kind in ("CaseWhen", "If"):
-        return _case(expr, kind, children, of)
+        return _case(children, of)
     return None
 
 
-def _case(expr: JavaObject, kind: str, children: list[JavaObject], of: str) -> list[Any] | None:
+def _case(children: list[JavaObject], of: str) -> list[Any] | None:
     """``CASE WHEN c1 THEN v1 ... [ELSE e] END`` or ``IF(c, v, e)`` as ``["case", [[c1, v1], ...], e, type]``.
+
+    ``children``: Catalyst's, for both ``c1, v1, c2, v2, ...`` then ``e`` if there is one.
 
     Each condition must translate exactly (:func:`_exact`), each value with
     :func:`translate_value`. Spark evaluates a branch's condition only where no earlier one
@@ -302,13 +304,8 @@ def _case(expr: JavaObject, kind: str, children: list[JavaObject], of: str) -> l
     row, so nothing that can raise may appear anywhere in it (checked arithmetic, ``div``,
     ``%``, checked unary minus): such a CASE is not translated.
     """
-    if kind == "If":
-        pairs, otherwise = [(children[0], children[1])], children[2]
-    else:
-        branches = expr.branches()
-        pairs = [(branches.apply(i)._1(), branches.apply(i)._2()) for i in range(branches.size())]
-        default = expr.elseValue()
-        otherwise = default.get() if default.isDefined() else None
+    pairs = zip(children[0::2], children[1::2], strict=False)  # an ELSE is the odd one out
+    otherwise = children[-1] if len(children) % 2 else None
     translated = []
     for condition, result in pairs:
         when, then = _exact(condition), translate_value(result)

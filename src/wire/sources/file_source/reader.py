@@ -117,7 +117,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """Held while the index cache is read or a file indexed (the read-ahead thread too)."""
         self._read_ahead: threading.Thread | None = None
         self._snapshot: dict[str, list[str]] | None = None
-        self._spills = SpillDir(path=getattr(binding, "spill_dir", None)) if binding.local else None
+        self._spills = SpillDir(path=binding.spill_dir) if binding.local else None
         """Planner, local master: its parses handed to the executors (:mod:`~.parsed_spill`)."""
 
     def __getstate__(self) -> dict[str, Any]:

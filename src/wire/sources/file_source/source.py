@@ -42,7 +42,6 @@ from wire.core.time import NO_WATERMARK, Duration
 from wire.sources.base.handoff import PREFIX
 from wire.sources.base.source import (
     ALL_CAPABILITIES,
-    Binding,
     BindingDataSource,
     BindingSource,
     Capability,
@@ -84,7 +83,7 @@ class FileSource(FileConfig, BindingSource):
         """The Spark data source that reads this source (:class:`WireFileDataSource`)."""
         return WireFileDataSource
 
-    def bind(self, spark: SparkSession, request: ReadRequest) -> Binding:
+    def bind(self, spark: SparkSession, request: ReadRequest) -> SourceBinding:
         """The step's binding; on a local master with a run's control file, naming the spill directory.
 
         The directory is ``$TMPDIR/wire-handoff-<driver pid>-<digest of the control file and
@@ -92,9 +91,9 @@ class FileSource(FileConfig, BindingSource):
         per source step and run.
         """
         binding = super().bind(spark, request)
+        assert isinstance(binding, SourceBinding)  # the data source's binding class
         if not binding.local or request.control_file is None:
             return binding
-        assert isinstance(binding, SourceBinding)
         key = f"{os.path.abspath(request.control_file)}\0{request.step}".encode()
         name = f"{PREFIX}{os.getpid()}-{hashlib.sha256(key).hexdigest()[:16]}"
         return replace(binding, spill_dir=os.path.join(tempfile.gettempdir(), name))
@@ -107,9 +106,7 @@ class FileSource(FileConfig, BindingSource):
         on the way, 0.23 s, while the first epoch waited). Nothing is written elsewhere.
         """
         binding = self.bind(spark, request)
-        if not isinstance(binding, SourceBinding) or binding.spill_dir is None:
-            return None
-        return _FirstParses(binding)
+        return None if binding.spill_dir is None else _FirstParses(binding)
 
 
 class _FirstParses:
