@@ -17,9 +17,12 @@ after the last one committed).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +32,7 @@ from wire.sources.file_source.formats import Malformed, ParsedFile
 from wire.sources.file_source.listing import FileStamp
 from wire.sources.file_source.parse_spec import ParseSpec
 
-__all__ = ["SpillDir", "read_spill", "spill_name"]
+__all__ = ["SpillDir", "WarmUpLock", "await_warm_up", "read_spill", "spill_name"]
 
 _RECORD = "__wire_record"
 _EVENT_TIME = "__wire_event_time"
@@ -76,6 +79,69 @@ def read_spill(directory: str | None, stamp: FileStamp, spec: ParseSpec) -> Pars
         return None
     return ParsedFile(stamp.path, int(meta["records"]), payload, valid.astype(np.int64, copy=False),
                       event_times.astype(np.int64, copy=False), malformed)
+
+
+WARM_UP_LOCK = "warm-up.lock"
+"""The lock file, in a spill directory, that the driver's warm-up holds while it parses."""
+
+
+class WarmUpLock:
+    """The driver's warm-up of a spill directory (``fcntl.flock``, exclusive): taken, then released.
+
+    Taken on the driver's main thread before the query starts, released by the warm-up's
+    thread when its parses are spilled, so that a planner started meanwhile waits for
+    them (:func:`await_warm_up`) instead of parsing the same files at the same time. The
+    operating system releases it if the driver dies. Best effort: a directory that cannot
+    be made gives no lock.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self._fd: int | None = None
+        with contextlib.suppress(OSError):
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(os.path.join(directory, WARM_UP_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
+            self._fd = fd
+
+    def release(self) -> None:
+        """Let waiting planners go on (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def await_warm_up(directory: str | None, timeout_s: float = 60.0) -> bool:
+    """Wait until no warm-up holds ``directory``'s lock (:class:`WarmUpLock`); True if one was found.
+
+    False at once without a directory or lock file (no warm-up: the caller parses), or when
+    ``timeout_s`` seconds pass first (the driver's runner joins a warm-up for 60 s).
+    """
+    if directory is None:
+        return False
+    try:
+        fd = os.open(os.path.join(directory, WARM_UP_LOCK), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.01)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class SpillDir(HandoffDir):

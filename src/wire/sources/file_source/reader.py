@@ -43,7 +43,7 @@ from wire.sources.file_source.file_set import Change, FileSet, detect_changes, r
 from wire.sources.file_source.formats import ParseCache, ParsedFile
 from wire.sources.file_source.listing import FileStamp, _wildcard_level
 from wire.sources.file_source.locate import locate_records
-from wire.sources.file_source.parsed_spill import SpillDir, read_spill
+from wire.sources.file_source.parsed_spill import SpillDir, await_warm_up, read_spill
 
 if TYPE_CHECKING:
     from wire.sources.file_source.config import SourceBinding
@@ -119,6 +119,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         self._snapshot: dict[str, list[str]] | None = None
         self._spills = SpillDir(path=binding.spill_dir) if binding.local else None
         """Planner, local master: its parses handed to the executors (:mod:`~.parsed_spill`)."""
+        self._warming = False
+        """True in the driver's warm-up (:meth:`warm_up`), which holds the lock the planner awaits."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The picklable state: a new lock and no read-ahead thread in the other process."""
@@ -361,7 +363,10 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
                 spills.write_parse(name, rel, stamp, spec, parsed)
 
             def load() -> ParsedFile | None:  # the driver's warm-up may have parsed it (warm_up)
-                return spills.read_parse(name, rel, stamp, spec)
+                parsed = spills.read_parse(name, rel, stamp, spec)
+                if parsed is None and not self._warming and await_warm_up(spills.path):  # one was under way
+                    parsed = spills.read_parse(name, rel, stamp, spec)  # spilled by now, or not by it
+                return parsed
         with self._index_lock:
             return self._index_cache.get(stamp, spec, index_only=True, load=load, on_parse=keep)
 
@@ -377,6 +382,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """
         if self._spills is None:
             return
+        self._warming = True
         try:
             records = 0
             for name in self.list_partitions():

@@ -54,6 +54,7 @@ from wire.sources.base.source import (
 from wire.sources.file_source.config import FileConfig, SourceBinding
 from wire.sources.file_source.formats import DEFAULT_MAX_FIELD_BYTES
 from wire.sources.file_source.listing import FileFormat, PartitionBy
+from wire.sources.file_source.parsed_spill import WarmUpLock
 from wire.sources.file_source.reader import WireFileStreamReader
 
 __all__ = [
@@ -114,13 +115,20 @@ class _FirstParses:
 
     def __init__(self, binding: SourceBinding) -> None:
         self.binding = binding
+        assert binding.spill_dir is not None
+        self.lock = WarmUpLock(binding.spill_dir)
+        """Held until the parses are spilled: a planner started meanwhile waits for them."""
 
     def run(self) -> None:
-        """Parse and spill (:meth:`WireFileStreamReader.warm_up`)."""
-        WireFileStreamReader(self.binding).warm_up()
+        """Parse and spill (:meth:`WireFileStreamReader.warm_up`), then release :attr:`lock`."""
+        try:
+            WireFileStreamReader(self.binding).warm_up()
+        finally:
+            self.lock.release()
 
     def close(self) -> None:
         """Remove the planner's spill directory (the planner may have ended without removing it)."""
+        self.lock.release()
         if self.binding.spill_dir is not None:
             shutil.rmtree(self.binding.spill_dir, ignore_errors=True)
 

@@ -7,6 +7,8 @@ import json
 import os
 import pickle
 import re
+import threading
+import time
 from dataclasses import replace
 
 import pyarrow as pa
@@ -18,6 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import wire.sources.base.partitioned as partitioned
 import wire.sources.file_source.formats as file_readers
+import wire.sources.file_source.parsed_spill as parsed_spill
 import wire.sources.file_source.reader as file_stream
 import wire.sources.file_source.source as files_mod
 from wire.core import envelope
@@ -555,3 +558,37 @@ def test_the_planner_reads_the_parses_the_driver_warmed_up_and_parses_what_chang
     parsed.clear()
     WireFileStreamReader(warmed)._index(file_stream._stamp(str(tmp_path / "in" / first[0])), "", first[0])
     assert parsed == [first[0]]
+
+
+def test_a_planner_started_during_the_warm_up_waits_for_its_parse(tmp_path, monkeypatch):
+    """While the driver's warm-up holds its lock (``WarmUpLock``, taken before the query starts), a
+    planner that misses the spill waits for the lock instead of parsing the same file at the same
+    time, then reads the warm-up's parse; with the lock released and no spill it parses at once.
+    The warm-up itself, holding the lock, does not wait for it."""
+    write(tmp_path / "a.csv", csv_rows([(1, 1000, 1.5), (2, 2000, 2.5)]))
+    src = files(str(tmp_path / "*.csv"), format="csv", schema=SCHEMA)
+    spills = tmp_path / "spills"
+    warmed = replace(binding(src, per_epoch=2), local=True, spill_dir=str(spills))
+    parsed: list[str] = []
+    real = file_readers.parse_file
+    monkeypatch.setattr(file_readers, "parse_file", lambda path, spec: (parsed.append(os.path.basename(path)),
+                                                                          real(path, spec))[1])
+    lock = parsed_spill.WarmUpLock(str(spills))
+    stamp = file_stream._stamp(str(tmp_path / "a.csv"))
+    planner = WireFileStreamReader(warmed)
+    got: list[object] = []
+    waiting = threading.Thread(target=lambda: got.append(planner._index(stamp, "", "a.csv")))
+    waiting.start()
+    time.sleep(0.3)
+    assert waiting.is_alive() and parsed == []  # waits, parses nothing
+    started = time.monotonic()
+    WireFileStreamReader(warmed).warm_up()  # the driver's warm-up: its own lock does not hold it up
+    assert time.monotonic() - started < 5 and parsed == ["a.csv"]
+    lock.release()
+    waiting.join(10)
+    assert not waiting.is_alive() and parsed == ["a.csv"]  # the planner read the warm-up's spill
+    assert got[0].records == 2
+    other = replace(warmed, spill_dir=str(tmp_path / "no-warm-up"))
+    parsed.clear()
+    WireFileStreamReader(other)._index(stamp, "", "a.csv")
+    assert parsed == ["a.csv"]
