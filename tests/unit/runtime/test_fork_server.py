@@ -89,14 +89,18 @@ def test_the_launcher_falls_back_to_the_real_interpreter(server: tuple[fork_serv
     assert got["stdin"] == "x" and got["env"] == "v=1 ü" and got["main"] == "__main__"
 
 
-def test_sigterm_reaches_the_child_and_its_status_returns(server: tuple[fork_server.ForkServer, Path],
-                                                           tmp_path: Path) -> None:
-    srv, mod = server
-    p = launch(srv, mod, "wire_fork_child", tmp_path, WIRE_TEST_SLEEP="60")
+def sleeping_child(srv: fork_server.ForkServer, mod: Path, cwd: Path) -> tuple[subprocess.Popen[str], int]:
+    """A launcher whose forked child has started and now sleeps; the launcher and the child's pid."""
+    p = launch(srv, mod, "wire_fork_child", cwd, WIRE_TEST_SLEEP="60")
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write("x\n")
     p.stdin.flush()
-    child = json.loads(p.stdout.readline())["pid"]
+    return p, int(json.loads(p.stdout.readline())["pid"])
+
+
+def test_sigterm_reaches_the_child_and_its_status_returns(server: tuple[fork_server.ForkServer, Path],
+                                                           tmp_path: Path) -> None:
+    p, child = sleeping_child(*server, tmp_path)
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=30) == 128 + signal.SIGTERM
     assert not alive(child)
@@ -104,12 +108,7 @@ def test_sigterm_reaches_the_child_and_its_status_returns(server: tuple[fork_ser
 
 def test_a_killed_launcher_takes_its_child_along(server: tuple[fork_server.ForkServer, Path],
                                                  tmp_path: Path) -> None:
-    srv, mod = server
-    p = launch(srv, mod, "wire_fork_child", tmp_path, WIRE_TEST_SLEEP="60")
-    assert p.stdin is not None and p.stdout is not None
-    p.stdin.write("x\n")
-    p.stdin.flush()
-    child = json.loads(p.stdout.readline())["pid"]
+    p, child = sleeping_child(*server, tmp_path)
     p.kill()
     p.wait(timeout=30)
     deadline = time.monotonic() + 30
