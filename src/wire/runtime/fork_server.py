@@ -19,9 +19,11 @@ fork server, which forks a child that takes them on and runs the module as ``__m
 as the interpreter would have. The launcher stays the process Spark knows: it passes
 SIGTERM and SIGINT on to the child and exits with the child's exit status (128 + the
 signal's number for a child a signal ended); if the launcher is killed, the fork server
-kills the child. Anything else (another module: the executors' worker daemon; no fork
-server yet, while it still imports; an error before the fork) makes the launcher exec the
-real interpreter with the same arguments: nothing changes but the speed.
+kills the child; if the fork server ends first, the launcher stays until the child ends
+(then exits with status 1: the status is the server's to know). Anything else (another
+module: the executors' worker daemon; no fork server yet, while it still imports; an error
+before the fork) makes the launcher exec the real interpreter with the same arguments:
+nothing changes but the speed.
 
 The fork server exits when the driver does (its standard input is a pipe from the
 driver) and removes its directory (the socket and the launcher). ``WIRE_FORK_SERVER=off``
@@ -107,16 +109,20 @@ def forward(signum, frame):
         pass
 signal.signal(signal.SIGTERM, forward)
 signal.signal(signal.SIGINT, forward)
-while True:
+got = s.recv(4, socket.MSG_WAITALL)
+if len(got) == 4:
+    sys.exit(struct.unpack("!i", got)[0])
+# the fork server is gone (its driver ended, or it was killed): stay until the child ends
+import time
+def running():
     try:
-        got = s.recv(4, socket.MSG_WAITALL)
-        break
-    except InterruptedError:
-        continue
-if len(got) != 4:
-    forward(signal.SIGKILL, None)
-    sys.exit(1)
-sys.exit(struct.unpack("!i", got)[0])
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        return False
+while running():
+    time.sleep(0.1)
+sys.exit(1)
 '''
 """The launcher script (``PYSPARK_PYTHON``): the real interpreter with ``-I -S`` runs it in
 about 7 ms; it imports nothing but the standard library."""
@@ -236,29 +242,44 @@ def serve(path: str, forked: Sequence[str] = FORKED) -> None:
     try:
         while True:
             for key, _ in sel.select():
-                if key.data == "accept":
-                    conn, _ = listener.accept()
-                    pid = _fork(conn, listener, sel, children, forked)
-                    if pid is None:
-                        conn.close()
-                    else:
-                        children[pid] = conn
-                        sel.register(conn, selectors.EVENT_READ, pid)
-                elif key.data == "driver":
-                    if not os.read(sys.stdin.fileno(), 4096):
-                        return
-                elif key.data == "wake":
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_r, 4096)
-                    _reap(children, sel)
-                else:  # the launcher's connection closed: it was killed, so is its child
-                    with contextlib.suppress(OSError):
-                        os.kill(key.data, signal.SIGKILL)
-                    sel.unregister(key.fileobj)
+                if _event(key, listener, sel, children, forked, wake_r):
+                    return
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def _event(key: selectors.SelectorKey, listener: socket.socket, sel: selectors.BaseSelector,
+           children: dict[int, socket.socket], forked: Sequence[str], wake_r: int) -> bool:
+    """Handle one ready file of the server's loop; True when the driver has gone (the server ends).
+
+    An error handling one event is dropped (that launcher execs, or its child is reaped at the
+    next SIGCHLD): ending the server would leave every running child's launcher without its
+    child's exit status.
+    """
+    try:
+        if key.data == "accept":
+            conn, _ = listener.accept()
+            pid = _fork(conn, listener, sel, children, forked)
+            if pid is None:
+                conn.close()
+            else:
+                children[pid] = conn
+                sel.register(conn, selectors.EVENT_READ, pid)
+        elif key.data == "driver":
+            return not os.read(sys.stdin.fileno(), 4096)
+        elif key.data == "wake":
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            _reap(children, sel)
+        else:  # the launcher's connection closed: it was killed, so is its child
+            with contextlib.suppress(OSError):
+                os.kill(key.data, signal.SIGKILL)
+            sel.unregister(key.fileobj)
+    except Exception:
+        return False
+    return False
 
 
 def _reap(children: dict[int, socket.socket], sel: selectors.BaseSelector) -> None:

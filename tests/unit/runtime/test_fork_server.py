@@ -89,9 +89,10 @@ def test_the_launcher_falls_back_to_the_real_interpreter(server: tuple[fork_serv
     assert got["stdin"] == "x" and got["env"] == "v=1 ü" and got["main"] == "__main__"
 
 
-def sleeping_child(srv: fork_server.ForkServer, mod: Path, cwd: Path) -> tuple[subprocess.Popen[str], int]:
+def sleeping_child(srv: fork_server.ForkServer, mod: Path, cwd: Path,
+                   sleep: str = "60") -> tuple[subprocess.Popen[str], int]:
     """A launcher whose forked child has started and now sleeps; the launcher and the child's pid."""
-    p = launch(srv, mod, "wire_fork_child", cwd, WIRE_TEST_SLEEP="60")
+    p = launch(srv, mod, "wire_fork_child", cwd, WIRE_TEST_SLEEP=sleep)
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write("x\n")
     p.stdin.flush()
@@ -149,3 +150,17 @@ def test_worker_python_keeps_the_users_interpreter_and_drops_a_foreign_launcher(
     assert worker_python(local=True) == (fork_server.launcher() or sys.executable) != str(foreign)
     monkeypatch.delenv("PYSPARK_PYTHON")
     assert worker_python(local=False) == sys.executable
+
+
+def test_a_child_outlives_its_fork_server_and_its_launcher_waits_for_it(
+        server: tuple[fork_server.ForkServer, Path], tmp_path: Path) -> None:
+    """The fork server killed (or crashed) while a child runs: the child goes on, and its launcher
+    stays until it ends, then exits with status 1 (the exit status was the server's to know)."""
+    srv, mod = server
+    p, child = sleeping_child(srv, mod, tmp_path, sleep="2")
+    srv.process.kill()
+    srv.process.wait(10)
+    time.sleep(0.5)
+    assert alive(child) and p.poll() is None
+    assert p.wait(timeout=30) == 1
+    assert not alive(child)
