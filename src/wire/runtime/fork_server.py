@@ -127,6 +127,7 @@ sys.exit(1)
 """The launcher script (``PYSPARK_PYTHON``): the real interpreter with ``-I -S`` runs it in
 about 7 ms; it imports nothing but the standard library."""
 
+
 @dataclass
 class ForkServer:
     """A running fork server: its process, directory, socket and launcher script."""
@@ -153,10 +154,13 @@ class ForkServer:
 def spawn(forked: Sequence[str] = FORKED) -> ForkServer | None:
     """Start a fork server for the modules ``forked``; None when this platform cannot.
 
-    It needs Unix sockets with descriptor passing and a socket path under 100 bytes
-    (``sockaddr_un``) in the temporary directory.
+    It needs Unix sockets with descriptor passing, a socket path under 100 bytes
+    (``sockaddr_un``) in the temporary directory, and an interpreter path the launcher's
+    ``#!`` line can hold (no white space; the line under 127 bytes, older kernels' limit).
     """
     if os.name != "posix" or not hasattr(socket, "send_fds"):
+        return None
+    if any(c.isspace() for c in sys.executable) or len(f"#!{sys.executable} -IS".encode()) >= 127:
         return None
     where = tempfile.mkdtemp(prefix=f"wire-fork-{os.getpid()}-")
     path = os.path.join(where, "server.sock")

@@ -164,3 +164,10 @@ def test_a_child_outlives_its_fork_server_and_its_launcher_waits_for_it(
     assert alive(child) and p.poll() is None
     assert p.wait(timeout=30) == 1
     assert not alive(child)
+
+
+@pytest.mark.parametrize("python", ["/opt/my python/bin/python3", "/" + "x" * 130 + "/python3"])
+def test_no_fork_server_for_an_interpreter_path_a_shebang_cannot_hold(monkeypatch: pytest.MonkeyPatch,
+                                                                       python: str) -> None:
+    monkeypatch.setattr(sys, "executable", python)
+    assert fork_server.spawn() is None
