@@ -76,7 +76,9 @@ ENV = "WIRE_FORK_SERVER"
 ``off`` (set by the user) turns the fork server off."""
 
 _HEADER = struct.Struct("!I")
+"""A launcher's request: this length, then the JSON body (the launcher script packs it too)."""
 _STATUS = struct.Struct("!i")
+"""The server's answers to a launcher: the child's pid, then its exit status."""
 
 LAUNCHER = '''#!{python} -IS
 # Wire's launcher for Spark's Python processes (wire.runtime.fork_server); exec'ed as python
@@ -94,10 +96,10 @@ try:
     request = {{"module": args[1], "argv": sys.argv[:1] + args[2:], "env": dict(os.environ),
                "cwd": os.getcwd()}}
     body = json.dumps(request).encode()
-    socket.send_fds(s, [struct.pack("!I", len(body)) + body], [0, 1, 2])
-    got = s.recv(4, socket.MSG_WAITALL)
-    if len(got) == 4:
-        pid = struct.unpack("!i", got)[0]
+    socket.send_fds(s, [struct.pack({header!r}, len(body)) + body], [0, 1, 2])
+    got = s.recv({size}, socket.MSG_WAITALL)
+    if len(got) == {size}:
+        pid = struct.unpack({status!r}, got)[0]
 except OSError:
     pass
 if pid is None:
@@ -109,9 +111,9 @@ def forward(signum, frame):
         pass
 signal.signal(signal.SIGTERM, forward)
 signal.signal(signal.SIGINT, forward)
-got = s.recv(4, socket.MSG_WAITALL)
-if len(got) == 4:
-    sys.exit(struct.unpack("!i", got)[0])
+got = s.recv({size}, socket.MSG_WAITALL)
+if len(got) == {size}:
+    sys.exit(struct.unpack({status!r}, got)[0])
 # the fork server is gone (its driver ended, or it was killed): stay until the child ends
 import time
 def running():
@@ -169,7 +171,8 @@ def spawn(forked: Sequence[str] = FORKED) -> ForkServer | None:
         return None
     launcher = os.path.join(where, "python")
     with open(launcher, "w") as f:
-        f.write(LAUNCHER.format(python=sys.executable, env=ENV, forked=tuple(forked)))
+        f.write(LAUNCHER.format(python=sys.executable, env=ENV, forked=tuple(forked), header=_HEADER.format,
+                                status=_STATUS.format, size=_STATUS.size))
     os.chmod(launcher, 0o700)
     process = subprocess.Popen(
         [sys.executable, "-m", __name__, path, ",".join(forked)], stdin=subprocess.PIPE,
