@@ -154,7 +154,10 @@ def spark_session(
     """
     local = master.startswith("local")
     active = SparkSession.getActiveSession()
-    worker_python(local=local and active is None and SparkContext._active_spark_context is None)
+    if active is None and SparkContext._active_spark_context is None:  # a new context reads it at its start
+        worker_python(local=local)
+    else:  # the running context's interpreter is fixed: a later local session keeps its fork server
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if active is not None:
         return active

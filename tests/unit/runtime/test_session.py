@@ -28,3 +28,16 @@ def test_no_local_spark_home_without_the_zips(tmp_path, monkeypatch):
     (fake / "__init__.py").write_text("")
     monkeypatch.setattr(pyspark, "__file__", str(fake / "__init__.py"))
     assert local_spark_home(str(tmp_path / "cache")) is None
+
+
+def test_a_running_session_keeps_the_worker_interpreter_for_later_sessions(spark, monkeypatch, tmp_path):
+    """``spark_session`` with a context running (e.g. ``wire.read_state`` inside a flow) returns it and
+    leaves ``PYSPARK_PYTHON`` alone: the fork server's launcher stays for a later new local session."""
+    from wire.runtime import fork_server
+    from wire.runtime.session import spark_session
+
+    ours = str(tmp_path / "wire-fork-1-abc" / "python")
+    monkeypatch.setattr(fork_server, "launcher", lambda: ours)
+    monkeypatch.setenv("PYSPARK_PYTHON", ours)
+    assert spark_session("local[2]") is spark
+    assert os.environ["PYSPARK_PYTHON"] == ours

@@ -121,6 +121,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """Planner, local master: its parses handed to the executors (:mod:`~.parsed_spill`)."""
         self._warming = False
         """True in the driver's warm-up (:meth:`warm_up`), which holds the lock the planner awaits."""
+        self._warm_up_over = False
+        """The planner awaited the warm-up once (it runs before the query starts): no more waits."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The picklable state: a new lock and no read-ahead thread in the other process."""
@@ -364,8 +366,10 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
 
             def load() -> ParsedFile | None:  # the driver's warm-up may have parsed it (warm_up)
                 parsed = spills.read_parse(name, rel, stamp, spec)
-                if parsed is None and not self._warming and await_warm_up(spills.path):  # one was under way
-                    parsed = spills.read_parse(name, rel, stamp, spec)  # spilled by now, or not by it
+                if parsed is None and not (self._warming or self._warm_up_over):
+                    self._warm_up_over = True
+                    if await_warm_up(spills.path):  # one was under way: spilled by now, or not by it
+                        parsed = spills.read_parse(name, rel, stamp, spec)
                 return parsed
         with self._index_lock:
             return self._index_cache.get(stamp, spec, index_only=True, load=load, on_parse=keep)

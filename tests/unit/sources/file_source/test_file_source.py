@@ -588,6 +588,11 @@ def test_a_planner_started_during_the_warm_up_waits_for_its_parse(tmp_path, monk
     waiting.join(10)
     assert not waiting.is_alive() and parsed == ["a.csv"]  # the planner read the warm-up's spill
     assert got[0].records == 2
+    write(tmp_path / "b.csv", csv_rows([(3, 3000, 3.5)]))
+    waits: list[str] = []
+    monkeypatch.setattr(file_stream, "await_warm_up", lambda d: waits.append(d) or False)
+    planner._index(file_stream._stamp(str(tmp_path / "b.csv")), "", "b.csv")
+    assert waits == [] and parsed == ["a.csv", "b.csv"]  # awaited once: later misses parse at once
     other = replace(warmed, spill_dir=str(tmp_path / "no-warm-up"))
     parsed.clear()
     WireFileStreamReader(other)._index(stamp, "", "a.csv")
