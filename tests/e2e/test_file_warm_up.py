@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import glob
 import os
-import tempfile
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 import wire
-from wire.sources.base.handoff import PREFIX
+from wire.sources.base.handoff import PREFIX, handoff_root
 from wire.sources.file_source import source as file_source
 from wire.testing import MemorySink
 
@@ -25,7 +24,7 @@ SCHEMA = pa.schema([("ts", pa.int64()), ("user", pa.string()), ("amount", pa.int
 
 
 def spill_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"{PREFIX}{os.getpid()}-*")))
+    return set(glob.glob(os.path.join(handoff_root(), f"{PREFIX}{os.getpid()}-*")))
 
 
 def run(spark, path, sink, max_epochs: int | None = None) -> None:
@@ -51,7 +50,7 @@ def test_a_fresh_run_warms_up_a_restart_does_not_and_both_equal_pandas(spark, tm
     before = spill_dirs()
     first = MemorySink()
     run(spark, tmp_path, first, max_epochs=2)  # stops after two epochs, before the input's end
-    assert len(warmed) == 1 and warmed[0].startswith(os.path.join(tempfile.gettempdir(), PREFIX))
+    assert len(warmed) == 1 and warmed[0].startswith(os.path.join(handoff_root(), PREFIX))
     assert spill_dirs() <= before  # removed when the run ended
     second = MemorySink()
     run(spark, tmp_path, second)  # goes on from the checkpoint's offsets: no warm-up

@@ -15,6 +15,11 @@ Kafka partition's offset range), and whatever fails (no directory: a cluster's e
 a restarted planner; a file deleted, evicted, or that does not read) makes the executor
 read and decode as it did before.
 
+Where: :func:`handoff_root`, memory (``/dev/shm``) when it has room. On the disk-backed
+``/tmp`` of the development machine one 85 MiB write in ten stalled for 0.2-1.1 s
+(the kernel writing back dirty pages), on the planner's critical path; in ``/dev/shm`` none
+took over 45 ms (``docs/architecture.md``).
+
 Lifetime: the connector's planner releases files once the epochs that read them
 committed (:meth:`HandoffDir.release`), stops writing once its files hold
 :data:`MAX_HANDOFF_BYTES`, and deletes its directory when the query stops
@@ -34,13 +39,42 @@ from collections.abc import Callable, Hashable
 
 import pyarrow as pa
 
-__all__ = ["MAX_HANDOFF_BYTES", "PREFIX", "HandoffDir", "read_table", "remove_orphans"]
+__all__ = ["MAX_HANDOFF_BYTES", "PREFIX", "ROOT_ENV", "HandoffDir", "handoff_root", "read_table",
+           "remove_orphans"]
 
 MAX_HANDOFF_BYTES = 2 << 30
 """A planner writes no new hand-over file while its files hold this many bytes (2 GiB)."""
 
 PREFIX = "wire-handoff-"
-"""Hand-over directories are ``$TMPDIR/wire-handoff-<planner pid>-*``."""
+"""Hand-over directories are ``<handoff_root()>/wire-handoff-<planner pid>-*``."""
+
+ROOT_ENV = "WIRE_HANDOFF_ROOT"
+"""The environment variable naming the directory hand-over directories are made in."""
+
+SHARED_MEMORY = "/dev/shm"
+"""Linux's memory-backed file system, the default root when it has :data:`MIN_FREE_MEMORY_BYTES` free."""
+
+MIN_FREE_MEMORY_BYTES = 2 * MAX_HANDOFF_BYTES
+"""Free bytes :data:`SHARED_MEMORY` needs to be the root (a container's 64 MiB default does not)."""
+
+
+def handoff_root() -> str:
+    """The directory hand-over directories are made in.
+
+    ``$WIRE_HANDOFF_ROOT`` when set; else :data:`SHARED_MEMORY` when it is a writable directory
+    with at least :data:`MIN_FREE_MEMORY_BYTES` free (4 GiB): files there are memory, never
+    written back to a disk; else the temporary directory (``$TMPDIR``, ``/tmp``). A
+    directory's path travels with the epoch's tasks, so processes that chose differently
+    (the free space changed) still read each other's files.
+    """
+    root = os.environ.get(ROOT_ENV)
+    if root:
+        return root
+    with contextlib.suppress(OSError):
+        st = os.statvfs(SHARED_MEMORY)
+        if st.f_bavail * st.f_frsize >= MIN_FREE_MEMORY_BYTES and os.access(SHARED_MEMORY, os.W_OK | os.X_OK):
+            return SHARED_MEMORY
+    return tempfile.gettempdir()
 
 
 def read_table(directory: str | None, name: str) -> pa.Table | None:
@@ -93,7 +127,12 @@ class HandoffDir:
                 return False
             if self.path is None:
                 remove_orphans()
-                self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+                root = handoff_root()
+                try:
+                    os.makedirs(root, exist_ok=True)
+                    self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
+                except OSError:  # executors read themselves
+                    return False
             path = os.path.join(self.path, name)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
@@ -146,16 +185,17 @@ def remove_orphans() -> None:
     """Remove the hand-over directories of planner processes that no longer run.
 
     Spark ends a query's planner process with a signal, which skips its clean-up: the
-    runner calls this when a run ends, and a planner when it creates its directory.
+    runner calls this when a run ends, and a planner when it creates its directory. Every
+    root :func:`handoff_root` may have chosen is looked through.
     """
-    root = tempfile.gettempdir()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root):
-            if not entry.name.startswith(PREFIX):
-                continue
-            pid = entry.name[len(PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                shutil.rmtree(entry.path, ignore_errors=True)
+    for root in dict.fromkeys([handoff_root(), SHARED_MEMORY, tempfile.gettempdir()]):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(root):
+                if not entry.name.startswith(PREFIX):
+                    continue
+                pid = entry.name[len(PREFIX):].split("-", 1)[0]
+                if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

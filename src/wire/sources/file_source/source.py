@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import replace
 from typing import ClassVar
 
@@ -39,7 +38,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from wire.core.time import NO_WATERMARK, Duration
-from wire.sources.base.handoff import PREFIX
+from wire.sources.base.handoff import PREFIX, handoff_root
 from wire.sources.base.source import (
     ALL_CAPABILITIES,
     BindingDataSource,
@@ -87,9 +86,10 @@ class FileSource(FileConfig, BindingSource):
     def bind(self, spark: SparkSession, request: ReadRequest) -> SourceBinding:
         """The step's binding; on a local master with a run's control file, naming the spill directory.
 
-        The directory is ``$TMPDIR/wire-handoff-<driver pid>-<digest of the control file and
-        step>``: the same for both of a compilation's calls and for :meth:`warm_up`, and one
-        per source step and run.
+        The directory is ``<handoff_root()>/wire-handoff-<driver pid>-<digest of the control
+        file and step>`` (:func:`~wire.sources.base.handoff.handoff_root`: memory when it has
+        room): the same for both of a compilation's calls and for :meth:`warm_up`, and one per
+        source step and run.
         """
         binding = super().bind(spark, request)
         assert isinstance(binding, SourceBinding)  # the data source's binding class
@@ -97,7 +97,7 @@ class FileSource(FileConfig, BindingSource):
             return binding
         key = f"{os.path.abspath(request.control_file)}\0{request.step}".encode()
         name = f"{PREFIX}{os.getpid()}-{hashlib.sha256(key).hexdigest()[:16]}"
-        return replace(binding, spill_dir=os.path.join(tempfile.gettempdir(), name))
+        return replace(binding, spill_dir=os.path.join(handoff_root(), name))
 
     def warm_up(self, spark: SparkSession, request: ReadRequest) -> WarmUp | None:
         """Parse each partition's first file into the planner's spill directory (local master only).

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from tests.unit.sources.file_source.test_file_source import (
     SCHEMA,
@@ -52,6 +53,7 @@ def spills_under_tmp_path(tmp_path, monkeypatch):
     """Spill directories go under the test's own directory (a test's planner is not always stopped)."""
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(handoff_mod.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv(handoff_mod.ROOT_ENV, str(tmp_path / "tmp"))
 
 
 @pytest.fixture
@@ -161,13 +163,38 @@ def test_spill_budget_stops_writing(tmp_path, monkeypatch, fresh_executor_cache)
 
 
 def test_orphaned_directories_of_ended_planners_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(handoff_mod.tempfile, "gettempdir", lambda: str(tmp_path))
+    """In every root a planner may have chosen: the temporary directory and shared memory."""
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    monkeypatch.setattr(handoff_mod.tempfile, "gettempdir", lambda: str(tmp))
+    monkeypatch.setattr(handoff_mod, "SHARED_MEMORY", str(shm))
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)
-    dead = tmp_path / f"{handoff_mod.PREFIX}{int(ended.stdout)}-x"
-    alive = tmp_path / f"{handoff_mod.PREFIX}{os.getpid()}-y"
-    other = tmp_path / "unrelated"
-    for d in (dead, alive, other):
-        d.mkdir()
+    dead = [root / f"{handoff_mod.PREFIX}{int(ended.stdout)}-x" for root in (tmp, shm)]
+    kept = [tmp / f"{handoff_mod.PREFIX}{os.getpid()}-y", shm / "unrelated"]
+    for d in (*dead, *kept):
+        d.mkdir(parents=True)
     handoff_mod.remove_orphans()
-    assert not dead.exists() and alive.exists() and other.exists()
+    assert not any(d.exists() for d in dead) and all(d.exists() for d in kept)
+
+
+def test_the_handoff_root_is_memory_when_it_has_room(tmp_path, monkeypatch):
+    """``WIRE_HANDOFF_ROOT`` first; then shared memory with 4 GiB free; else ``$TMPDIR``."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.delenv(handoff_mod.ROOT_ENV, raising=False)
+    monkeypatch.setattr(handoff_mod, "SHARED_MEMORY", str(shm))
+    monkeypatch.setattr(handoff_mod.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    free = os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize
+    monkeypatch.setattr(handoff_mod, "MIN_FREE_MEMORY_BYTES", free // 2)
+    assert handoff_mod.handoff_root() == str(shm)
+    monkeypatch.setattr(handoff_mod, "MIN_FREE_MEMORY_BYTES", free * 2)  # a container's small /dev/shm
+    assert handoff_mod.handoff_root() == str(tmp_path / "tmp")
+    monkeypatch.setattr(handoff_mod, "SHARED_MEMORY", str(tmp_path / "none"))
+    monkeypatch.setattr(handoff_mod, "MIN_FREE_MEMORY_BYTES", 0)
+    assert handoff_mod.handoff_root() == str(tmp_path / "tmp")  # no such directory
+    monkeypatch.setenv(handoff_mod.ROOT_ENV, str(tmp_path / "mine"))
+    assert handoff_mod.handoff_root() == str(tmp_path / "mine")
+    planner = handoff_mod.HandoffDir()
+    planner.write("t.arrow", "owner", lambda: pa.table({"x": [1]}))
+    assert planner.path is not None and planner.path.startswith(str(tmp_path / "mine" / handoff_mod.PREFIX))
+    planner.close()

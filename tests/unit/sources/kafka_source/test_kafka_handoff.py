@@ -42,6 +42,7 @@ def handoff_under_tmp_path(tmp_path, monkeypatch):
     """Hand-over directories go under the test's own directory."""
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(handoff_mod.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv(handoff_mod.ROOT_ENV, str(tmp_path / "tmp"))
 
 
 def no_broker(*_args, **_kwargs):
