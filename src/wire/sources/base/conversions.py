@@ -168,7 +168,10 @@ def array_from_values(values: Sequence[object], typ: pa.DataType) -> tuple[pa.Ar
 
     Only strings are parsed into other types (e.g. ISO timestamps); a number is not
     turned into a string, nor a boolean into a number. For an integer ``typ``, a float is
-    taken only when it denotes an integer exactly (:func:`exact_integer`).
+    taken only when it denotes an integer exactly (:func:`exact_integer`). For a floating
+    ``typ``, an integer is taken as the nearest float, as Arrow's CSV and JSON readers take
+    it (``9007199254740993``, 2**53 + 1, as ``9007199254740992.0``; one beyond the double range
+    as infinity, as a float written beyond it, ``1e400``, parses).
     """
     flagged: np.ndarray | None = None
     if pa.types.is_integer(typ) and any(isinstance(v, float) for v in values):
@@ -179,10 +182,19 @@ def array_from_values(values: Sequence[object], typ: pa.DataType) -> tuple[pa.Ar
                 n = exact_integer(v)
                 flagged[i] = n is None
                 values[i] = n
+    elif pa.types.is_floating(typ) and any(type(v) is int for v in values):  # a bool is not a number
+        values = [_nearest_float(v) if type(v) is int else v for v in values]
     arr, bad = _array_from_values(values, typ)
     if flagged is None or not flagged.any():
         return arr, bad
     return arr, flagged if bad is None else (flagged | bad)
+
+
+def _nearest_float(n: int) -> float:
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf if n > 0 else -math.inf
 
 
 def _array_from_values(values: Sequence[object], typ: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:

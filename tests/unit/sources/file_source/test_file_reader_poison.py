@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -323,6 +324,22 @@ def test_jsonl_float_for_an_int64_column_is_a_dead_letter(tmp_path):
         ("5", "jsonl: field ts: cannot convert 5000.0000000000001 to int64"),
         ("6", "jsonl: field ts: cannot convert 1e400 to int64"),
     ]
+
+
+@pytest.mark.parametrize("bad_line", [b"", b'{"t":3,"x":1.5}\xff\n'])  # clean (Arrow's reader), or not
+def test_jsonl_integer_for_a_double_column_is_the_nearest_double(tmp_path, bad_line):
+    """As Arrow's CSV and JSON readers take it: 2**53 + 1 as 2**53, 10**400 (beyond doubles) as
+    infinity (as Python's ``json`` parses ``1e400``); the same whether Arrow's reader reads the
+    file or, for a file with an invalid line, the lines are parsed one by one."""
+    schema = pa.schema([("t", pa.int64()), ("x", pa.float64())])
+    big = b"1" + b"0" * 400
+    data = (b'{"t":1,"x":9007199254740993}\n{"t":2,"x":-' + big + b'}\n' + bad_line
+            + b'{"t":4,"x":' + big + b'}\n')
+    (tmp_path / "a.jsonl").write_bytes(data)
+    parsed = parse_file(str(tmp_path / "a.jsonl"), ParseSpec("jsonl", schema, "t"))
+    assert parsed.table.to_pylist() == [{"t": 1, "x": 9007199254740992.0}, {"t": 2, "x": -math.inf},
+                                        {"t": 4, "x": math.inf}]
+    assert [m.record for m in parsed.malformed] == ([2] if bad_line else [])
 
 
 def test_http_ingest_float_event_time_is_a_dead_letter():
