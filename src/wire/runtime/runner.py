@@ -42,6 +42,7 @@ from wire.delivery.sink import Sink
 from wire.errors import CheckpointError, ConfigError, FlowFailed
 from wire.plan.graph import sinks as plan_sinks
 from wire.plan.nodes import Plan, SinkNode
+from wire.runtime import arrow_memory
 from wire.runtime.checkpoint import (
     absolute_checkpoint,
     begin_start_over,
@@ -413,6 +414,7 @@ def start_plan(
     plan, kept = keep_unsunk_ports(plan, checkpoint)
     spark_log = None
     sessions: list[SparkSession] = [] if spark is None else [spark]
+    arrow_memory.use_in_driver()  # also with the caller's session: the driver parses (warm-up)
 
     def session() -> SparkSession:
         nonlocal spark_log

@@ -16,7 +16,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from wire.errors import WireError
-from wire.runtime import fork_server
+from wire.runtime import arrow_memory, fork_server
 from wire.runtime.class_archive import java_options
 from wire.runtime.java import java_binary, version_output
 
@@ -121,8 +121,11 @@ def session_settings(conf: Mapping[str, str] | None = None, *, archive: str = ""
     they repeat a flag.
     With the UI off (``spark.ui.enabled`` ``"false"``, Wire's default), the status store's
     retention is :data:`NO_UI_RETENTION` unless ``conf`` sets it; with the UI on, Spark's.
+    Every Python worker's environment names Arrow's memory pool
+    (:func:`wire.runtime.arrow_memory.backend`; on a cluster, the executors' too).
     """
-    settings = {**DEFAULT_CONF, **dict(conf or {})}
+    pool = {f"spark.executorEnv.{arrow_memory.ENV}": arrow_memory.backend()}
+    settings = {**DEFAULT_CONF, **pool, **dict(conf or {})}
     options = [archive, DEFAULT_JAVA_OPTIONS, settings.get(JAVA_OPTIONS_KEY, "")]
     settings[JAVA_OPTIONS_KEY] = " ".join(o for o in options if o)
     if str(settings.get("spark.ui.enabled", "true")).lower() == "false":
@@ -147,12 +150,17 @@ def spark_session(
     ``log_file``, the JVM's stderr (Spark's log and its Python workers' chatter)
     goes to that file instead of the terminal; this process's stderr is unchanged.
 
+    Arrow allocates through jemalloc (else the system allocator) in this process and the
+    processes it starts, unless ``ARROW_DEFAULT_MEMORY_POOL`` is set
+    (:mod:`wire.runtime.arrow_memory`).
+
     A ``local`` master's JVM maps the class-data-sharing archive of Spark's classes
     (:mod:`wire.runtime.class_archive`; built in the background the first time, unless
     ``use_archive`` is False or ``WIRE_CLASS_ARCHIVE=off``): about 1.5 s less for the
     session and 1 s less for its first job on the 2-core development machine.
     """
     local = master.startswith("local")
+    arrow_memory.use_in_driver()  # before the JVM and the fork server start: they inherit it
     active = SparkSession.getActiveSession()
     if active is None and SparkContext._active_spark_context is None:  # a new context reads it at its start
         worker_python(local=local)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from wire.runtime import arrow_memory
 from wire.runtime.session import DEFAULT_CONF, session_settings
 
 KEY = "spark.driver.extraJavaOptions"
@@ -34,7 +35,8 @@ def test_the_class_archive_options_come_first_and_the_callers_last():
 def test_other_settings_are_the_defaults_overridden_by_the_caller():
     settings = session_settings({"spark.driver.memory": "2g", "spark.x": "y"})
     assert settings["spark.driver.memory"] == "2g" and settings["spark.x"] == "y"
-    assert {k: v for k, v in settings.items() if k not in (KEY, "spark.driver.memory", "spark.x")} == {
+    pool = f"spark.executorEnv.{arrow_memory.ENV}"  # tests/unit/runtime/test_arrow_memory.py
+    assert {k: v for k, v in settings.items() if k not in (KEY, "spark.driver.memory", "spark.x", pool)} == {
         **{k: v for k, v in DEFAULT_CONF.items() if k != "spark.driver.memory"}, **RETENTION}
 
 

@@ -354,12 +354,14 @@ def parse_file(path: str, spec: ParseSpec) -> ParsedFile:
     rows = table.num_rows
     if spec.columns is not None:
         table = table.select(spec.output_names)
+    if errors and rows:  # else every converted row is kept: no copy (a filter copies every buffer)
+        table, et = table.filter(pa.array(keep)), et[keep]
     return ParsedFile(
         path=path,
         records=parsed.records,
-        table=table.filter(pa.array(keep)) if rows else table,
+        table=table,
         valid=parsed.rows[keep].astype(np.int64),
-        event_times=et[keep] if rows else et,
+        event_times=et,
         malformed=tuple(malformed),
     )
 
