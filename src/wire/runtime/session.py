@@ -62,9 +62,21 @@ nothing but the tracebacks of the stateful stages, which lose PySpark's frames l
 others."""
 
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
-DEFAULT_JAVA_OPTIONS = "-XX:GCTimeRatio=4 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+C2_THRESHOLDS = ("-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
+                 "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=160000")
+"""The JIT's thresholds for C2 (its optimizing compiler), four times the JVM's defaults.
+
+In a 20 s run of a flow on two cores the JIT's two compiler threads took 12.9 of the JVM's
+24 CPU s (C2 9.4, C1 3.5; the executor task threads 1.9), competing with the flow for the
+cores. With these thresholds fewer methods reach C2 in the first seconds, while those a flow
+keeps hot still do: `bench/peers.py`'s sliding x 5M job 19.2-20.9 -> 17.8-18.5 s (3 A/B pairs),
+and Nexmark's steady rates the same or higher for both engines (``docs/architecture.md``).
+Stopping the JIT at C1 instead made long runs slower (the same page)."""
+
+DEFAULT_JAVA_OPTIONS = f"-XX:GCTimeRatio=4 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 {C2_THRESHOLDS}"
 """JVM options put before any ``spark.driver.extraJavaOptions`` of the caller (a later option
-wins, so the caller's own values of these flags override them).
+wins, so the caller's own values of these flags override them): G1's heap sizing (below) and
+:data:`C2_THRESHOLDS`.
 
 G1's heap sizing: with Java's default ``GCTimeRatio=12`` G1 grows the committed heap whenever
 its pauses take more than ~8 % of the time, and returns memory only after a concurrent cycle,

@@ -15,7 +15,9 @@ from wire.runtime import arrow_memory
 from wire.runtime.session import DEFAULT_CONF, session_settings
 
 KEY = "spark.driver.extraJavaOptions"
-WIRE_FLAGS = ["-XX:GCTimeRatio=4", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30"]
+WIRE_FLAGS = ["-XX:GCTimeRatio=4", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30",
+              "-XX:Tier4InvocationThreshold=20000", "-XX:Tier4MinInvocationThreshold=2400",
+              "-XX:Tier4CompileThreshold=60000", "-XX:Tier4BackEdgeThreshold=160000"]
 
 
 def test_wire_sets_the_g1_heap_sizing_flags():
@@ -64,9 +66,11 @@ def test_the_started_jvm_runs_with_them(spark):
     bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
     flags = {name: bean.getVMOption(name).getValue() for name in
-             ("GCTimeRatio", "MinHeapFreeRatio", "MaxHeapFreeRatio", "UseG1GC", "TieredStopAtLevel")}
+             ("GCTimeRatio", "MinHeapFreeRatio", "MaxHeapFreeRatio", "UseG1GC", "TieredStopAtLevel",
+              "Tier4InvocationThreshold", "Tier4CompileThreshold")}
     assert flags == {"GCTimeRatio": "4", "MinHeapFreeRatio": "10", "MaxHeapFreeRatio": "30",
-                     "UseG1GC": "true", "TieredStopAtLevel": "4"}  # the JVM's JIT: C2 (docs/architecture.md)
+                     "UseG1GC": "true", "TieredStopAtLevel": "4",  # the JVM's JIT: C2 (docs/architecture.md)
+                     "Tier4InvocationThreshold": "20000", "Tier4CompileThreshold": "60000"}  # later C2
 
 
 @pytest.mark.spark
