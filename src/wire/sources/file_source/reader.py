@@ -119,10 +119,10 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         self._snapshot: dict[str, list[str]] | None = None
         self._spills = SpillDir(path=binding.spill_dir) if binding.local else None
         """Planner, local master: its parses handed to the executors (:mod:`~.parsed_spill`)."""
-        self._warming = False
-        """True in the driver's warm-up (:meth:`warm_up`), which holds the lock the planner awaits."""
-        self._warm_up_over = False
-        """The planner awaited the warm-up once (it runs before the query starts): no more waits."""
+        self._awaits_warm_up = True
+        """A spill miss waits for the driver's warm-up (:func:`await_warm_up`): once, since the
+        warm-up runs before the query starts; never in the warm-up itself (:meth:`warm_up`),
+        which holds the lock awaited."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The picklable state: a new lock and no read-ahead thread in the other process."""
@@ -366,8 +366,8 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
 
             def load() -> ParsedFile | None:  # the driver's warm-up may have parsed it (warm_up)
                 parsed = spills.read_parse(name, rel, stamp, spec)
-                if parsed is None and not (self._warming or self._warm_up_over):
-                    self._warm_up_over = True
+                if parsed is None and self._awaits_warm_up:
+                    self._awaits_warm_up = False
                     if await_warm_up(spills.path):  # one was under way: spilled by now, or not by it
                         parsed = spills.read_parse(name, rel, stamp, spec)
                 return parsed
@@ -386,7 +386,7 @@ class WireFileStreamReader(PartitionedReader[Any], SupportsTriggerAvailableNow):
         """
         if self._spills is None:
             return
-        self._warming = True
+        self._awaits_warm_up = False
         try:
             records = 0
             for name in self.list_partitions():
