@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -73,21 +74,40 @@ keeps hot still do: `bench/peers.py`'s sliding x 5M job 19.2-20.9 -> 17.8-18.5 s
 and Nexmark's steady rates the same or higher for both engines (``docs/architecture.md``).
 Stopping the JIT at C1 instead made long runs slower (the same page)."""
 
+PARALLEL_GC = "-XX:+UseParallelGC -XX:AdaptiveSizePolicyWeight=90"
+"""The parallel (throughput) collector instead of G1, its heap sized by the free ratios below.
+
+In a short run on two cores G1's concurrent threads and its write barriers cost CPU the
+flow needs: `bench/peers.py`'s sliding x 5M job, Wire alone, 4 A/B pairs (2026-12-02):
+18.3 -> 16.8 s median wall (0.92x), the JVM's GC threads 3.3 -> 0.5 CPU s. In a 7-minute
+soak (`bench/soak.py --rate 10000 --minutes 7`, Nexmark q5) the JVM's RSS was 917 MB
+against G1's 1,129 and the committed heap 389 MB against 596, epoch times alike
+(``docs/architecture.md``). ``AdaptiveSizePolicyWeight=90`` makes the collector's size
+policy follow its latest collections, so the heap shrinks soon after a burst; with
+``GCTimeRatio=4`` and ``Min/MaxHeapFreeRatio`` it is the footprint setting OpenJDK's
+container images have used for the parallel collector."""
+
+CHOSEN_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
+"""A JVM option choosing a garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...)."""
+
 DEFAULT_JAVA_OPTIONS = f"-XX:GCTimeRatio=4 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30 {C2_THRESHOLDS}"
 """JVM options put before any ``spark.driver.extraJavaOptions`` of the caller (a later option
-wins, so the caller's own values of these flags override them): G1's heap sizing (below) and
-:data:`C2_THRESHOLDS`.
+wins, so the caller's own values of these flags override them), after :data:`PARALLEL_GC`
+unless the caller chooses a collector (``-XX:+UseG1GC``, ...: the JVM refuses two): the heap
+sizing (below) and :data:`C2_THRESHOLDS`.
 
-G1's heap sizing: with Java's default ``GCTimeRatio=12`` G1 grows the committed heap whenever
-its pauses take more than ~8 % of the time, and returns memory only after a concurrent cycle,
-which a flow whose live heap is small (Wire keeps state in RocksDB and the Python workers)
-rarely starts. On a busy machine pauses stretch (the GC threads wait for a core), so the
-heap of a long run kept growing towards ``spark.driver.memory`` (4g) while its live data
-stayed near 60 MB: the soak (``bench/soak.py``, ``bench/results/soak.md``) saw the JVM's
-committed heap go 374 -> 784 MB in 6 minutes, with "Expand the heap ... pause time ratio
-14 %" in the GC log. ``GCTimeRatio=4`` lets collections take up to 20 % of the time before
-the heap grows, and ``Min/MaxHeapFreeRatio=10/30`` shrink it back towards the live data
-after a collection that finds it mostly free."""
+Heap sizing: with the collectors' default time ratios (G1 12, parallel 99) the committed
+heap grows whenever collections take more than a few percent of the time, and with G1 is
+returned only after a concurrent cycle, which a flow whose live heap is small (Wire keeps
+state in RocksDB and the Python workers) rarely starts. On a busy machine pauses stretch
+(the GC threads wait for a core), so the heap of a long run kept growing towards
+``spark.driver.memory`` (4g) while its live data stayed near 60 MB: the soak
+(``bench/soak.py``, ``bench/results/soak.md``, then with G1) saw the JVM's committed heap go
+374 -> 784 MB in 6 minutes, with "Expand the heap ... pause time ratio 14 %" in the GC
+log. ``GCTimeRatio=4`` lets collections take up to 20 % of the time before the heap grows,
+and ``Min/MaxHeapFreeRatio=10/30`` shrink it back towards the live data after a
+collection that finds it mostly free (the parallel collector applies them to its old
+generation)."""
 
 
 def check_java() -> None:
@@ -128,9 +148,10 @@ def session_settings(conf: Mapping[str, str] | None = None, *, archive: str = ""
     """The Spark settings of a session Wire creates: :data:`DEFAULT_CONF` overridden by ``conf``.
 
     ``spark.driver.extraJavaOptions`` is ``archive`` (a local session's class archive
-    options, :func:`wire.runtime.class_archive.java_options`), :data:`DEFAULT_JAVA_OPTIONS`,
-    then the one in ``conf`` (if any), so the caller's options add to Wire's and win where
-    they repeat a flag.
+    options, :func:`wire.runtime.class_archive.java_options`), :data:`PARALLEL_GC` (unless
+    the one in ``conf`` chooses a collector), :data:`DEFAULT_JAVA_OPTIONS`, then the one in
+    ``conf`` (if any), so the caller's options add to Wire's and win where they repeat a
+    flag.
     With the UI off (``spark.ui.enabled`` ``"false"``, Wire's default), the status store's
     retention is :data:`NO_UI_RETENTION` unless ``conf`` sets it; with the UI on, Spark's.
     Every Python worker's environment names Arrow's memory pool
@@ -138,7 +159,9 @@ def session_settings(conf: Mapping[str, str] | None = None, *, archive: str = ""
     """
     pool = {f"spark.executorEnv.{arrow_memory.ENV}": arrow_memory.backend()}
     settings = {**DEFAULT_CONF, **pool, **dict(conf or {})}
-    options = [archive, DEFAULT_JAVA_OPTIONS, settings.get(JAVA_OPTIONS_KEY, "")]
+    callers = settings.get(JAVA_OPTIONS_KEY, "")
+    collector = "" if CHOSEN_COLLECTOR.search(callers) else PARALLEL_GC
+    options = [archive, collector, DEFAULT_JAVA_OPTIONS, callers]
     settings[JAVA_OPTIONS_KEY] = " ".join(o for o in options if o)
     if str(settings.get("spark.ui.enabled", "true")).lower() == "false":
         for key, value in NO_UI_RETENTION.items():
