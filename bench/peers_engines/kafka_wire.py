@@ -30,10 +30,10 @@ schema = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("value", pa.float
 flow = wire.Flow("peers-kafka")
 group = f"wire-{a.topic}-{a.out.name}"  # a rerun on the same broker reads the topic again
 source = wire.sources.kafka(a.bootstrap, a.topic, group=group, schema=schema, config=RECEIVE_LIMIT)
-epoch_events = a.epoch_events or 100_000  # Wire's default unless --epoch-events
+epoch_events = a.epoch_events or source.default_max_events_per_epoch  # Wire's default unless --epoch-events
 events = flow.source(source,
                      event_time="ts", key="key", watermark=wire.BoundedOutOfOrderness(a.delay_ms),
-                     max_events_per_epoch=epoch_events, target_epoch_duration=a.target_epoch_ms,
+                     max_events_per_epoch=a.epoch_events, target_epoch_duration=a.target_epoch_ms,
                      name="events")
 counts = (events.filter(f"ts < {a.end_ts}").window(wire.Tumbling(a.window_ms))
           .aggregate(n=wire.count(), name="win"))

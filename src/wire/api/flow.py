@@ -126,7 +126,7 @@ class Flow:
         event_time: str,
         key: str | None = None,
         watermark: BoundedOutOfOrderness | None = None,
-        max_events_per_epoch: int = 100_000,
+        max_events_per_epoch: int | None = None,
         target_epoch_duration: Duration | None = None,
         name: str | None = None,
     ) -> Stream:
@@ -146,6 +146,9 @@ class Flow:
             The source's watermark policy; default ``BoundedOutOfOrderness(0)``.
         max_events_per_epoch:
             Admission control: at most this many records enter one epoch (SPEC §5).
+            ``None`` (default): the connector's ``default_max_events_per_epoch``
+            (:data:`~wire.sources.base.source.DEFAULT_MAX_EVENTS_PER_EPOCH`, 100,000;
+            Kafka 250,000).
         target_epoch_duration:
             Epoch sizing (SPEC §5): while a backlog lasts, size each epoch so that it
             takes about this long (``"2s"``, ms as int, a ``timedelta``), between 1,000
@@ -188,6 +191,10 @@ class Flow:
             watermark = BoundedOutOfOrderness(0)
         if not isinstance(watermark, BoundedOutOfOrderness):
             raise ConfigError("watermark", watermark, "wire.BoundedOutOfOrderness(max_delay)")
+        if max_events_per_epoch is None:
+            from wire.sources.base.source import default_max_events_per_epoch  # the connector imported it
+
+            max_events_per_epoch = default_max_events_per_epoch(connector)
         if (
             isinstance(max_events_per_epoch, bool)
             or not isinstance(max_events_per_epoch, int)

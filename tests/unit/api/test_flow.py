@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 
 import wire
@@ -76,6 +77,19 @@ def test_duplicate_step_ids_rejected():
 def test_source_parameters_validated(kwargs, param):
     with pytest.raises(wire.ConfigError, match=f"invalid {param}="):
         wire.Flow("f").source(src(), event_time="t", **kwargs)
+
+
+def test_admission_defaults_to_the_connectors_own():
+    flow = wire.Flow("f")
+    files = flow.source(src(), event_time="t", name="files")
+    kafka = flow.source(wire.sources.kafka("127.0.0.1:9", "t", group="g", schema=pa.schema(
+        [("t", pa.int64())])), event_time="t", name="kafka")
+    chosen = flow.source(src(), event_time="t", max_events_per_epoch=7, name="chosen")
+    for s in (files, kafka, chosen):
+        s.sink(wire.sinks.console())
+    plan = flow.plan()
+    assert [plan.node(n).max_events_per_epoch for n in ("files", "kafka", "chosen")] == [
+        100_000, 250_000, 7]
 
 
 def test_aggregate_requires_aggregators():

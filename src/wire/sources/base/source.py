@@ -112,12 +112,12 @@ from wire.sources.base.watermark_settings import (
 )
 
 __all__ = [
-    "ALL_CAPABILITIES", "LEGACY_WATERMARK", "RESUME_OPTION", "Binding", "BindingDataSource",
-    "BindingSource", "Capability", "ConfigDataSource", "Decoded", "Offset", "ReadRequest",
-    "SchemaDataclassDict", "Source", "WarmUp", "can", "check_admission", "check_columns",
-    "check_event_time_column", "convert_legacy_watermark", "future_mask", "open_stream",
-    "pickle_b64", "resumable", "resume_options", "schema_from_b64", "schema_to_b64", "select_columns",
-    "spark_row_schema", "spark_struct", "warn_legacy_watermark", "with_connector_settings",
+    "ALL_CAPABILITIES", "DEFAULT_MAX_EVENTS_PER_EPOCH", "LEGACY_WATERMARK", "RESUME_OPTION", "Binding",
+    "BindingDataSource", "BindingSource", "Capability", "ConfigDataSource", "Decoded", "Offset",
+    "ReadRequest", "SchemaDataclassDict", "Source", "WarmUp", "can", "check_admission", "check_columns",
+    "check_event_time_column", "convert_legacy_watermark", "default_max_events_per_epoch", "future_mask",
+    "open_stream", "pickle_b64", "resumable", "resume_options", "schema_from_b64", "schema_to_b64",
+    "select_columns", "spark_row_schema", "spark_struct", "warn_legacy_watermark", "with_connector_settings",
 ]
 """The source base's names; a read's rows (:mod:`wire.sources.base.rows`) and a connector's
 deprecated watermark settings (:mod:`wire.sources.base.watermark_settings`) live in their own
@@ -218,6 +218,24 @@ def can(source: object, capability: Capability) -> bool:
     A connector lists them in a ``capabilities`` attribute (a frozenset); without it, none.
     """
     return capability in getattr(source, "capabilities", ())
+
+
+DEFAULT_MAX_EVENTS_PER_EPOCH = 100_000
+"""A source's admission per epoch (SPEC §5) when neither the flow nor the connector says
+otherwise (``Flow.source(max_events_per_epoch=None)``, a connector without a
+``default_max_events_per_epoch`` attribute)."""
+
+
+def default_max_events_per_epoch(source: object) -> int:
+    """The admission per epoch ``source`` gets when the flow gives none (events).
+
+    The connector's ``default_max_events_per_epoch`` attribute (a positive int), else
+    :data:`DEFAULT_MAX_EVENTS_PER_EPOCH`. Kafka's is larger (:class:`~wire.sources.kafka_source.KafkaSource`).
+    """
+    value = getattr(source, "default_max_events_per_epoch", DEFAULT_MAX_EVENTS_PER_EPOCH)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return DEFAULT_MAX_EVENTS_PER_EPOCH
+    return value
 
 
 ALL_CAPABILITIES: frozenset[Capability] = frozenset(

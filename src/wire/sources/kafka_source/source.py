@@ -44,6 +44,14 @@ class KafkaSource(KafkaConfig, BindingSource):
     (``wire.compiler.branches.read_once``); two scans of one epoch's offset ranges stalled the
     executors' cached consumers (the flights-from-Kafka run did not finish, issue 25)."""
 
+    default_max_events_per_epoch: ClassVar[int] = 250_000
+    """Admission per epoch when the flow gives none (``Flow.source``), larger than other
+    sources' 100,000: a Kafka epoch's fixed cost (its two stages, the driver's 200-380 ms
+    between jobs, the offset commit) weighs on a backlog's rate. ``bench/peers.py kafka
+    --events 2000000`` (keyed tumbling count, 4 partitions): 114,760 events/s steady with
+    100,000-event epochs, 177,694 with 250,000-event epochs of 0.7-1.6 s each
+    (``docs/architecture.md``)."""
+
     def data_source(self) -> type[BindingDataSource]:
         """The Spark data source that reads this source (:class:`KafkaDataSource`)."""
         return KafkaDataSource
@@ -94,8 +102,9 @@ def kafka(
     ``pattern``) are found within ``discovery_interval`` and read from their beginning.
 
     **Admission and offsets.** Per epoch the source admits at most
-    ``max_events_per_epoch`` records, shared max-min fairly over the partitions with
-    records waiting. The epoch's offset in Spark's offset log records, per partition,
+    ``max_events_per_epoch`` records (``Flow.source``; 250,000 unless the flow says,
+    :attr:`KafkaSource.default_max_events_per_epoch`), shared max-min fairly over the
+    partitions with records waiting. The epoch's offset in Spark's offset log records, per partition,
     the range ``[from, next)`` it read, the number of records and the watermark inputs
     (:mod:`wire.sources.base.partitioned`), so a replayed epoch reads the same records and
     sees the same watermarks. A fresh checkpoint starts each partition at the group's
