@@ -88,6 +88,9 @@ def _end_time(p: dict[str, Any]) -> float:
 
 
 def _rows(p: dict[str, Any]) -> int:
+    """The events the epoch admitted (the run summary's), else Spark's input rows of its first source."""
+    if p.get("events") is not None:
+        return int(p["events"])
     sources = p.get("sources") or []
     return int(sources[0]["numInputRows"]) if sources else int(p.get("numInputRows", 0))
 
@@ -249,9 +252,11 @@ def write_md(path: Path, args: argparse.Namespace, run: Run, ts: list[Tenth], st
           "the JVM + the Python workers the executors' daemon forks (the daemon included) + the Python "
           "processes the JVM starts for the driver side ('JVM-side Python': the source planner, the "
           "stateful processors' driver worker); mean over the tenth and the tenth's last sample. JVM heap "
-          "from `MemoryMXBean` every 5 s (mean), old gen = G1 old generation after its last collection "
+          "from `MemoryMXBean` every 5 s (mean), old gen = the old generation after its last collection "
           "(the tenth's last reading). Epoch time = Spark's `triggerExecution` of the epochs that read "
-          "input and ended in the tenth. events/s = input rows of those epochs / the tenth's seconds. "
+          "input and ended in the tenth. events/s = the events those epochs admitted (the run summary's; "
+          "Spark's input rows of a window fused into its source are partial aggregates) / the tenth's "
+          "seconds. "
           "State = the state operators of the tenth's last epoch: rows (`numRowsTotal`), RocksDB memory "
           "(`memoryUsedBytes`), SST files (`rocksdbSstFileSize`). load 1-min = mean of `os.getloadavg()[0]` "
           "over the tenth: other work on this shared 2-core machine makes epoch times noisy.", ""]
@@ -379,7 +384,7 @@ def main() -> None:
     java_opts = [conf.get("spark.driver.extraJavaOptions", "")]  # Wire puts its own defaults first
     if args.nmt:
         java_opts.append("-XX:NativeMemoryTracking=summary")
-    if args.gc_log:  # every collection, and why G1 resized the heap
+    if args.gc_log:  # every collection, and why the collector resized the heap
         (work / "diag").mkdir(parents=True, exist_ok=True)
         java_opts.append(f"-Xlog:gc,gc+ergo+heap=debug:file={(work / 'diag' / 'gc.log').resolve()}:uptime")
     if " ".join(java_opts).strip():
@@ -425,7 +430,7 @@ def main() -> None:
                 return
             if stop.wait(max(0.0, run.t0 + k * duration / 10 - time.time())):
                 return
-            collect_progress(run, running.query)
+            collect_progress(run, running.query, running.summary.epoch_events)
             diag.at_tenth(k, jvm_pid)
             done_tenths[0] = k
             t = report(f"running: {k} of 10 tenths done", k)[-1]
@@ -450,7 +455,7 @@ def main() -> None:
     stop.set()
     ticker.join()
     with contextlib.suppress(Exception):
-        collect_progress(run, running.query)
+        collect_progress(run, running.query, running.summary.epoch_events)
     for sampler in samplers:
         sampler.done.set()
         sampler.join()

@@ -173,15 +173,27 @@ def jvm_heap(spark: Any) -> tuple[float, float, float]:
     return heap.getUsed() / MB, heap.getCommitted() / MB, old
 
 
-def collect_progress(run: Run, query: Any) -> None:
+def collect_progress(run: Run, query: Any, events: Any = None) -> None:
     """Record the epochs of ``query.recentProgress`` not seen yet, only the fields the table uses
-    (a whole progress is a few kB: kept for every epoch of an hour it would grow the driver)."""
+    (a whole progress is a few kB: kept for every epoch of an hour it would grow the driver).
+
+    ``events``: the run summary's ``epoch_events`` (``RunningFlow.summary``), the events each
+    epoch's sources admitted; a fresh checkpoint's epoch ``i`` is Spark's batch ``i``. Spark's
+    ``numInputRows`` counts the rows the source's DataFrame produced, which for a window fused
+    with its source (``wire.compiler.fusion``) are partial aggregates, not events. An epoch
+    whose events the summary does not have yet is left for the next call."""
     for p in query.recentProgress:
         batch = int(p["batchId"])
         if batch in run.progress:
             continue
+        admitted = None
+        if events is not None:
+            kept = events.since(batch, batch + 1)
+            if not kept:
+                continue
+            admitted = int(kept[0])
         compact = {"batchId": batch, "timestamp": p["timestamp"], "durationMs": dict(p["durationMs"]),
-                   "numInputRows": p.get("numInputRows", 0),
+                   "numInputRows": p.get("numInputRows", 0), "events": admitted,
                    "sources": [{"numInputRows": s["numInputRows"]} for s in p.get("sources") or []],
                    "stateOperators": [
                        {"numRowsTotal": o.get("numRowsTotal", 0),
