@@ -408,7 +408,7 @@ def main() -> None:
     for sampler in samplers:
         sampler.start()
     running = flow.start(str(work / "ck"), spark=spark)
-    samplers[1].query = running.query
+    samplers[1].query, samplers[1].events = running.query, running.summary.epoch_events
     done_tenths = [0]
 
     def report(state: str, upto: int) -> list[Tenth]:

@@ -213,6 +213,8 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True, name=f"soak-{kind}")
         self.run_, self.spark, self.kind = run, spark, kind
         self.query: Any = None
+        self.events: Any = None
+        """The run summary's ``epoch_events`` (:func:`collect_progress`), set with ``query``."""
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -228,5 +230,5 @@ class Sampler(threading.Thread):
                         self.run_.heap.append((start, used, committed, old))
                 if self.query is not None:
                     with contextlib.suppress(Exception):  # the query is ending
-                        collect_progress(self.run_, self.query)
+                        collect_progress(self.run_, self.query, self.events)
             self.done.wait(max(0.0, every - (time.time() - start)))
