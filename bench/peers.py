@@ -469,7 +469,7 @@ def main() -> None:
     k.add_argument("--events", type=int, default=2_000_000)
     k.add_argument("--engines", default=",".join(KAFKA_ENGINES))
     k.add_argument("--wire-epoch-events", type=int, default=None,
-                   help="Wire's max_events_per_epoch (default: Wire's own, 100,000)")
+                   help="Wire's max_events_per_epoch (default: Wire's own for Kafka, 250,000)")
     k.add_argument("--wire-target-epoch-ms", type=int, default=None,
                    help="Wire's target_epoch_duration in ms (default: none, every epoch admits "
                         "max_events_per_epoch)")

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from wire.compiler.branches import pack_port, read_once
+from wire.compiler.call_sites import without_call_sites
 from wire.compiler.exprs import apply_explode, apply_filter, apply_map, apply_select
 from wire.compiler.fusion import Fusion, find_fusions
 from wire.compiler.join_stage import compile_join
@@ -140,7 +141,28 @@ def compile_plan(
     ------
     PlanError, ConfigError
         On an unsupported topology or an invalid operator configuration.
+
+    PySpark's capture of each call's Python call site is off while it compiles
+    (:mod:`wire.compiler.call_sites`).
     """
+    with without_call_sites():
+        return _compile_plan(plan, spark, key_groups, control_file, prune_columns=prune_columns, seeds=seeds,
+                             resume=resume, fuse=fuse, task_writer=task_writer)
+
+
+def _compile_plan(
+    plan: Plan,
+    spark: SparkSession,
+    key_groups: int,
+    control_file: str | None,
+    *,
+    prune_columns: bool,
+    seeds: Mapping[str, str] | None,
+    resume: Mapping[str, dict[str, Any]] | None,
+    fuse: bool,
+    task_writer: pa.Schema | None,
+) -> CompiledFlow:
+    """:func:`compile_plan`'s work."""
     order = chain_of(plan)
     extra = (dict(seeds or {}), dict(resume or {}))
     predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.query import StreamingQuery
 
 from wire.compiler.branches import source_scans
+from wire.compiler.call_sites import without_call_sites
 from wire.compiler.plan_compiler import CompiledFlow
 from wire.compiler.sink_fusion import TASK_WRITER, epoch_writer_text
 from wire.core.envelope import ET, KG, SEQ, WM, metrics_table
@@ -139,8 +140,10 @@ class EpochDispatcher:
         local property of this thread, set for this job only.
         """
         if not self.task_writer:
-            used = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
-            return used.mapInArrow(writer, RESULT_TYPE).toArrow()
+            with without_call_sites():  # Wire's call sites, no user's (wire.compiler.call_sites)
+                used = batch.select(*[c for c in batch.columns if c not in WRITER_UNUSED])
+                job = used.mapInArrow(writer, RESULT_TYPE)
+            return job.toArrow()
         context = batch.sparkSession.sparkContext
         context.setLocalProperty(TASK_WRITER, epoch_writer_text(writer))
         try:
