@@ -8,8 +8,8 @@ four to five more py4j round trips to the JVM (the active session, the
 ``clear``). While Wire compiles a flow the call site is always Wire's compiler, never a
 user's line (Wire checks a flow's expressions itself and names the step in its
 ``ConfigError``), so the capture buys nothing there and costs: compiling Nexmark q3 took
-4,843 py4j round trips with it and 2,758 without, 0.37-0.40 s against 0.27-0.42 warm
-(``docs/architecture.md``).
+4,843 py4j round trips with it and 2,758 without, 0.51 s against 0.33 s (median of 8 warm
+compilations each in one session; the first one 1.42 s against 0.48, ``docs/architecture.md``).
 
 :func:`without_call_sites` turns the capture off for the calls made inside it, in every
 thread, and restores the session's setting when the last one ends; anything built outside
