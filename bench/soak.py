@@ -88,11 +88,8 @@ def _end_time(p: dict[str, Any]) -> float:
 
 
 def _rows(p: dict[str, Any]) -> int:
-    """The events the epoch admitted (the run summary's), else Spark's input rows of its first source."""
-    if p.get("events") is not None:
-        return int(p["events"])
-    sources = p.get("sources") or []
-    return int(sources[0]["numInputRows"]) if sources else int(p.get("numInputRows", 0))
+    """The events the epoch admitted (the run summary's, :func:`soak_sampling.collect_progress`)."""
+    return int(p["events"])
 
 
 def _state(p: dict[str, Any]) -> tuple[int, float, float]:

@@ -173,7 +173,7 @@ def jvm_heap(spark: Any) -> tuple[float, float, float]:
     return heap.getUsed() / MB, heap.getCommitted() / MB, old
 
 
-def collect_progress(run: Run, query: Any, events: Any = None) -> None:
+def collect_progress(run: Run, query: Any, events: Any) -> None:
     """Record the epochs of ``query.recentProgress`` not seen yet, only the fields the table uses
     (a whole progress is a few kB: kept for every epoch of an hour it would grow the driver).
 
@@ -186,14 +186,11 @@ def collect_progress(run: Run, query: Any, events: Any = None) -> None:
         batch = int(p["batchId"])
         if batch in run.progress:
             continue
-        admitted = None
-        if events is not None:
-            kept = events.since(batch, batch + 1)
-            if not kept:
-                continue
-            admitted = int(kept[0])
+        kept = events.since(batch, batch + 1)
+        if not kept:
+            continue
         compact = {"batchId": batch, "timestamp": p["timestamp"], "durationMs": dict(p["durationMs"]),
-                   "numInputRows": p.get("numInputRows", 0), "events": admitted,
+                   "numInputRows": p.get("numInputRows", 0), "events": int(kept[0]),
                    "sources": [{"numInputRows": s["numInputRows"]} for s in p.get("sources") or []],
                    "stateOperators": [
                        {"numRowsTotal": o.get("numRowsTotal", 0),

@@ -104,6 +104,7 @@ class _Compiled:
     from_source: bool
 
 
+@without_call_sites()
 def compile_plan(
     plan: Plan,
     spark: SparkSession,
@@ -145,24 +146,6 @@ def compile_plan(
     PySpark's capture of each call's Python call site is off while it compiles
     (:mod:`wire.compiler.call_sites`).
     """
-    with without_call_sites():
-        return _compile_plan(plan, spark, key_groups, control_file, prune_columns=prune_columns, seeds=seeds,
-                             resume=resume, fuse=fuse, task_writer=task_writer)
-
-
-def _compile_plan(
-    plan: Plan,
-    spark: SparkSession,
-    key_groups: int,
-    control_file: str | None,
-    *,
-    prune_columns: bool,
-    seeds: Mapping[str, str] | None,
-    resume: Mapping[str, dict[str, Any]] | None,
-    fuse: bool,
-    task_writer: pa.Schema | None,
-) -> CompiledFlow:
-    """:func:`compile_plan`'s work."""
     order = chain_of(plan)
     extra = (dict(seeds or {}), dict(resume or {}))
     predicates: dict[str, Predicate | None] = {}  # the filters pushed into sources, found once

@@ -229,12 +229,11 @@ otherwise (``Flow.source(max_events_per_epoch=None)``, a connector without a
 def default_max_events_per_epoch(source: object) -> int:
     """The admission per epoch ``source`` gets when the flow gives none (events).
 
-    The connector's ``default_max_events_per_epoch`` attribute (a positive int), else
+    The connector's ``default_max_events_per_epoch`` attribute, else
     :data:`DEFAULT_MAX_EVENTS_PER_EPOCH`. Kafka's is larger (:class:`~wire.sources.kafka_source.KafkaSource`).
+    ``Flow.source`` checks it as it checks a value the flow gives.
     """
-    value = getattr(source, "default_max_events_per_epoch", DEFAULT_MAX_EVENTS_PER_EPOCH)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        return DEFAULT_MAX_EVENTS_PER_EPOCH
+    value: int = getattr(source, "default_max_events_per_epoch", DEFAULT_MAX_EVENTS_PER_EPOCH)
     return value
 
 
