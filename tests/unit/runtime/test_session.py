@@ -41,3 +41,59 @@ def test_a_running_session_keeps_the_worker_interpreter_for_later_sessions(spark
     monkeypatch.setenv("PYSPARK_PYTHON", ours)
     assert spark_session("local[2]") is spark
     assert os.environ["PYSPARK_PYTHON"] == ours
+
+
+def test_a_context_wire_creates_stops_without_waiting_for_the_accumulator_server(spark):
+    from wire.runtime.session import PromptStop
+
+    assert isinstance(spark.sparkContext._accumulatorServer, PromptStop)
+
+
+def test_prompt_stop_flags_the_server_and_leaves_the_wait_to_a_daemon_thread():
+    import threading
+
+    from wire.runtime.session import PromptStop
+
+    release, ended = threading.Event(), threading.Event()
+
+    class Server:
+        server_shutdown = False
+        server_address = ("localhost", 1234)
+
+        def shutdown(self):  # PySpark's waits for the request loop; this one until released
+            release.wait(10)
+            ended.set()
+
+    server = Server()
+    prompt = PromptStop(server)
+    assert prompt.server_address == ("localhost", 1234)
+    prompt.shutdown()  # returns although the server's shutdown has not
+    assert server.server_shutdown and not ended.is_set()
+    release.set()
+    assert ended.wait(10)
+
+
+def test_the_accumulator_server_still_ends_after_a_prompt_stop():
+    """PySpark's real server, with a connection polled as the JVM's is: the port closes soon after."""
+    import socket
+    import time
+
+    from pyspark import accumulators
+
+    from wire.runtime.session import PromptStop
+
+    server = accumulators._start_update_server("token", False)
+    host, port = server.server_address
+    jvm = socket.create_connection((host, port))
+    jvm.sendall(b"token" + (0).to_bytes(4, "big"))  # authenticated, no updates: its handler now polls
+    assert jvm.recv(1) == b"\x01"
+    PromptStop(server).shutdown()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except OSError:
+            break  # closed
+        assert time.monotonic() < deadline, "the accumulator server did not end"
+        time.sleep(0.05)
+    jvm.close()

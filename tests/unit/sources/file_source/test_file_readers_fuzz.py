@@ -15,7 +15,7 @@ import io
 import json
 import re
 import tempfile
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import pyarrow as pa
@@ -147,9 +147,18 @@ def _exact_int(value: object) -> int | None:
     return None
 
 
+def _json_number(text: str) -> Decimal | float:
+    """A JSON number with a fraction or exponent, exactly; one beyond Decimal's exponent range
+    (``1e9991000000000000146``) as a float (infinite or zero): it is no exact integer either way."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return float(text)
+
+
 def _json_record(line: bytes) -> tuple | None:
     try:
-        obj = json.loads(line.decode("utf-8"), parse_float=Decimal)
+        obj = json.loads(line.decode("utf-8"), parse_float=_json_number)
     except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict):
@@ -191,6 +200,16 @@ def test_jsonl_mutated_or_random_bytes(lines, draw):
     parsed = run("m.jsonl", data)
     check_exactly_once(parsed)
     assert fates(parsed) == jsonl_oracle(data)
+
+
+def test_jsonl_numbers_beyond_decimal_range_in_any_field():
+    """Exponents no Decimal holds (found by the test above): valid JSON, never an exact integer."""
+    data = (b'{"id": 1, "ts": 1000, "v": "a", "w": -1e9991000000000000146}\n'
+            b'{"id": 2, "ts": 1e9991000000000000146, "v": "b"}\n'
+            b'{"id": 3e-9991000000000000146, "ts": 1000, "v": "c"}\n')
+    parsed = run("big.jsonl", data)
+    check_exactly_once(parsed)
+    assert fates(parsed) == jsonl_oracle(data) == [(1, 1000, "a", 1000), None, None]
 
 
 # ----------------------------------------------------------------------------------------- CSV
