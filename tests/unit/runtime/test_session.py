@@ -97,3 +97,35 @@ def test_the_accumulator_server_still_ends_after_a_prompt_stop():
         assert time.monotonic() < deadline, "the accumulator server did not end"
         time.sleep(0.05)
     jvm.close()
+
+
+def test_load_rocksdb_links_the_state_stores_native_library(spark):
+    from wire.runtime.session import load_rocksdb
+
+    assert load_rocksdb(spark)
+    jvm = spark.sparkContext._jvm
+    field = jvm.java.lang.Class.forName("org.rocksdb.RocksDB").getDeclaredField("libraryLoaded")
+    field.setAccessible(True)
+    assert str(field.get(None).get()) == "LOADED"
+
+
+def test_load_rocksdb_calls_rocksdbs_loader_and_survives_its_failure():
+    from types import SimpleNamespace
+
+    from wire.runtime.session import load_rocksdb
+
+    calls = []
+
+    def loaded():
+        calls.append("loadLibrary")
+
+    def fails():
+        raise RuntimeError("no native library for this platform")
+
+    def session(load):
+        rocksdb = SimpleNamespace(RocksDB=SimpleNamespace(loadLibrary=load))
+        jvm = SimpleNamespace(org=SimpleNamespace(rocksdb=rocksdb))
+        return SimpleNamespace(sparkContext=SimpleNamespace(_jvm=jvm))
+
+    assert load_rocksdb(session(loaded)) and calls == ["loadLibrary"]
+    assert not load_rocksdb(session(fails))
