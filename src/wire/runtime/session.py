@@ -389,7 +389,7 @@ def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
     thread = threading.Thread(target=job, name="wire-warm-up", daemon=True)
     thread.start()
     rocksdb = sc.getConf().get("spark.sql.streaming.stateStore.providerClass", "") == ROCKSDB_PROVIDER
-    if rocksdb and sc.master.startswith("local"):  # a local session's executors are the driver's JVM
+    if rocksdb and (sc.master or "").startswith("local"):  # a local session's executors are the driver's JVM
         threading.Thread(target=load_rocksdb, args=(spark,), name="wire-rocksdb", daemon=True).start()
     return thread
 
