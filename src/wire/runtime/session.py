@@ -376,7 +376,8 @@ def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
     # others (an RDD's, transformWithStateInPandas's) only when the executors' environment has it
     # (DEFAULT_CONF): Spark keys its daemons by the workers' environment, so in a session without
     # it a flow's first epoch needs a daemon of each kind
-    one_daemon = sc.getConf().get(f"spark.executorEnv.{SIMPLIFIED_TRACEBACK}") == "1"
+    conf = sc.getConf()
+    one_daemon = conf.get(f"spark.executorEnv.{SIMPLIFIED_TRACEBACK}") == "1"
 
     def job() -> None:
         with contextlib.suppress(Exception):
@@ -388,8 +389,10 @@ def warm_up_workers(spark: SparkSession) -> threading.Thread | None:
 
     thread = threading.Thread(target=job, name="wire-warm-up", daemon=True)
     thread.start()
-    rocksdb = sc.getConf().get("spark.sql.streaming.stateStore.providerClass", "") == ROCKSDB_PROVIDER
-    if rocksdb and (sc.master or "").startswith("local"):  # a local session's executors are the driver's JVM
+    from wire.sources.base.source import is_local  # a run's sources import it already
+
+    rocksdb = conf.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER
+    if rocksdb and is_local(spark):  # a local session's executors are the driver's JVM
         threading.Thread(target=load_rocksdb, args=(spark,), name="wire-rocksdb", daemon=True).start()
     return thread
 
