@@ -33,7 +33,8 @@ oops,a,3.0
 #   25000 b: 10000 -> 23000 ([10s,20s) a fires final; [0,10s) purged at 15000)
 #   4000 a: wm_in 23000 >= 10000 + 5000 -> late port
 #   1500,a,2.5,extra (line 10): dead letter (4 columns)
-#   40000 a: 23000 -> 38000 ([20s,30s) b final), end of input -> MAX watermark: [40s,50s) a final
+#   40000 a, the last record: 23000 -> MAX (its epoch carries the end of input): [20s,30s) b
+#   and [40s,50s) a final in that epoch
 
 
 def run(tmp_path, spark):
@@ -68,16 +69,20 @@ def ms(iso: str) -> int:
 
 def test_transcript(spark, tmp_path):
     summary = run(tmp_path, spark)
+    # in epoch order; within an epoch by key (their order there means nothing)
     out = [(r["user"], ms(r["window_start"]), ms(r["window_end"]), r["n"], r["total"], r["emit"])
-           for r in read(tmp_path / "out")]
+           for r in sorted(read(tmp_path / "out"), key=lambda r: (r["epoch"], r["user"]))]
     assert out == [
         ("a", 0, 10_000, 2, 5.5, "final"),
         ("b", 0, 10_000, 1, 2.0, "final"),
         ("b", 0, 10_000, 2, 7.0, "update"),
         ("a", 10_000, 20_000, 1, 1.0, "final"),
-        ("b", 20_000, 30_000, 1, 1.0, "final"),
         ("a", 40_000, 50_000, 1, 1.0, "final"),
+        ("b", 20_000, 30_000, 1, 1.0, "final"),
     ]
+    # one record an epoch: 10 records (2 malformed) in 10 epochs, the last one ending the input
+    epochs = sorted({r["epoch"] for r in read(tmp_path / "out")})
+    assert epochs == [4, 5, 6, 9] and summary.epochs == 10
     late = read(tmp_path / "late")
     assert [(r["ts"], r["user"], r["event_time"], r["watermark"]) for r in late] == [
         (4000, "a", 4000, 23000)

@@ -65,15 +65,14 @@ def test_csv_stream_epochs_dead_letters_and_watermarks(spark, tmp_path):
                           max_events_per_epoch=3)
     epochs = run_available_now(spark, source, request, tmp_path / "ck")
 
-    assert [e for e, _ in epochs] == [0, 1, 2, 3]
+    assert [e for e, _ in epochs] == [0, 1, 2]
     parts = [split(t) for _, t in epochs]
-    # availableNow honours ReadMaxRows(3): 3 + 3 + 1 records, then the final epoch
-    assert [[r["ts"] for r in data] for data, _, _ in parts] == [[1000, 2000], [9000, 12000, 3000], [], []]
+    # availableNow honours ReadMaxRows(3): 3 + 3 + 1 records; the last epoch ends the input
+    assert [[r["ts"] for r in data] for data, _, _ in parts] == [[1000, 2000], [9000, 12000, 3000], []]
     assert [r["__wm"] for r in parts[1][0]] == [1000] * 3  # the start watermark of epoch 1
     max_wm = envelope.MAX_WATERMARK
     assert [marks for _, marks, _ in parts] == [
         [(0, 1000), (1, 1000)],
-        [(0, 11000), (1, 11000)],
         [(0, 11000), (1, 11000)],
         [(0, max_wm), (1, max_wm)],
     ]
@@ -105,11 +104,11 @@ def test_csv_stream_epochs_dead_letters_and_watermarks(spark, tmp_path):
         {"records": 3, "events": 2, "malformed": 1},
         {"records": 3, "events": 3, "malformed": 0},
         {"records": 1, "events": 0, "malformed": 1},
-        {},
     ]
     # every epoch's watermark is written ahead with its offsets
-    logged = [offset_log(tmp_path / "ck", e)["watermark"] for e in range(4)]
-    assert logged == [1000, 11000, 11000, max_wm]
+    logged = [offset_log(tmp_path / "ck", e) for e in range(3)]
+    assert [o["watermark"] for o in logged] == [1000, 11000, max_wm]
+    assert [o["ended"] for o in logged] == [False, False, True]
 
 
 def test_restart_resumes_from_the_offset_log_with_its_watermark(spark, tmp_path):

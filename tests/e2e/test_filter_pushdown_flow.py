@@ -53,6 +53,8 @@ def run(spark, tmp_path, predicate: str):
     flow.dead_letters().sink(dead, name="dead")
     running = flow.start(str(tmp_path / "ck"), spark=spark, key_groups=2)
     summary = running.await_termination()
+    # every epoch's progress, the last one's too (it has the last records and ends the input)
+    assert [p["batchId"] for p in running.query.recentProgress] == list(range(summary.epochs))
     crossed = sum(p["numInputRows"] for p in running.query.recentProgress)
     got = sorted((r["k"], ms(r["window_start"]), ms(r["window_end"]), r["events"], r["sessions"], r["emit"])
                  for r in main.rows())

@@ -63,8 +63,10 @@ class NexmarkSource:
     ``[0, next)`` are admitted; the watermark (``max_event_time - max_delay_ms``,
     never decreasing) is recorded in each offset, so a replay sees the same watermark.
     Each epoch admits at most ``max_events_per_epoch`` events, split into
-    ``partitions`` contiguous id ranges (one Spark task each). After the last event,
-    one final epoch carries :data:`wire.core.envelope.MAX_WATERMARK`.
+    ``partitions`` contiguous id ranges (one Spark task each). The epoch that admits
+    the last event carries :data:`wire.core.envelope.MAX_WATERMARK` and says ``ended``
+    (no epoch of its own for the end of input; an input of no events ends with an
+    empty epoch).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -251,6 +253,9 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                out_of_order_ms=s.out_of_order_ms).max())
         prev = start["max_event_time"]
         max_et = seen if prev is None else max(int(prev), seen)
+        if hi == total:  # the last events: their epoch carries the final watermark
+            return {"next": hi, "max_event_time": max_et, "watermark": envelope.MAX_WATERMARK, "ended": True,
+                    "started_at_ms": started}
         watermark = max(int(start["watermark"]), max_et - self.c.max_delay_ms)
         return {"next": hi, "max_event_time": max_et, "watermark": watermark, "ended": False,
                 "started_at_ms": started}

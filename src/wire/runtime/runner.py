@@ -68,8 +68,8 @@ from wire.sources.base.handoff import remove_orphans
 from wire.sources.base.source import WarmUp
 
 __all__ = [
-    "AWAIT_POLL_S", "END_POLL_S", "EpochDispatcher", "Interrupts", "RunSummary", "RunningFlow",
-    "StopRequested", "input_consumed", "run_plan", "start_plan",
+    "AWAIT_POLL_S", "END_POLL_S", "PROGRESS_WAIT_S", "EpochDispatcher", "Interrupts", "RunSummary",
+    "RunningFlow", "StopRequested", "input_consumed", "run_plan", "start_plan",
 ]
 """The runner's names; :class:`RunSummary` (:mod:`wire.runtime.summary`) and
 :class:`EpochDispatcher`/:class:`StopRequested` (:mod:`wire.runtime.dispatcher`) live in
@@ -77,6 +77,8 @@ their own modules and are importable from here too."""
 
 END_POLL_S = 0.1
 """How often (s) a bounded flow's run checks whether its input is consumed."""
+PROGRESS_WAIT_S = 1.0
+"""How long (s) a bounded flow's end waits for Spark to report its last epoch's progress."""
 
 ERROR_CHARS = 2_000
 """:attr:`RunningFlow.last_error` keeps at most this many characters of Spark's message."""
@@ -186,6 +188,7 @@ class RunningFlow:
             if input_consumed(spark_dir):
                 self.input_consumed = True
                 with contextlib.suppress(Py4JError):
+                    self._await_progress(log_batches(Path(spark_dir) / "commits")[-1])
                     self.query.stop()
                 return
             try:
@@ -194,6 +197,21 @@ class RunningFlow:
             except Py4JError:  # the JVM is gone
                 return
             time.sleep(END_POLL_S)
+
+    def _await_progress(self, epoch: int) -> None:
+        """Wait until Spark reported the progress of ``epoch`` (at most :data:`PROGRESS_WAIT_S`).
+
+        Spark writes an epoch's commit, then its progress (``StreamingQuery.recentProgress``,
+        ``lastProgress``, the listeners' events); stopping the query in between would lose
+        the last epoch's progress, which carries the flow's last data when its bounded
+        sources end with their last records (:mod:`wire.sources.base.partitioned`).
+        """
+        deadline = time.monotonic() + PROGRESS_WAIT_S
+        while time.monotonic() < deadline:
+            last = self.query.lastProgress
+            if last is not None and int(last["batchId"]) >= epoch:
+                return
+            time.sleep(0.01)
 
     @property
     def flow_id(self) -> str:

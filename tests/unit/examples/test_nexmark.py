@@ -134,8 +134,16 @@ def test_reader_offsets_watermarks_and_final_epoch():
             break
         json.dumps(end)  # offsets are JSON
         offsets.append(end)
-    assert [o["next"] for o in offsets] == [0, 400, 800, 1000, 1000]
-    assert offsets[-1]["ended"] and offsets[-1]["watermark"] == envelope.MAX_WATERMARK
+    # the epoch that admits the last events ends the source: no epoch of its own for the end
+    assert [o["next"] for o in offsets] == [0, 400, 800, 1000]
+    assert [o["ended"] for o in offsets] == [False, False, False, True]
+    assert offsets[-1]["watermark"] == envelope.MAX_WATERMARK
+    rows = pa.Table.from_batches([b for p in r.partitions(offsets[-2], offsets[-1]) for b in r.read(p)])
+    data = rows.filter(pc.equal(rows[envelope.KIND], envelope.KIND_DATA))
+    assert data[envelope.SEQ].to_pylist() == list(range(800, 1000))
+    assert set(data[envelope.WM].to_pylist()) == {offsets[-2]["watermark"]}  # judged by the start's
+    marks = rows.filter(pc.equal(rows[envelope.KIND], envelope.KIND_WATERMARK))
+    assert marks[envelope.WM].to_pylist() == [envelope.MAX_WATERMARK] * 3  # one per key group
     times = event_times(0, 1000, seed=1, first_event_rate=100, out_of_order_ms=300)
     for o in offsets[1:-1]:
         assert o["max_event_time"] == times[: o["next"]].max()
@@ -161,7 +169,8 @@ def test_reader_partitions_and_rows():
     wms = rows.filter(pc.equal(rows[envelope.KIND], envelope.KIND_WATERMARK))
     assert set(wms[envelope.WM].to_pylist()) == {o1["watermark"]}
     assert (kind == envelope.KIND_SIDE).sum() == 1  # metrics
-    # the final epoch: watermark rows only, at MAX_WATERMARK
+    # an offset at the end that does not say so (an input of no events, an older Wire's
+    # checkpoint): one final epoch of watermark rows only, at MAX_WATERMARK
     last = dict(o1, next=1000)
     end = r.latestOffset(last, r.getDefaultReadLimit())
     final = pa.Table.from_batches([b for p in r.partitions(last, end) for b in r.read(p)])

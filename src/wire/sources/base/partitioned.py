@@ -31,8 +31,11 @@ interprets. The base owns everything else, the same for every connector:
   than ``max_future_ms`` ahead of the epoch's processing time are dead letters and do not
   move it; watermark-only epochs at most once per ``watermark_interval`` (none for a
   bounded source, nor in an ``availableNow`` query);
-* **a bounded source's end**: once nothing is left, one last offset, ``ended``, with the
-  maximal watermark;
+* **a bounded source's end**: its last offset says ``ended`` and carries the maximal
+  watermark. That is the offset of the epoch that admits the last records when every
+  partition's backlog is known (:func:`exhausts`; the files), so the end of input costs no
+  epoch of its own, as a bounded source in Flink emits its final watermark right after its
+  last record; otherwise (a backlog unknown) the offset of one more epoch, empty;
 * **offsets** (:mod:`wire.sources.base.offsets`), which record every partition's range and
   watermark inputs, so a replayed epoch reads the same records and sees the same watermark;
 * **the epoch's tasks and rows** (:mod:`wire.core.envelope`): one task per partition
@@ -146,6 +149,19 @@ the epoch's first stage would run on one core."""
 def read_tasks() -> int:
     """The most tasks one planned range is split into: the planner host's cores (at least 1)."""
     return max(1, os.cpu_count() or 1)
+
+
+def exhausts(names: list[str], backlogs: Mapping[str, int | None], reads: Mapping[str, Admitted]) -> bool:
+    """Whether an epoch's reads admit every record left: each partition's backlog is known and read whole.
+
+    ``backlogs``: per partition, the records waiting before the epoch (:meth:`PartitionedReader.backlog`,
+    None: unknown); ``reads``: what the epoch admitted (a partition it read nothing of is missing).
+    A bounded source whose epoch exhausts its input makes that epoch its last one
+    (``ended``, with the maximal watermark) instead of planning an empty epoch for the
+    watermark after it. A connector that counts its backlog only up to the budget reports
+    one record more when more wait, so a read that admits the count it reported is whole.
+    """
+    return all((b := backlogs[n]) is not None and (reads[n].count if n in reads else 0) >= b for n in names)
 
 
 @dataclass
@@ -388,6 +404,11 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         dead = any(found.values())
         if not taken and not dead and bounded and budget != 0:
             return self._ended(start, now)
+        if bounded and budget != 0 and exhausts(names, backlogs, reads):
+            # the epoch admits all that is left: it carries the final watermark itself
+            last = make_offset(after, admitted=start["admitted"] + taken, watermark=envelope.MAX_WATERMARK,
+                               started=started, at=now, turn=start["turn"] + (1 if taken else 0))
+            return dict(last, ended=True)
         watermark = source_watermark(start["watermark"], {n: p.state for n, p in after.items()}, now,
                                      self._policy, resumed=admission.resumed)
         if not taken and not dead and (
@@ -430,15 +451,16 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         """Plan the epoch ``(start, end]``: one task per partition that admitted records.
 
         The first task also emits the epoch's dead letters found while planning, its
-        gauges and watermark rows (a task of its own when nothing was admitted; after a
-        bounded source's last epoch, only the maximal watermark rows). Called on the
+        gauges and watermark rows (a task of its own when nothing was admitted; a bounded
+        source's last epoch that admitted nothing has only the maximal watermark rows). Called on the
         driver per epoch, also on a replay with offsets from the offset log.
         """
         if start == end:
             return []
         start, end = self.upgrade(start, None), self.upgrade(end, start)
         w0, w1, at = start["watermark"], end["watermark"], end["at"]
-        if end.get("ended"):
+        if end.get("ended") and end["admitted"] == start["admitted"] and not any(
+                p.dead for p in partitions_of(end).values()):
             return [PartitionTask("", None, None, 0, start["admitted"], w0, w1, at, (), (), True)]
         try:
             reads = plan_reads(start, end)

@@ -65,7 +65,9 @@ epoch, :mod:`wire.runtime.runner`). A bounded source says instead that its input
 exhausted: its last offset, the one of the epoch that carries its final watermark, is a
 JSON object with ``"ended": true`` (the files, Nexmark and ``TestStream`` sources, and
 every :class:`~wire.sources.base.partitioned.PartitionedReader` whose source is bounded),
-and from then on ``latestOffset`` returns it unchanged. Once the last completed epoch's
+and from then on ``latestOffset`` returns it unchanged. That epoch is the one that admits
+the last records when the source knows it does (the files and Nexmark), else one more,
+empty epoch. Once the last completed epoch's
 offsets say so for every source, the run ends. A bounded source that never says so
 keeps its flow running until it is stopped.
 """

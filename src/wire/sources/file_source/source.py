@@ -21,8 +21,10 @@ row to ``f"{step}.dead_letter"`` with its malformed records (if any). One task p
 epoch also emits one metrics side row (counters ``records``, ``events``,
 ``malformed``; gauges ``gauge:watermark`` and ``gauge:watermark:<partition>``) and one
 watermark row per key group carrying the epoch's end watermark. When idleness alone
-moves the watermark, an epoch carries only those control rows. A bounded source ends
-with an epoch of watermark rows only, at :data:`~wire.core.envelope.MAX_WATERMARK`.
+moves the watermark, an epoch carries only those control rows. A bounded source's
+epoch that admits its last records carries :data:`~wire.core.envelope.MAX_WATERMARK`
+instead (the end of input costs no epoch of its own); a bounded source that has nothing
+left to admit ends with an epoch of those watermark rows only.
 The stream reader itself is in :mod:`wire.sources.file_source.reader`.
 """
 

@@ -132,10 +132,12 @@ def test_a_future_dated_event_is_a_dead_letter_and_does_not_move_the_watermark(t
     reader, path = csv_reader(tmp_path, ROWS, max_future=HOUR)
     epochs = drain(reader)
     # epoch 0 admits ids 1-3: 3 is 74y ahead -> dead letter; W = (NOW - 9000) - 5000
-    # epoch 1 admits ids 4-6: W = (NOW - 6000) - 5000; then the bounded source ends
-    assert [e["watermark"] for _, e, _ in epochs] == [NOW - 14_000, NOW - 11_000, envelope.MAX_WATERMARK]
-    assert [e["max_event_time"] for _, e, _ in epochs[:2]] == [NOW - 9_000, NOW - 6_000]
-    assert [[r["id"] for r in out["data"]] for *_, out in epochs] == [[1, 2], [4, 5, 6], []]
+    # epoch 1 admits ids 4-6, the last records: the bounded source ends with it (W = the
+    # maximal watermark; its partition's own is (NOW - 6000) - 5000)
+    assert [e["watermark"] for _, e, _ in epochs] == [NOW - 14_000, envelope.MAX_WATERMARK]
+    assert [p["watermark"] for p in epochs[1][1]["partitions"].values()] == [NOW - 11_000]
+    assert [e["max_event_time"] for _, e, _ in epochs] == [NOW - 9_000, NOW - 6_000]
+    assert [[r["id"] for r in out["data"]] for *_, out in epochs] == [[1, 2], [4, 5, 6]]
     assert [r["__seq"] for r in epochs[0][2]["data"]] == [0, 1]
     dead = epochs[0][2]["sides"]["src.dead_letter"]
     assert [(d["location"], d["reason"], d["record"]) for d in dead] == [(f"{path}:4", REASON, f"3,{Y2100}")]

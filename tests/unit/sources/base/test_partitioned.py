@@ -291,6 +291,44 @@ def test_every_record_once_and_the_watermark_for_every_epoch_split(data, limits,
     assert r.acked == {n: len(v) for n, v in data.items()} or not offset["admitted"]
 
 
+@settings(max_examples=120, deadline=None)
+@given(partitions, st.lists(st.integers(1, 7), min_size=1, max_size=30), st.integers(0, 50))
+def test_a_bounded_source_ends_with_its_last_records_for_every_epoch_split(data, limits, delay):
+    """For any partitions and epoch splits of a bounded source whose backlog is known:
+
+    * every valid record comes out once, every malformed one once as a dead letter;
+    * exactly the last epoch says ``ended``, with the maximal watermark; it is the epoch that
+      admitted the last records (an empty epoch only for an input of no records);
+    * its data rows carry the watermark the epoch started with, its watermark rows the maximal one;
+    * replaying it gives the same rows, and nothing is planned after it.
+    """
+    r = MemoryReader(data, delay=delay, bounded=True)
+    offset = r.initialOffset()
+    rows, dead, epochs = [], [], []
+    for i in range(200):
+        end = r.latestOffset(offset, ReadMaxRows(limits[i % len(limits)]))
+        if end == offset:
+            break
+        once = epoch_rows(r, offset, end)
+        assert epoch_rows(r, offset, end) == once
+        rows += [t for t, _, _ in once[0]]
+        dead += [loc for loc, _ in once[1]]
+        assert all(wm == offset["watermark"] for _, _, wm in once[0])
+        epochs.append((offset, end, once))
+        r.commit(end)
+        offset = end
+    total = sum(len(v) for v in data.values())
+    assert sorted(rows) == sorted(t for v in data.values() for t in v if t is not None)
+    assert len(dead) == sum(t is None for v in data.values() for t in v)
+    assert [e["ended"] for _, e, _ in epochs] == [False] * (len(epochs) - 1) + [True]
+    first, last, (_, _, _, marks) = epochs[-1]
+    assert last["watermark"] == envelope.MAX_WATERMARK and last["admitted"] == total
+    assert (last["admitted"] > first["admitted"]) == (total > 0)  # no empty epoch after the last records
+    assert marks == [(kg, envelope.MAX_WATERMARK) for kg in range(2)]
+    assert all(e["watermark"] < envelope.MAX_WATERMARK for _, e, _ in epochs[:-1])
+    assert r.latestOffset(last, ReadMaxRows(7)) == last
+
+
 def test_a_kafka_partition_entry_an_earlier_wire_wrote_is_read():
     """The Kafka source recorded the end offset seen (``high``), not the lag."""
     d = {"from": 5, "next": 9, "taken": 4, "high": 20, **PartitionState(max_event_time=7).to_json()}
@@ -299,8 +337,30 @@ def test_a_kafka_partition_entry_an_earlier_wire_wrote_is_read():
     assert PartitionOffset.from_json(dict(d, high=-1)).lag is None
 
 
-def test_a_bounded_source_ends_once_with_the_maximal_watermark():
+def test_a_bounded_source_ends_with_the_epoch_that_admits_its_last_records():
     r = MemoryReader({"a": [10, 20], "b": [5]}, budget=2, delay=1, bounded=True)
+    o0 = r.initialOffset()
+    o1 = r.latestOffset(o0, r.getDefaultReadLimit())  # a: 10, b: 5; W = min(10 - 1, 5 - 1)
+    assert (o1["admitted"], o1["watermark"], o1["ended"]) == (2, 4, False)
+    end = r.latestOffset(o1, r.getDefaultReadLimit())  # a: 20, the last record: its epoch ends the source
+    assert end["ended"] and end["watermark"] == envelope.MAX_WATERMARK and end["admitted"] == 3
+    assert {n: p.taken for n, p in partitions_of(end).items()} == {"a": 1, "b": 0}
+    data, dead, metrics, marks = epoch_rows(r, o1, end)
+    assert data == [(20, 2, 4)] and dead == []  # judged against the watermark the epoch starts with
+    assert (metrics["records"], metrics["gauge:watermark"]) == (1, envelope.MAX_WATERMARK)
+    assert marks == [(0, envelope.MAX_WATERMARK), (1, envelope.MAX_WATERMARK)]  # after the data
+    assert r.latestOffset(end, r.getDefaultReadLimit()) == end  # ended: no epoch after it
+
+
+class UncountedReader(MemoryReader):
+    """A connector that cannot count its backlog (e.g. a stream that only says whether more waits)."""
+
+    def backlog(self, name: str, position: Position, cap: int | None) -> int | None:
+        return None
+
+
+def test_a_bounded_source_of_unknown_backlog_ends_with_an_empty_epoch_of_the_maximal_watermark():
+    r = UncountedReader({"a": [10, 20], "b": [5]}, budget=2, delay=1, bounded=True)
     o0 = r.initialOffset()
     o1 = r.latestOffset(o0, r.getDefaultReadLimit())
     o2 = r.latestOffset(o1, r.getDefaultReadLimit())

@@ -283,14 +283,24 @@ def test_the_open_file_vanishing_is_a_dead_letter(tmp_path):
 
 
 def test_a_bounded_source_reports_a_change_before_it_ends(tmp_path):
+    put(tmp_path / "a.csv", [(1, 10), (2, 20)])
+    reader = reader_for(files(str(tmp_path), format="csv"), per_epoch=1)
+    start, out = step(reader, reader.initialOffset())
+    assert not start["ended"] and ids(out) == [1]
+    put(tmp_path / "a.csv", [], mtime_s=1)
+    # the change is the last thing the source has: its epoch reports it and ends the source
+    start, out = step(reader, start)
+    assert start["ended"] and len(out["dead"]) == 1 and out["data"] == []
+    assert step(reader, start)[1] is None
+
+
+def test_a_bounded_source_that_read_everything_ends_with_that_epoch(tmp_path):
     put(tmp_path / "a.csv", [(1, 10)])
     reader = reader_for(files(str(tmp_path), format="csv"))
     start, out = step(reader, reader.initialOffset())
-    put(tmp_path / "a.csv", [], mtime_s=1)
-    start, out = step(reader, start)
-    assert not start["ended"] and len(out["dead"]) == 1
-    start, out = step(reader, start)
-    assert start["ended"] and out["dead"] == []
+    assert start["ended"] and ids(out) == [1] and out["dead"] == []
+    put(tmp_path / "a.csv", [], mtime_s=1)  # after the end: not part of the input
+    assert step(reader, start)[1] is None
 
 
 def test_records_changed_between_planning_and_reading_are_a_dead_letter(tmp_path):

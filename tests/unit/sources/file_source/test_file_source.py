@@ -171,17 +171,19 @@ def test_admission_across_file_boundaries_and_watermarks(tmp_path):
     reader = WireFileStreamReader(binding(files(str(tmp_path / "*.csv"), format="csv")))
     epochs = run(reader)
     ends = [(*position(e), e["admitted"]) for _, e, _ in epochs]
-    assert ends == [("a.csv", 3, 3), ("b.csv", 1, 6), ("b.csv", 4, 9), ("b.csv", 4, 9)]
+    assert ends == [("a.csv", 3, 3), ("b.csv", 1, 6), ("b.csv", 4, 9)]
     # __seq: the global arrival number, across files and epochs
-    assert [[r["__seq"] for r in out["data"]] for *_, out in epochs] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], []]
+    assert [[r["__seq"] for r in out["data"]] for *_, out in epochs] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert gauges(epochs[0][2]) == {
         "gauge:watermark": 4000, "gauge:watermark:all": 4000, "gauge:max_event_time": 5000
     }
     sizes = [len(out["data"]) for *_, out in epochs]
-    assert sizes == [3, 3, 3, 0]
-    # max event time 5000, 9000, 20000 -> W = max - 1000, never decreasing
-    assert [e["watermark"] for _, e, _ in epochs] == [4000, 8000, 19000, envelope.MAX_WATERMARK]
-    assert [e["max_event_time"] for _, e, _ in epochs] == [5000, 9000, 20000, 20000]
+    assert sizes == [3, 3, 3]
+    # max event time 5000, 9000, 20000 -> W = max - 1000, never decreasing; the epoch that
+    # admits the last records carries the end of input (the partition's own W stays 19000)
+    assert [e["watermark"] for _, e, _ in epochs] == [4000, 8000, envelope.MAX_WATERMARK]
+    assert epochs[-1][1]["partitions"]["all"]["watermark"] == 19000
+    assert [e["max_event_time"] for _, e, _ in epochs] == [5000, 9000, 20000]
     # data rows carry the start watermark; watermark rows the end watermark, per key group
     for start, end, out in epochs:
         assert {r["__wm"] for r in out["data"]} <= {start["watermark"]}
@@ -192,9 +194,10 @@ def test_admission_across_file_boundaries_and_watermarks(tmp_path):
     assert epochs[0][2]["data"][0]["__wm"] == NO_WATERMARK
     assert [r["__et"] for r in epochs[1][2]["data"]] == [3000, 9000, 7000]
     assert [r["id"] for r in epochs[2][2]["data"]] == [7, 8, 9]
-    # the final epoch carries only watermark rows; afterwards no more epochs
+    # the last epoch ends the source: its watermark rows are the maximal ones; no epoch after it
     _, last_end, last = epochs[-1]
-    assert last_end["ended"] and last["sides"] == {} and len(last["marks"]) == 2
+    assert last_end["ended"] and not any(e["ended"] for _, e, _ in epochs[:-1])
+    assert gauges(last)["gauge:watermark"] == envelope.MAX_WATERMARK
     assert reader.latestOffset(last_end, ReadMaxRows(3)) == last_end
     assert reader.partitions(last_end, last_end) == []
 
@@ -203,7 +206,7 @@ def test_watermark_is_monotonic_when_event_times_go_back(tmp_path):
     write(tmp_path / "a.csv", csv_rows([(1, 10000, 1), (2, 500, 1), (3, 600, 1), (4, 9500, 1)]))
     reader = WireFileStreamReader(binding(files(str(tmp_path / "a.csv"), format="csv"), per_epoch=2, delay=0))
     marks = [e["watermark"] for _, e, _ in run(reader)]
-    assert marks == [10000, 10000, envelope.MAX_WATERMARK]
+    assert marks == [10000, envelope.MAX_WATERMARK]  # 10000 again after 600, 9500: never back
 
 
 def test_read_all_available_admits_everything(tmp_path):
@@ -211,7 +214,8 @@ def test_read_all_available_admits_everything(tmp_path):
     write(tmp_path / "b.csv", csv_rows([(i, i * 1000, 1) for i in range(10, 15)]))
     reader = WireFileStreamReader(binding(files(str(tmp_path / "*.csv"), format="csv")))
     epochs = run(reader, ReadAllAvailable())
-    assert [len(out["data"]) for *_, out in epochs] == [15, 0]
+    assert [len(out["data"]) for *_, out in epochs] == [15]
+    assert epochs[0][1]["ended"] and epochs[0][1]["watermark"] == envelope.MAX_WATERMARK
     assert reader.getDefaultReadLimit() == ReadMaxRows(3)
 
 
@@ -292,7 +296,7 @@ def test_csv_dead_letters_with_reasons_lines_and_metrics(tmp_path):
     reader = WireFileStreamReader(
         binding(files(str(tmp_path / "a.csv"), format="csv", schema=SCHEMA), per_epoch=100)
     )
-    (_, end, out), _final = run(reader)
+    [(_, end, out)] = run(reader)  # one epoch: all of it, and the end of input
     assert end["admitted"] == 6
     assert [(r["id"], r["v"], r["__et"]) for r in out["data"]] == [(1, 1.5, 1000), (5, None, 4000)]
     assert [r["__seq"] for r in out["data"]] == [0, 4]  # malformed records 1-3 take numbers too
@@ -323,7 +327,7 @@ def test_csv_quoted_newlines_and_iso_event_times(tmp_path):
             per_epoch=10,
         )
     )
-    (_, _, out), _ = run(reader)
+    [(_, _, out)] = run(reader)
     base = 1357034400000  # 2013-01-01T10:00:00Z
     assert [(r["id"], r["__et"]) for r in out["data"]] == [(1, base), (2, base + 1000), (4, base + 3600_000)]
     assert out["data"][0]["note"] == "two\nlines"
@@ -349,7 +353,7 @@ def test_jsonl_dead_letters_and_timestamps(tmp_path):
     reader = WireFileStreamReader(
         binding(files(str(tmp_path), format="jsonl", schema=schema), schema, event_time="at", per_epoch=100)
     )
-    (_, end, out), _ = run(reader)
+    [(_, end, out)] = run(reader)
     assert end["admitted"] == 7
     base = 1357034400000
     assert [(r["id"], r["tag"], r["__et"]) for r in out["data"]] == [(1, "a", base), (2, None, base + 5000)]
@@ -370,8 +374,9 @@ def test_jsonl_clean_file_takes_the_fast_path(tmp_path):
         binding(files(str(tmp_path / "*.jsonl"), format="jsonl"), schema, per_epoch=2, delay=5)
     )
     epochs = run(reader)
-    assert [[r["id"] for r in out["data"]] for *_, out in epochs] == [[0, 1], [2, 3], [4], []]
-    assert [e["watermark"] for _, e, _ in epochs][:3] == [5, 25, 35]
+    assert [[r["id"] for r in out["data"]] for *_, out in epochs] == [[0, 1], [2, 3], [4]]
+    assert [e["watermark"] for _, e, _ in epochs] == [5, 25, envelope.MAX_WATERMARK]
+    assert epochs[-1][1]["partitions"]["all"]["watermark"] == 35
 
 
 def test_parquet_rows_casts_and_unreadable_files(tmp_path):
@@ -387,7 +392,7 @@ def test_parquet_rows_casts_and_unreadable_files(tmp_path):
             per_epoch=100,
         )
     )
-    (_, end, out), _ = run(reader)
+    [(_, end, out)] = run(reader)
     assert end["admitted"] == 4  # three rows, plus one record for the unreadable file
     assert [(r["id"], r["__et"]) for r in out["data"]] == [(1, 1_000_000)]
     dead = [(d["location"], d["reason"], d["record"]) for d in out["sides"]["src.dead_letter"]]

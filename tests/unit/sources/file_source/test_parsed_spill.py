@@ -143,10 +143,10 @@ def test_spills_are_released_past_the_committed_epochs_and_removed_at_stop(tmp_p
             for f in ("a.csv", "b.csv", "c.csv")}
     # 4 records an epoch: a.csv (7 records) is read by epochs 1-2, b.csv (4) by 2-3, c.csv (5)
     # by 3-4; a file's spill goes when an epoch after its last is planned (its epochs committed);
-    # the read-ahead spills the next file while an epoch runs; the bounded source's last,
-    # empty epoch reads nothing (c.csv's spill stays until the query stops)
+    # the read-ahead spills the next file while an epoch runs; epoch 4 admits the last records
+    # and ends the bounded source (c.csv's spill stays until the query stops)
     assert [sorted(name[n] for n in names) for names in seen] == [
-        ["a.csv", "b.csv"], ["a.csv", "b.csv", "c.csv"], ["b.csv", "c.csv"], ["c.csv"], ["c.csv"],
+        ["a.csv", "b.csv"], ["a.csv", "b.csv", "c.csv"], ["b.csv", "c.csv"], ["c.csv"],
     ]
     directory = planner.handoff()
     planner.stop()
