@@ -38,6 +38,8 @@ from wire.examples import nexmark_queries
 from wire.examples.nexmark_source import nexmark
 
 OUT = Path("out/bench_latency")
+RETAIN = "spark.sql.streaming.minBatchesToRetain"
+"""Spark's conf of how many epochs its offset and commit logs keep (the latency needs them all)."""
 
 
 def commit_times(checkpoint: Path) -> dict[int, float]:
@@ -73,6 +75,9 @@ def run_wire(spark, rate: int, seconds: int) -> dict[str, float]:
     summary = flow.run(checkpoint=str(out / "ck"), spark=spark)
     ck = out / "ck" / "spark"
     commits, offsets = commit_times(ck), wire_offsets(ck)
+    if sorted(offsets) != list(range(len(offsets))):  # an epoch's events start where the last one's ended
+        raise SystemExit(f"Wire's offset log kept epochs {min(offsets)}-{max(offsets)} only: raise "
+                         f"{RETAIN} (a bounded log would count earlier epochs' events in its first)")
     lat: list[np.ndarray] = []
     prev = 0
     for epoch in sorted(offsets):
@@ -125,6 +130,8 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     spark = wire.spark("local[2]")
+    # Spark keeps 100 epochs of offsets by default; a 20 s run at 100,000 events/s makes about 150
+    spark.conf.set(RETAIN, "1000000")
     # warm-up: the first Python worker start and compilation are not what this measures
     run_wire(spark, args.rate, 2)
     w = run_wire(spark, args.rate, args.seconds)
