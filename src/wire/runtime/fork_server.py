@@ -18,7 +18,12 @@ working directory and standard streams (file descriptors 0-2, over a Unix socket
 fork server, which forks a child that takes them on and runs the module as ``__main__``,
 as the interpreter would have. The launcher stays the process Spark knows: it passes
 SIGTERM and SIGINT on to the child and exits with the child's exit status (128 + the
-signal's number for a child a signal ended); if the launcher is killed, the fork server
+signal's number for a child a signal ended). A launcher that starts with SIGINT ignored (as
+every process Spark's JVM starts does: PySpark starts the JVM so) passes no SIGINT on, and its
+child ignores SIGINT too, as the real interpreter would: the child is in the driver's process
+group, which a Ctrl-C at a terminal reaches whole, and a Ctrl-C is the driver's to handle (a
+graceful stop, :meth:`wire.runtime.runner.RunningFlow.await_termination`); a source's planner
+that took it as a ``KeyboardInterrupt`` failed the epoch in flight. If the launcher is killed, the fork server
 kills the child; if the fork server ends first, the launcher stays until the child ends
 (then exits with status 1: the status is the server's to know). Anything else (another
 module: the executors' worker daemon; no fork server yet, while it still imports; an error
@@ -93,8 +98,9 @@ pid = None
 try:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     request = {{"module": args[1], "argv": sys.argv[:1] + args[2:], "env": dict(os.environ),
-               "cwd": os.getcwd()}}
+               "cwd": os.getcwd(), "sigint_ignored": ignored}}
     body = json.dumps(request).encode()
     socket.send_fds(s, [struct.pack({header!r}, len(body)) + body], [0, 1, 2])
     got = s.recv({size}, socket.MSG_WAITALL)
@@ -110,7 +116,8 @@ def forward(signum, frame):
     except OSError:
         pass
 signal.signal(signal.SIGTERM, forward)
-signal.signal(signal.SIGINT, forward)
+if not ignored:
+    signal.signal(signal.SIGINT, forward)
 got = s.recv({size}, socket.MSG_WAITALL)
 if len(got) == {size}:
     sys.exit(struct.unpack({status!r}, got)[0])
@@ -353,7 +360,10 @@ def _child(request: dict[str, object], fds: list[int], sockets: list[socket.sock
         signal.set_wakeup_fd(-1)
         for signum in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # as the interpreter the launcher stands for: SIGINT ignored if it was ignored there
+        # (Spark's JVM ignores it, and so do the processes it starts), else KeyboardInterrupt
+        ignored = bool(request.get("sigint_ignored"))
+        signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
         sel.close()
         for s in sockets:
             s.close()

@@ -19,12 +19,14 @@ from wire.runtime import fork_server
 from wire.runtime.session import worker_python
 
 CHILD = '''
-import json, os, sys, time
+import json, os, signal, sys, time
 line = sys.stdin.readline().strip()
 print("to stderr", file=sys.stderr)
+sigint = {signal.SIG_IGN: "ignored", signal.default_int_handler: "KeyboardInterrupt"}.get(
+    signal.getsignal(signal.SIGINT), "other")
 print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
                   "env": os.environ.get("WIRE_TEST_VALUE"), "stdin": line, "main": __name__,
-                  "path0": sys.path[0]}), flush=True)
+                  "path0": sys.path[0], "sigint": sigint}), flush=True)
 if os.environ.get("WIRE_TEST_SLEEP"):
     time.sleep(float(os.environ["WIRE_TEST_SLEEP"]))
 sys.exit(int(os.environ.get("WIRE_TEST_EXIT", "0")))
@@ -49,11 +51,13 @@ def server(tmp_path: Path) -> Iterator[tuple[fork_server.ForkServer, Path]]:
 
 
 def launch(srv: fork_server.ForkServer, mod: Path, module: str, cwd: Path, *, socket_path: str | None = None,
-           **env: str) -> subprocess.Popen[str]:
+           sigint_ignored: bool = False, **env: str) -> subprocess.Popen[str]:
     environ = dict(os.environ, PYTHONPATH=str(mod), WIRE_TEST_VALUE="v=1 ü", **env)
     environ[fork_server.ENV] = srv.socket_path if socket_path is None else socket_path
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     return subprocess.Popen([srv.launcher, "-m", module], cwd=cwd, env=environ, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=ignore)
 
 
 def test_a_forked_module_runs_as_python_m_would(server: tuple[fork_server.ForkServer, Path],
@@ -87,6 +91,39 @@ def test_the_launcher_falls_back_to_the_real_interpreter(server: tuple[fork_serv
     assert p.returncode == 0
     assert got["pid"] == p.pid  # the launcher became the interpreter (exec)
     assert got["stdin"] == "x" and got["env"] == "v=1 ü" and got["main"] == "__main__"
+
+
+@pytest.mark.parametrize("sigint_ignored", [True, False])
+def test_the_child_handles_sigint_as_the_real_interpreter_would(server: tuple[fork_server.ForkServer, Path],
+                                                               tmp_path: Path, sigint_ignored: bool) -> None:
+    """Spark's JVM ignores SIGINT (PySpark starts it so), and so do the processes it starts."""
+    srv, mod = server
+    seen = {}
+    for module in ("wire_fork_child", "wire_other_child"):  # forked; the real interpreter (exec)
+        p = launch(srv, mod, module, tmp_path, sigint_ignored=sigint_ignored)
+        out, _ = p.communicate("x\n", timeout=30)
+        seen[module] = json.loads(out)["sigint"]
+    assert seen["wire_fork_child"] == seen["wire_other_child"]
+    assert seen["wire_fork_child"] == ("ignored" if sigint_ignored else "KeyboardInterrupt")
+
+
+def test_a_ctrl_c_at_the_terminal_leaves_a_child_of_spark_running(server: tuple[fork_server.ForkServer, Path],
+                                                                   tmp_path: Path) -> None:
+    """SIGINT to the launcher and to the child itself (a terminal signals the whole process
+    group, which the fork server's children share with the driver): a source's planner that
+    died of it failed the epoch in flight of a flow stopping gracefully."""
+    srv, mod = server
+    p = launch(srv, mod, "wire_fork_child", tmp_path, sigint_ignored=True, WIRE_TEST_SLEEP="60")
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("x\n")
+    p.stdin.flush()
+    child = int(json.loads(p.stdout.readline())["pid"])
+    p.send_signal(signal.SIGINT)
+    os.kill(child, signal.SIGINT)
+    time.sleep(0.5)
+    assert p.poll() is None and alive(child)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
 
 
 def sleeping_child(srv: fork_server.ForkServer, mod: Path, cwd: Path,
