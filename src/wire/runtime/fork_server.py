@@ -23,12 +23,16 @@ every process Spark's JVM starts does: PySpark starts the JVM so) passes no SIGI
 child ignores SIGINT too, as the real interpreter would: the child is in the driver's process
 group, which a Ctrl-C at a terminal reaches whole, and a Ctrl-C is the driver's to handle (a
 graceful stop, :meth:`wire.runtime.runner.RunningFlow.await_termination`); a source's planner
-that took it as a ``KeyboardInterrupt`` failed the epoch in flight. If the launcher is killed, the fork server
-kills the child; if the fork server ends first, the launcher stays until the child ends
+that took it as a ``KeyboardInterrupt`` failed the epoch in flight. If the launcher is killed,
+the fork server kills the child; if the fork server ends first, the launcher stays until the child ends
 (then exits with status 1: the status is the server's to know). Anything else (another
 module: the executors' worker daemon; no fork server yet, while it still imports; an error
-before the fork) makes the launcher exec the real interpreter with the same arguments:
-nothing changes but the speed.
+before the fork; a launcher that another driver's JVM started, having inherited this
+driver's environment, e.g. a Spark program run as a subprocess of a flow's driver) makes the
+launcher exec the real interpreter with the same arguments: nothing changes but the speed. A
+launcher is this driver's when the driver is its parent or its parent's parent (the JVM's
+processes), so an inherited launcher never forks another program's processes from an
+interpreter that imported this driver's Wire.
 
 The fork server exits when the driver does (its standard input is a pipe from the
 driver) and removes its directory (the socket and the launcher). ``WIRE_FORK_SERVER=off``
@@ -89,9 +93,17 @@ LAUNCHER = '''#!{python} -IS
 # Wire's launcher for Spark's Python processes (wire.runtime.fork_server); exec'ed as python
 import os, sys
 REAL = {python!r}
+DRIVER = {driver!r}
 args = sys.argv[1:]
 path = os.environ.get({env!r}, "")
-if len(args) != 2 or args[0] != "-m" or args[1] not in {forked!r} or not path.startswith("/"):
+def parent_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+ours = DRIVER in (os.getppid(), parent_of(os.getppid()))  # started by the driver's JVM (or the driver)
+if len(args) != 2 or args[0] != "-m" or args[1] not in {forked!r} or not path.startswith("/") or not ours:
     os.execv(REAL, [REAL] + args)
 import json, signal, socket, struct
 pid = None
@@ -179,7 +191,7 @@ def spawn(forked: Sequence[str] = FORKED) -> ForkServer | None:
     launcher = os.path.join(where, "python")
     with open(launcher, "w") as f:
         f.write(LAUNCHER.format(python=sys.executable, env=ENV, forked=tuple(forked), header=_HEADER.format,
-                                status=_STATUS.format, size=_STATUS.size))
+                                status=_STATUS.format, size=_STATUS.size, driver=os.getpid()))
     os.chmod(launcher, 0o700)
     process = subprocess.Popen(
         [sys.executable, "-m", __name__, path, ",".join(forked)], stdin=subprocess.PIPE,

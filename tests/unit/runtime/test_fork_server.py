@@ -126,6 +126,24 @@ def test_a_ctrl_c_at_the_terminal_leaves_a_child_of_spark_running(server: tuple[
     assert p.wait(timeout=30) == 128 + signal.SIGTERM
 
 
+def test_a_launcher_another_driver_started_runs_the_real_interpreter(
+        server: tuple[fork_server.ForkServer, Path], tmp_path: Path) -> None:
+    """An environment inherited by a program the driver runs (its own driver, its own JVM): the
+    launcher is not the driver's child nor its JVM's, so it forks nothing from this driver's
+    server, whose interpreter imported this driver's Wire (another version's classes failed to
+    unpickle there)."""
+    srv, mod = server
+    environ = dict(os.environ, PYTHONPATH=str(mod), WIRE_TEST_VALUE="v=1 ü")
+    environ[fork_server.ENV] = srv.socket_path
+    hop = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+    p = subprocess.run([sys.executable, "-c", hop, sys.executable, "-c", hop, srv.launcher, "-m",
+                        "wire_fork_child"], input="x\n", capture_output=True, text=True, env=environ,
+                       cwd=tmp_path, timeout=60)
+    got = json.loads(p.stdout)
+    assert p.returncode == 0 and got["stdin"] == "x"
+    assert got["ppid"] != srv.process.pid  # exec'ed by its launcher, not forked by the server
+
+
 def sleeping_child(srv: fork_server.ForkServer, mod: Path, cwd: Path,
                    sleep: str = "60") -> tuple[subprocess.Popen[str], int]:
     """A launcher whose forked child has started and now sleeps; the launcher and the child's pid."""
