@@ -26,7 +26,7 @@ import pytest
 
 from wire.runtime.checkpoint import epochs_settled, log_batches
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]  # in `make test` (about 45 s): a start-up change once broke it unseen
 
 EVENTS = 3000
 
