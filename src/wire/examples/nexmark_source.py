@@ -253,11 +253,10 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                out_of_order_ms=s.out_of_order_ms).max())
         prev = start["max_event_time"]
         max_et = seen if prev is None else max(int(prev), seen)
-        if hi == total:  # the last events: their epoch carries the final watermark
-            return {"next": hi, "max_event_time": max_et, "watermark": envelope.MAX_WATERMARK, "ended": True,
-                    "started_at_ms": started}
-        watermark = max(int(start["watermark"]), max_et - self.c.max_delay_ms)
-        return {"next": hi, "max_event_time": max_et, "watermark": watermark, "ended": False,
+        ended = hi == total  # the last events: their epoch carries the final watermark
+        watermark = (envelope.MAX_WATERMARK if ended
+                     else max(int(start["watermark"]), max_et - self.c.max_delay_ms))
+        return {"next": hi, "max_event_time": max_et, "watermark": watermark, "ended": ended,
                 "started_at_ms": started}
 
     def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:

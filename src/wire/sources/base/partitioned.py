@@ -151,17 +151,18 @@ def read_tasks() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def exhausts(names: list[str], backlogs: Mapping[str, int | None], reads: Mapping[str, Admitted]) -> bool:
+def exhausts(backlogs: Mapping[str, int | None], reads: Mapping[str, Admitted]) -> bool:
     """Whether an epoch's reads admit every record left: each partition's backlog is known and read whole.
 
-    ``backlogs``: per partition, the records waiting before the epoch (:meth:`PartitionedReader.backlog`,
-    None: unknown); ``reads``: what the epoch admitted (a partition it read nothing of is missing).
+    ``backlogs``: per partition (all of them), the records waiting before the epoch
+    (:meth:`PartitionedReader.backlog`, None: unknown); ``reads``: what the epoch admitted (a
+    partition it read nothing of is missing).
     A bounded source whose epoch exhausts its input makes that epoch its last one
     (``ended``, with the maximal watermark) instead of planning an empty epoch for the
     watermark after it. A connector that counts its backlog only up to the budget reports
     one record more when more wait, so a read that admits the count it reported is whole.
     """
-    return all((b := backlogs[n]) is not None and (reads[n].count if n in reads else 0) >= b for n in names)
+    return all(b is not None and (reads[n].count if n in reads else 0) >= b for n, b in backlogs.items())
 
 
 @dataclass
@@ -404,7 +405,7 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
         dead = any(found.values())
         if not taken and not dead and bounded and budget != 0:
             return self._ended(start, now)
-        if bounded and budget != 0 and exhausts(names, backlogs, reads):
+        if bounded and budget != 0 and exhausts(backlogs, reads):
             # the epoch admits all that is left: it carries the final watermark itself
             last = make_offset(after, admitted=start["admitted"] + taken, watermark=envelope.MAX_WATERMARK,
                                started=started, at=now, turn=start["turn"] + (1 if taken else 0))
@@ -459,14 +460,14 @@ class PartitionedReader(SizedAdmission, LiveReader[ClientT], DataSourceStreamRea
             return []
         start, end = self.upgrade(start, None), self.upgrade(end, start)
         w0, w1, at = start["watermark"], end["watermark"], end["at"]
-        if end.get("ended") and end["admitted"] == start["admitted"] and not any(
-                p.dead for p in partitions_of(end).values()):
+        parts = partitions_of(end)
+        nothing = end["admitted"] == start["admitted"] and not any(p.dead for p in parts.values())
+        if end.get("ended") and nothing:
             return [PartitionTask("", None, None, 0, start["admitted"], w0, w1, at, (), (), True)]
         try:
             reads = plan_reads(start, end)
         except ValueError as e:
             raise WireError(f"{self.kind} {self._binding.step!r}: {e}") from e
-        parts = partitions_of(end)
         dead = tuple(d for p in parts.values() for d in p.dead)
         control: dict[str, int] = {
             "gauge:watermark": w1,
